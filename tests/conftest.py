@@ -1,0 +1,12 @@
+"""Test-wide setup: without a GPU, Triton kernels run in the CPU interpreter.
+
+TRITON_INTERPRET must be set before any ``@triton.jit`` decorator runs, so it is set here, before
+the tests import hicache.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
