@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv (once) and install hicache with its test extra. Sourced by bench.sh and test.sh.
+# TORCH_SPEC overrides the torch requirement (default: the CPU build 2.13.0, which a CPU-only
+# machine finds locally; on a CUDA machine with torch already installed nothing is reinstalled).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+if [ ! -x .venv/bin/python ]; then
+  "${PYTHON:-python3}" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+if ! python -c "import torch" 2>/dev/null; then
+  python -m pip install -q "${TORCH_SPEC:-torch==2.13.0+cpu}"
+fi
+if ! python -c "import triton" 2>/dev/null; then
+  python -m pip install -q "${TRITON_SPEC:-triton==3.7.1}"
+fi
+python -m pip install -q -e ".[test]"
