@@ -1,0 +1,264 @@
+"""HiCacheController: moves KV between the device pool (L1) and the host pool (L2).
+
+Writes (device -> host backups of all layers) and loads (host -> device, layer by layer) are
+queued by ``write``/``load``, which only allocate the destination slots, and issued in merged
+batches by ``start_writing``/``start_loading`` on dedicated CUDA streams. Completion is reported
+through :class:`~hicache.controller.operations.HiCacheAck`s; per-layer completion of a load batch
+through the :class:`~hicache.controller.layer_done.LayerDoneCounter` registered on the device pool.
+
+Stream protocol (CUDA): the stream that is current when ``start_writing``/``start_loading`` is
+called is the compute stream. Both transfer streams first wait for it (GPU-side), so a backup
+copies KV only after the kernels that produced it, and a load overwrites reused device slots only
+after the kernels queued before it that still read them. The forward pass then waits per layer
+via ``LayerDoneCounter.wait_until``. On CPU the streams are ``None``, events are completed no-ops
+and every transfer is synchronous: the same code path, so CPU tests exercise all the logic.
+
+Not thread-safe: one scheduler thread drives a controller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hicache.controller.config import ControllerConfig, check_indices, check_pools
+from hicache.controller.layer_done import LayerDoneCounter
+from hicache.controller.operations import CacheOperation, HiCacheAck
+from hicache.devices import current_stream, new_event, new_stream, stream_scope
+
+
+class HiCacheController:
+    """Queue and issue KV transfers between a device KV pool and its host KV pool.
+
+    Parameters
+    ----------
+    token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` of the device pool; its
+        ``get_kvcache()`` is the device pool (``mem_pool_device``).
+    mem_pool_host : ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` built on that device pool.
+    page_size : slots per page; must equal the allocator's and the host pool's.
+    load_cache_event : optional object with a ``set()`` method (e.g. ``threading.Event``); it is
+        set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
+    write_policy : ``"write_through"``, ``"write_through_selective"`` or ``"write_back"``;
+        recorded for the radix cache, which decides when to call :meth:`write`.
+    io_backend : ``"kernel"`` or ``"direct"``; the host layout must support it
+        (kernel: layer_first, page_first, page_head; direct: layer_first, page_first_direct).
+        The direct ops plan their copies on the CPU, so on CUDA each direct batch costs one
+        blocking device-to-host copy of its device indices.
+
+    Attributes
+    ----------
+    mem_pool_device, mem_pool_host : the two KV pools.
+    layer_done_counter : :class:`LayerDoneCounter` over the device pool's layers, registered on
+        the device pool (its ``get_*_buffer(l)`` wait for layer ``l`` of the consumer batch).
+    write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
+    ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
+        radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
+    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU.
+
+    Raises
+    ------
+    ValueError / TypeError
+        Unknown ``write_policy`` or ``io_backend``, a host layout that does not support
+        ``io_backend``, a ``page_size`` or layer count that disagrees with the pools, an allocator
+        without a device pool, or a ``load_cache_event`` without ``set()``.
+    """
+
+    def __init__(
+        self,
+        token_to_kv_pool_allocator: Any,
+        mem_pool_host: Any,
+        page_size: int,
+        load_cache_event: Any = None,
+        write_policy: str = "write_through",
+        io_backend: str = "kernel",
+    ) -> None:
+        self.config = ControllerConfig(page_size, write_policy, io_backend, mem_pool_host.layout)
+        device_pool = token_to_kv_pool_allocator.get_kvcache()
+        check_pools(token_to_kv_pool_allocator, device_pool, mem_pool_host, page_size)
+        if load_cache_event is not None and not callable(getattr(load_cache_event, "set", None)):
+            raise TypeError("load_cache_event must be None or have a set() method")
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.mem_pool_device = device_pool
+        self.mem_pool_host = mem_pool_host
+        self.load_cache_event = load_cache_event
+        self.device = torch.device(device_pool.device)
+        self.layer_num: int = device_pool.layer_num
+        self.write_stream = new_stream(self.device)
+        self.load_stream = new_stream(self.device)
+        self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
+        device_pool.register_layer_transfer_counter(self.layer_done_counter)
+        self.write_queue: list[CacheOperation] = []
+        self.load_queue: list[CacheOperation] = []
+        self.ack_write_queue: list[HiCacheAck] = []
+        self.ack_load_queue: list[HiCacheAck] = []
+
+    @property
+    def page_size(self) -> int:
+        return self.config.page_size
+
+    @property
+    def write_policy(self) -> str:
+        return self.config.write_policy
+
+    @property
+    def io_backend(self) -> str:
+        return self.config.io_backend
+
+    def write(self, device_indices: torch.Tensor, node_id: int) -> torch.Tensor | None:
+        """Allocate host slots for ``device_indices`` and queue their backup (all layers).
+
+        Parameters
+        ----------
+        device_indices : int64 ``[n]`` device slots on the device pool's device, ``n`` a
+            positive multiple of ``page_size``. They must stay allocated (the node locked) until
+            the batch's ack has completed.
+        node_id : id of the radix node the slots belong to; reported in the ack.
+
+        Returns
+        -------
+        int64 ``[n]`` CPU host slots now owned by the caller, or ``None`` when the host pool
+        has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
+        the next :meth:`start_writing`.
+        """
+        check_indices("device_indices", device_indices, self.page_size, self.device.type)
+        host_indices = self.mem_pool_host.alloc(device_indices.numel())
+        if host_indices is None:
+            return None
+        self.write_queue.append(CacheOperation(host_indices, device_indices, [node_id]))
+        return host_indices
+
+    def load(self, host_indices: torch.Tensor, node_id: int) -> torch.Tensor | None:
+        """Allocate device slots for ``host_indices`` and queue their load (layer by layer).
+
+        Parameters
+        ----------
+        host_indices : int64 ``[n]`` CPU host slots, ``n`` a positive multiple of ``page_size``.
+        node_id : id of the radix node the slots belong to; reported in the ack.
+
+        Returns
+        -------
+        int64 ``[n]`` device slots (allocator's device) now owned by the caller, or ``None`` when
+        the allocator is short (nothing allocated, nothing queued). Their content is valid for a
+        forward pass that waits on the producer index :meth:`start_loading` returns.
+        """
+        check_indices("host_indices", host_indices, self.page_size, "cpu")
+        device_indices = self.token_to_kv_pool_allocator.alloc(host_indices.numel())
+        if device_indices is None:
+            return None
+        self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id]))
+        return device_indices
+
+    def start_writing(self) -> None:
+        """Issue every queued write as one batch on the write stream; append its ack.
+
+        The write stream first waits (GPU-side) for the current compute stream, so the backup
+        sees the KV written by kernels queued before this call. Returns at once when the write
+        queue is empty. On error the queue is left as it was.
+        """
+        if not self.write_queue:
+            return
+        op = CacheOperation.merge(self.write_queue)
+        start, finish = new_event(self.device), new_event(self.device)
+        self._wait_for_compute(self.write_stream)
+        with stream_scope(self.write_stream):
+            start.record(self.write_stream)
+            host, device = self._transfer_indices(op, self.write_stream)
+            self.mem_pool_host.backup_from_device_all_layer(
+                self.mem_pool_device, host, device, self.io_backend
+            )
+            finish.record(self.write_stream)
+        self.write_queue.clear()
+        self.ack_write_queue.append(HiCacheAck(start, finish, op.node_ids))
+
+    def start_loading(self) -> int:
+        """Issue every queued load as one batch on the load stream, layer by layer.
+
+        The load stream first waits (GPU-side) for the current compute stream. Layer ``l`` is
+        copied, then the batch's event for ``l`` is recorded, so a forward pass that called
+        ``layer_done_counter.set_consumer(index)`` can start layer ``l`` while later layers load.
+        Blocks the CPU only when every ring slot still holds a batch in flight (it waits for the
+        oldest). On error the queue is left as it was.
+
+        Returns
+        -------
+        The producer index (ring slot) of the batch, to pass to ``set_consumer``; -1 when the
+        load queue was empty (nothing issued).
+        """
+        if not self.load_queue:
+            return -1
+        counter = self.layer_done_counter
+        counter.events[counter.next_producer].finish_event.synchronize()
+        op = CacheOperation.merge(self.load_queue)
+        self._wait_for_compute(self.load_stream)
+        producer = counter.update_producer()
+        self._issue_load(op, counter.events[producer])
+        self.load_queue.clear()
+        batch = counter.events[producer]
+        self.ack_load_queue.append(HiCacheAck(batch.start_event, batch.finish_event, op.node_ids))
+        if self.load_cache_event is not None:
+            self.load_cache_event.set()
+        return producer
+
+    def evict_device(self, device_indices: torch.Tensor) -> int:
+        """Free device slots through the allocator; returns how many were given.
+
+        The slots must not belong to a batch whose ack has not completed.
+        Raises whatever the allocator raises on slots that are not allocated (state unchanged).
+        """
+        self.token_to_kv_pool_allocator.free(device_indices)
+        return device_indices.numel()
+
+    def evict_host(self, host_indices: torch.Tensor) -> int:
+        """Free host slots; returns how many were freed. Same rules as :meth:`evict_device`."""
+        return self.mem_pool_host.free(host_indices)
+
+    def reset(self) -> None:
+        """Wait for in-flight transfers, then drop queued operations, acks and counter state.
+
+        Safe with transfers in flight: both streams are synchronized first, so no copy can land
+        after the caller reuses the slots. Slots held by queued or acked operations are NOT
+        freed here: they belong to the radix cache, whose ``reset()`` clears both pools.
+        """
+        for stream in (self.write_stream, self.load_stream):
+            if stream is not None:
+                stream.synchronize()
+        self.write_queue.clear()
+        self.load_queue.clear()
+        self.ack_write_queue.clear()
+        self.ack_load_queue.clear()
+        self.layer_done_counter.reset()
+
+    def _issue_load(self, op: CacheOperation, batch: Any) -> None:
+        with stream_scope(self.load_stream):
+            batch.start_event.record(self.load_stream)
+            host, device = self._transfer_indices(op, self.load_stream)
+            for layer in range(self.layer_num):
+                self.mem_pool_host.load_to_device_per_layer(
+                    self.mem_pool_device, host, device, layer, self.io_backend
+                )
+                batch.complete(layer)
+            batch.finish_event.record(self.load_stream)
+
+    def _wait_for_compute(self, stream: torch.cuda.Stream | None) -> None:
+        if stream is not None:
+            stream.wait_stream(current_stream(self.device))
+
+    def _transfer_indices(
+        self, op: CacheOperation, stream: torch.cuda.Stream | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's (host, device) index tensors as the transfer on ``stream`` needs them.
+
+        Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
+        ``stream`` (``record_stream``). The kernel backend gets the host indices on the device,
+        copied once, non-blocking from pinned memory. The direct backend plans its copies on the
+        CPU, so it gets both on the CPU; that copy blocks until ``stream`` reaches it (a racy
+        non-blocking device-to-host copy read at once by the CPU would plan with garbage).
+        """
+        if stream is None:
+            return op.host_indices, op.device_indices
+        op.device_indices.record_stream(stream)
+        if self.io_backend == "direct":
+            return op.host_indices, op.device_indices.cpu()
+        host = op.host_indices.pin_memory().to(self.device, non_blocking=True)
+        return host, op.device_indices

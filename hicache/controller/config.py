@@ -1,0 +1,87 @@
+"""Validated settings of a HiCacheController and the checks its public calls run first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hicache.pools import SUPPORTED_PAIRS
+
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Validated settings of a :class:`HiCacheController`.
+
+    Attributes
+    ----------
+    page_size : slots per page; equal to the allocator's and the host pool's.
+    write_policy : one of :data:`WRITE_POLICIES`. The controller only records it; acting on it
+        (when to call ``write``) is the radix cache's job.
+    io_backend : ``"kernel"`` (Triton transfer kernels) or ``"direct"`` (``copy_`` per run).
+    host_layout : layout of the host pool; must be one of ``SUPPORTED_PAIRS[io_backend]``
+        (``hicache.pools``: kernel: layer_first, page_first, page_head; direct: layer_first,
+        page_first_direct).
+    """
+
+    page_size: int
+    write_policy: str
+    io_backend: str
+    host_layout: str
+
+    def __post_init__(self) -> None:
+        if self.write_policy not in WRITE_POLICIES:
+            raise ValueError(
+                f"write_policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}"
+            )
+        if self.io_backend not in SUPPORTED_PAIRS:
+            raise ValueError(
+                f"io_backend must be one of {tuple(SUPPORTED_PAIRS)}, got {self.io_backend!r}"
+            )
+        layouts = SUPPORTED_PAIRS[self.io_backend]
+        if self.host_layout not in layouts:
+            raise ValueError(
+                f"host pool layout {self.host_layout!r} does not support io_backend "
+                f"{self.io_backend!r}; supported layouts: {layouts}"
+            )
+        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int):
+            raise TypeError(f"page_size must be an int, got {type(self.page_size).__name__}")
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+
+
+def check_pools(allocator: Any, device_pool: Any, host_pool: Any, page_size: int) -> None:
+    """``ValueError`` unless the allocator has a device pool and both pools agree with the
+    controller on ``page_size`` and the layer count."""
+    if device_pool is None:
+        raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
+    if allocator.page_size != page_size or host_pool.page_size != page_size:
+        raise ValueError(
+            f"page_size={page_size} must equal the allocator's ({allocator.page_size}) "
+            f"and the host pool's ({host_pool.page_size})"
+        )
+    if host_pool.layer_num != device_pool.layer_num:
+        raise ValueError(
+            f"host pool has {host_pool.layer_num} layers, device pool {device_pool.layer_num}"
+        )
+
+
+def check_indices(name: str, indices: Any, page_size: int, device_type: str) -> None:
+    """``TypeError``/``ValueError`` naming ``name`` unless ``indices`` is a 1-D int64 tensor of a
+    positive multiple of ``page_size`` slots on a device of type ``device_type``."""
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(indices).__name__}")
+    if indices.dtype != torch.int64 or indices.dim() != 1:
+        raise TypeError(
+            f"{name} must be a 1-D int64 tensor, got {indices.dtype} {tuple(indices.shape)}"
+        )
+    if indices.numel() == 0 or indices.numel() % page_size:
+        raise ValueError(
+            f"{name} must hold a positive multiple of page_size={page_size} slots, "
+            f"got {indices.numel()}"
+        )
+    if indices.device.type != device_type:
+        raise ValueError(f"{name} must be on {device_type}, got {indices.device}")

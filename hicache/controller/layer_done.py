@@ -1,0 +1,188 @@
+"""Per-layer completion of load batches: the forward pass waits for layer ``l`` only.
+
+A load batch copies host KV back to the device one layer at a time on a load stream and records
+one event per layer. Attention for layer ``l`` makes the compute stream wait for that layer's
+event, so it starts as soon as layer ``l`` has arrived while later layers are still in flight. The
+wait is a GPU-side ``cudaStreamWaitEvent``: the CPU never blocks. On CPU every transfer is
+synchronous, the events are :class:`~hicache.devices.CompletedEvent` objects and every wait
+returns at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.devices import EventLike, current_stream, new_event
+
+RING_SIZE = 3
+"""Load batches a :class:`LayerDoneCounter` tracks at once: one being consumed by the forward
+pass, one being produced, and one spare so producing never has to wait for the consumer."""
+
+NO_CONSUMER = -1
+"""``set_consumer(NO_CONSUMER)``: the next forward pass reads nothing that is being loaded."""
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class LayerLoadingEvent:
+    """The events of one load batch: one per layer, plus the start and end of the batch.
+
+    Parameters
+    ----------
+    num_layers : layers of the KV pool (>= 1).
+    device : device of the KV pool; CUDA gives ``torch.cuda.Event``s, CPU completed no-op events.
+
+    Attributes
+    ----------
+    load_events : ``num_layers`` events; event ``l`` is recorded once layer ``l`` of the batch
+        has been issued on the load stream.
+    start_event, finish_event : recorded on the load stream before the first and after the last
+        layer. ``finish_event.query()`` tells whether the whole batch has landed (an event never
+        recorded counts as complete).
+    """
+
+    def __init__(self, num_layers: int, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.load_events: list[EventLike] = [new_event(self.device) for _ in range(num_layers)]
+        self.start_event: EventLike = new_event(self.device)
+        self.finish_event: EventLike = new_event(self.device)
+
+    def complete(self, layer: int) -> None:
+        """Record layer ``layer``'s event on the current stream (the load stream).
+
+        Call it right after issuing that layer's copy: the event then fires when the copy is done.
+        """
+        self.load_events[layer].record(current_stream(self.device))
+
+    def wait(self, layer: int) -> None:
+        """Make the current stream (the compute stream) wait for layer ``layer``'s event.
+
+        GPU-side only: the CPU returns at once and work queued afterwards on the current stream
+        runs after the layer has landed. A no-op on CPU.
+        """
+        self.load_events[layer].wait(current_stream(self.device))
+
+
+class LayerDoneCounter:
+    """A ring of :data:`RING_SIZE` load batches, one :class:`LayerLoadingEvent` per slot.
+
+    The producer (the cache controller) takes a slot with :meth:`update_producer` for each load
+    batch it issues; the scheduler tells the forward pass which batch its KV comes from with
+    :meth:`set_consumer`; the device KV pool calls :meth:`wait_until` before handing out a layer's
+    buffer. The ring lets a new batch be produced while the forward pass still consumes the
+    previous one.
+
+    Parameters
+    ----------
+    num_layers : layers of the KV pool (int >= 1).
+    device : device of the KV pool. Default: CUDA when available, else CPU.
+
+    Attributes
+    ----------
+    events : the ``RING_SIZE`` :class:`LayerLoadingEvent`s, indexed by slot.
+    _skip_wait_for_testing : test-only switch; when True :meth:`wait_until` does not wait at all.
+        It exists so a GPU test can show that without the wait the forward pass can read stale
+        KV. Never set it outside tests.
+
+    Raises
+    ------
+    TypeError / ValueError
+        ``num_layers`` is not a positive int.
+    """
+
+    def __init__(self, num_layers: int, device: torch.device | str | None = None) -> None:
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int):
+            raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.num_layers = num_layers
+        self.device = _default_device() if device is None else torch.device(device)
+        self.events = [LayerLoadingEvent(num_layers, self.device) for _ in range(RING_SIZE)]
+        self._skip_wait_for_testing = False
+        self.reset()
+
+    @property
+    def producer_index(self) -> int:
+        """Slot of the batch produced last, or -1 when none was produced since the last reset."""
+        return self._producer
+
+    @property
+    def consumer_index(self) -> int:
+        """Slot the forward pass waits on, or :data:`NO_CONSUMER`."""
+        return self._consumer
+
+    @property
+    def next_producer(self) -> int:
+        """The slot :meth:`update_producer` will take next (a query; changes nothing)."""
+        return (self._producer + 1) % RING_SIZE
+
+    def update_producer(self) -> int:
+        """Take the next ring slot for a new load batch and return its index.
+
+        The slot gets a fresh :class:`LayerLoadingEvent` (``events[index]``) on which the caller
+        records the batch's events; objects holding the previous batch's events (acks) keep them.
+
+        Raises
+        ------
+        RuntimeError
+            The slot still holds a batch whose ``finish_event`` has not completed: reusing it
+            would let a waiting forward pass read layers that have not landed. State unchanged.
+            (The controller avoids this by synchronizing that event first.)
+        """
+        index = self.next_producer
+        if not self.events[index].finish_event.query():
+            raise RuntimeError(
+                f"LayerDoneCounter: slot {index} still holds a load batch in flight; "
+                f"at most {RING_SIZE} batches can be outstanding"
+            )
+        self.events[index] = LayerLoadingEvent(self.num_layers, self.device)
+        self._producer = index
+        self._produced.add(index)
+        return index
+
+    def set_consumer(self, index: int) -> None:
+        """Make later :meth:`wait_until` calls wait on batch ``index`` (-1: wait on nothing).
+
+        Raises
+        ------
+        TypeError / ValueError
+            ``index`` is not an int, or is neither -1 nor a slot produced since the last reset.
+            State unchanged.
+        """
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"set_consumer: index must be an int, got {type(index).__name__}")
+        if index != NO_CONSUMER and index not in self._produced:
+            raise ValueError(
+                f"set_consumer: index must be -1 or a produced slot {sorted(self._produced)}, "
+                f"got {index}"
+            )
+        self._consumer = index
+
+    def wait_until(self, layer: int) -> None:
+        """Make the current (compute) stream wait for layer ``layer`` of the consumer batch.
+
+        GPU-side wait (``event.wait(stream)``); never blocks the CPU. Returns at once when no
+        consumer is set, on CPU, or when ``_skip_wait_for_testing`` is set.
+
+        Raises
+        ------
+        ValueError
+            ``layer`` is not in ``[0, num_layers)``.
+        """
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"wait_until: layer must be in [0, {self.num_layers}), got {layer}")
+        if self._consumer == NO_CONSUMER or self._skip_wait_for_testing:
+            return
+        self.events[self._consumer].wait(layer)
+
+    def reset(self) -> None:
+        """Forget every produced batch and the consumer (the events themselves are kept).
+
+        A slot whose batch is still in flight stays unusable until it finishes:
+        :meth:`update_producer` checks its ``finish_event``.
+        """
+        self._producer = -1
+        self._consumer = NO_CONSUMER
+        self._produced: set[int] = set()

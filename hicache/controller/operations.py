@@ -1,0 +1,88 @@
+"""Queued transfers and their acknowledgements.
+
+A :class:`CacheOperation` is one node's worth of KV to copy between the tiers; queued operations
+are merged into one batch per ``start_writing``/``start_loading`` call so the per-layer kernels are
+launched once per batch, not once per node. A :class:`HiCacheAck` reports a batch back to the radix
+cache: once ``finish_event`` has completed, every node in ``node_ids`` may be unlocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from hicache.devices import EventLike
+
+
+@dataclass(frozen=True)
+class CacheOperation:
+    """Copy the KV of ``node_ids`` between ``host_indices`` and ``device_indices``.
+
+    Attributes
+    ----------
+    host_indices : int64 ``[n]`` slots of the host pool (CPU).
+    device_indices : int64 ``[n]`` slots of the device pool (on the device pool's device).
+        Token ``i`` of the operation lives at ``host_indices[i]`` and ``device_indices[i]``.
+    node_ids : ids of the radix nodes the slots belong to, in queueing order.
+    """
+
+    host_indices: torch.Tensor
+    device_indices: torch.Tensor
+    node_ids: list[int]
+
+    def __post_init__(self) -> None:
+        assert self.host_indices.numel() == self.device_indices.numel(), (
+            f"CacheOperation: {self.host_indices.numel()} host vs "
+            f"{self.device_indices.numel()} device indices"
+        )
+
+    def __len__(self) -> int:
+        return self.host_indices.numel()
+
+    @classmethod
+    def merge(cls, ops: Sequence[CacheOperation]) -> CacheOperation:
+        """One operation covering ``ops`` in order (indices concatenated, node ids joined).
+
+        A single operation is returned as is; the inputs are never modified.
+        """
+        assert ops, "CacheOperation.merge: nothing to merge"
+        if len(ops) == 1:
+            return ops[0]
+        return cls(
+            host_indices=torch.cat([op.host_indices for op in ops]),
+            device_indices=torch.cat([op.device_indices for op in ops]),
+            node_ids=[node_id for op in ops for node_id in op.node_ids],
+        )
+
+
+class HiCacheAck(NamedTuple):
+    """A batch of transfers issued on a transfer stream.
+
+    Attributes
+    ----------
+    start_event : recorded on the transfer stream before the batch's first copy.
+    finish_event : recorded after its last copy; ``finish_event.query()`` is True once every byte
+        has landed (always True on CPU).
+    node_ids : the radix nodes whose KV the batch carries, in queueing order.
+    """
+
+    start_event: EventLike
+    finish_event: EventLike
+    node_ids: list[int]
+
+
+def pop_finished_acks(queue: list[HiCacheAck]) -> list[HiCacheAck]:
+    """Remove and return the acks at the front of ``queue`` whose ``finish_event`` has completed.
+
+    Batches on one stream finish in issue order, so this stops at the first unfinished ack.
+    Never blocks (``query()``, not ``synchronize()``).
+    """
+    done = 0
+    while done < len(queue) and queue[done].finish_event.query():
+        done += 1
+    finished = queue[:done]
+    del queue[:done]
+    return finished

@@ -1,0 +1,215 @@
+"""Slot allocators: a page free list and the device token-to-KV allocator built on it.
+
+Slots are token positions in a KV pool; a page is ``page_size`` consecutive slots starting at a
+multiple of ``page_size``. Allocation hands out whole pages, so ``page_size == 1`` is the token
+allocator and ``page_size > 1`` the paged one: one code path for both. The free list is a CPU
+int64 tensor of page ids and an ``allocated`` mask per page backs O(n) double-free checks, so
+alloc and free are tensor operations, never Python loops over slots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hicache.pools._validate import check_int
+
+_CPU = torch.device("cpu")
+
+
+def _empty_pages() -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64)
+
+
+class PageAllocator:
+    """Free list over pages ``reserved_pages .. reserved_pages + num_pages - 1``.
+
+    Parameters
+    ----------
+    num_pages : usable pages (> 0).
+    page_size : slots per page (>= 1).
+    reserved_pages : leading pages never handed out (1 on the device: slot 0's page pads).
+
+    State: every usable page is exactly one of free (``_free`` or ``_released``), pending (freed
+    inside an open free group, back on the free list at ``free_group_end``) or allocated
+    (``_allocated[page]``). ``check_invariants()`` verifies this.
+    """
+
+    def __init__(self, num_pages: int, page_size: int, reserved_pages: int = 0) -> None:
+        check_int("page_size", page_size)
+        check_int("num_pages", num_pages)
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.reserved_pages = reserved_pages
+        self.clear()
+
+    @property
+    def slot_range(self) -> tuple[int, int]:
+        """``[lo, hi)`` of the slots this allocator hands out."""
+        return self.reserved_pages * self.page_size, self.end_page * self.page_size
+
+    @property
+    def end_page(self) -> int:
+        return self.reserved_pages + self.num_pages
+
+    def clear(self) -> None:
+        """Free every usable page and drop any open free group."""
+        self._free = torch.arange(self.reserved_pages, self.end_page, dtype=torch.int64)
+        self._released = _empty_pages()
+        self._allocated = torch.zeros(self.end_page, dtype=torch.bool)
+        self._group: list[torch.Tensor] | None = None
+
+    def available_size(self) -> int:
+        """Slots that ``alloc`` can hand out now (pending group frees not included)."""
+        return (self._free.numel() + self._released.numel()) * self.page_size
+
+    def alloc_cpu(self, n: int) -> torch.Tensor | None:
+        """``n`` slots in whole aligned pages (int64, CPU, ascending within each page), or None."""
+        num_pages = self._check_alloc_size(n)
+        if num_pages > self._free.numel():
+            self._merge_released()
+        if num_pages > self._free.numel():
+            return None
+        pages, self._free = self._free[:num_pages], self._free[num_pages:]
+        self._allocated[pages] = True
+        return self._slots_of(pages)
+
+    def free(self, indices: torch.Tensor) -> int:
+        """Free the pages holding ``indices``; returns the number of slots freed.
+
+        Freeing any slot of a page frees the whole page (a request's trailing partial page).
+        Raises ``TypeError``/``ValueError`` before any change on a non-integer tensor, an
+        out-of-range or reserved slot, a repeated slot, or a page that is not allocated.
+        """
+        pages = self._pages_to_free(indices)
+        if pages.numel() == 0:
+            return 0
+        self._allocated[pages] = False
+        if self._group is not None:
+            self._group.append(pages)
+        else:
+            self._released = torch.cat([self._released, pages])
+        return pages.numel() * self.page_size
+
+    def free_group_begin(self) -> None:
+        """Defer the free-list update of the following ``free`` calls to ``free_group_end``."""
+        if self._group is not None:
+            raise RuntimeError("free_group_begin: a free group is already open")
+        self._group = []
+
+    def free_group_end(self) -> None:
+        """Return every page freed since ``free_group_begin`` to the free list in one step."""
+        if self._group is None:
+            raise RuntimeError("free_group_end: no free group is open")
+        group, self._group = self._group, None
+        if group:
+            self._released = torch.cat([self._released, *group])
+
+    def free_slots(self) -> torch.Tensor:
+        """Every slot not allocated (free or pending in a group): sorted int64 CPU."""
+        lo = self.reserved_pages
+        pages = (~self._allocated[lo:]).nonzero().flatten() + lo
+        return self._slots_of(pages)
+
+    def check_invariants(self) -> None:
+        """Raise ``RuntimeError`` when the free list and the allocated mask disagree."""
+        listed = torch.cat([self._free, self._released, *(self._group or [])])
+        if listed.numel() != listed.unique().numel():
+            raise RuntimeError("allocator: a page is on the free list twice")
+        if listed.numel() and int(listed.min()) < self.reserved_pages:
+            raise RuntimeError("allocator: a reserved page is on the free list")
+        unallocated = (~self._allocated[self.reserved_pages :]).nonzero().flatten()
+        if not torch.equal(listed.sort().values, unallocated + self.reserved_pages):
+            raise RuntimeError("allocator: free list and allocated mask disagree")
+
+    def _merge_released(self) -> None:
+        # Sorted released pages go behind the free list: later allocations get ascending runs.
+        if self._released.numel():
+            self._free = torch.cat([self._free, self._released.sort().values])
+            self._released = _empty_pages()
+
+    def _slots_of(self, pages: torch.Tensor) -> torch.Tensor:
+        if self.page_size == 1:
+            return pages.clone()
+        offsets = torch.arange(self.page_size, dtype=torch.int64)
+        return (pages[:, None] * self.page_size + offsets).flatten()
+
+    def _check_alloc_size(self, n: int) -> int:
+        check_int("n", n, minimum=0)
+        if n % self.page_size:
+            raise ValueError(f"n must be a multiple of page_size={self.page_size}, got {n}")
+        return n // self.page_size
+
+    def _pages_to_free(self, indices: Any) -> torch.Tensor:
+        if not isinstance(indices, torch.Tensor):
+            raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
+        if indices.dtype.is_floating_point or indices.dtype in (torch.bool, torch.complex64):
+            raise TypeError(f"indices must be an integer tensor, got dtype {indices.dtype}")
+        if indices.dim() != 1:
+            raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
+        slots = indices.to(_CPU, torch.int64)
+        if slots.numel() == 0:
+            return _empty_pages()
+        lo, hi = self.slot_range
+        if int(slots.min()) < lo or int(slots.max()) >= hi:
+            raise ValueError(
+                f"indices must lie in [{lo}, {hi}) (slots below {lo} are reserved), "
+                f"got values in [{int(slots.min())}, {int(slots.max())}]"
+            )
+        if slots.unique().numel() != slots.numel():
+            raise ValueError("indices contains a slot more than once")
+        pages = (slots // self.page_size).unique()
+        if not bool(self._allocated[pages].all()):
+            bad = pages[~self._allocated[pages]][:4].tolist()
+            raise ValueError(f"indices frees pages that are not allocated (double free?): {bad}")
+        return pages
+
+
+class TokenToKVPoolAllocator(PageAllocator):
+    """Allocator of device KV slots in whole pages; slot 0's page is reserved for padding.
+
+    Parameters
+    ----------
+    size : usable slots, a positive multiple of ``page_size``; they are
+        ``page_size .. size + page_size - 1``.
+    page_size : slots per page; 1 gives the token allocator.
+    device : where ``alloc`` returns its indices (the KV pool's device).
+    kvcache : the device KV pool these slots index (``get_kvcache()``); its ``size`` and
+        ``page_size`` must match.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        page_size: int = 1,
+        device: torch.device | str = "cpu",
+        kvcache: Any = None,
+    ) -> None:
+        check_int("page_size", page_size)
+        check_int("size", size)
+        if size % page_size:
+            raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
+        if kvcache is not None and (kvcache.size, kvcache.page_size) != (size, page_size):
+            raise ValueError(
+                f"kvcache has size={kvcache.size}, page_size={kvcache.page_size}; "
+                f"the allocator needs size={size}, page_size={page_size}"
+            )
+        super().__init__(size // page_size, page_size, reserved_pages=1)
+        self.size = size
+        self.device = torch.device(device)
+        self._kvcache = kvcache
+
+    def get_kvcache(self) -> Any:
+        """The device KV pool (``MHATokenToKVPool`` / ``MLATokenToKVPool``) or None."""
+        return self._kvcache
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """``n`` slots (int64 on ``device``) in whole aligned pages, or None when short.
+
+        ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise).
+        """
+        slots = self.alloc_cpu(n)
+        if slots is None or self.device.type == "cpu":
+            return slots
+        return slots.to(self.device, non_blocking=True)

@@ -1,0 +1,246 @@
+"""Device KV pools (L1): per-layer buffers indexed by token slot, for MHA and MLA models.
+
+Every layer owns its own buffer of ``size + page_size`` slots (slot 0's page pads), so the
+all-layer transfer ops reach them through uint64 pointer tables on the pool's device. fp8
+dtypes are stored as uint8 and viewed back in ``dtype`` by the getters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from hicache.env import ENV
+from hicache.pools._validate import check_int
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class LayerTransferCounter(Protocol):
+    def wait_until(self, layer_id: int) -> None: ...
+
+
+def store_dtype_of(dtype: torch.dtype) -> torch.dtype:
+    """The dtype buffers are kept in: uint8 for fp8 dtypes, else ``dtype`` itself."""
+    return torch.uint8 if dtype in FP8_DTYPES else dtype
+
+
+def pointer_table(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """uint64 tensor of ``data_ptr()`` of each tensor, on ``device`` (for all-layer ops)."""
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
+
+
+class KVPool:
+    """Contract shared by the device pools.
+
+    Attributes
+    ----------
+    size : usable slots (``page_size .. size + page_size - 1``); slots ``[0, page_size)`` pad.
+    page_size, layer_num, device : as given.
+    dtype : the KV dtype the model sees; ``store_dtype`` what buffers hold (uint8 for fp8).
+    item_size : bytes of one token in one layer (the transfer ops' ``item_size``).
+
+    Getters (``get_key_buffer`` etc.) first call the registered counter's ``wait_until(layer)``
+    so attention on layer ``l`` never reads KV still being loaded; they return views in
+    ``dtype``. ``set_kv_buffer`` validates shapes, dtypes, device and slot range before writing.
+    """
+
+    def __init__(
+        self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
+    ) -> None:
+        for name, value in (("size", size), ("page_size", page_size), ("layer_num", layer_num)):
+            check_int(name, value)
+        if size % page_size:
+            raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        self.size = size
+        self.page_size = page_size
+        self.dtype = dtype
+        self.store_dtype = store_dtype_of(dtype)
+        self.layer_num = layer_num
+        self.device = torch.device(device)
+        self.layer_transfer_counter: LayerTransferCounter | None = None
+
+    @property
+    def num_slots(self) -> int:
+        """Rows of each layer buffer: ``size + page_size``."""
+        return self.size + self.page_size
+
+    def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
+        """Make every getter wait on ``counter.wait_until(layer)`` first."""
+        self.layer_transfer_counter = counter
+
+    def _new_layers(self, shape: tuple[int, ...]) -> list[torch.Tensor]:
+        return [
+            torch.zeros(shape, dtype=self.store_dtype, device=self.device)
+            for _ in range(self.layer_num)
+        ]
+
+    def _wait_layer(self, layer_id: int) -> None:
+        self.check_layer(layer_id)
+        if self.layer_transfer_counter is not None:
+            self.layer_transfer_counter.wait_until(layer_id)
+
+    def check_layer(self, layer_id: int) -> None:
+        """``TypeError``/``ValueError`` unless ``layer_id`` is an int in ``[0, layer_num)``."""
+        if isinstance(layer_id, bool) or not isinstance(layer_id, int):
+            raise TypeError(f"layer_id must be an int, got {type(layer_id).__name__}")
+        if not 0 <= layer_id < self.layer_num:
+            raise ValueError(f"layer_id must be in [0, {self.layer_num}), got {layer_id}")
+
+    def _view(self, buf: torch.Tensor) -> torch.Tensor:
+        return buf if self.store_dtype == self.dtype else buf.view(self.dtype)
+
+    def _check_loc(self, loc: Any) -> None:
+        if not isinstance(loc, torch.Tensor):
+            raise TypeError(f"loc must be a torch.Tensor, got {type(loc).__name__}")
+        if loc.dtype not in (torch.int64, torch.int32) or loc.dim() != 1:
+            raise TypeError(
+                f"loc must be a 1-D int64 (or int32) tensor, got {loc.dtype} {tuple(loc.shape)}"
+            )
+        if loc.numel() == 0 or (loc.device.type != "cpu" and not ENV.check_device_indices):
+            return
+        lo, hi = int(loc.min()), int(loc.max())
+        if lo < 0 or hi >= self.num_slots:
+            raise ValueError(f"loc must lie in [0, {self.num_slots}), got values in [{lo}, {hi}]")
+
+    def _to_store(self, name: str, cache: Any, shape: tuple[int, ...]) -> torch.Tensor:
+        """Validate ``cache`` against ``shape``/``dtype``/``device``; return it as stored."""
+        if not isinstance(cache, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(cache).__name__}")
+        if tuple(cache.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(cache.shape)}")
+        fp8_input_ok = self.dtype in FP8_DTYPES and cache.dtype.is_floating_point
+        if cache.dtype != self.dtype and not fp8_input_ok:
+            raise TypeError(f"{name} must have dtype {self.dtype}, got {cache.dtype}")
+        if cache.device != self.device:
+            raise ValueError(f"{name} must be on {self.device}, got {cache.device}")
+        cache = cache.to(self.dtype)
+        return cache if self.store_dtype == self.dtype else cache.view(self.store_dtype)
+
+
+class MHATokenToKVPool(KVPool):
+    """Multi-head attention KV: ``k_buffer[l]``, ``v_buffer[l]`` of ``[size + page_size, H, D]``.
+
+    ``k_data_ptrs``/``v_data_ptrs`` are uint64 tables of the layer buffers' addresses on
+    ``device``; ``item_size = head_num * head_dim * elem_size`` bytes.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        page_size: int,
+        dtype: torch.dtype,
+        head_num: int,
+        head_dim: int,
+        layer_num: int,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__(size, page_size, dtype, layer_num, device)
+        self.head_num = check_int("head_num", head_num)
+        self.head_dim = check_int("head_dim", head_dim)
+        self.k_buffer = self._new_layers((self.num_slots, head_num, head_dim))
+        self.v_buffer = self._new_layers((self.num_slots, head_num, head_dim))
+        self.k_data_ptrs = pointer_table(self.k_buffer, self.device)
+        self.v_data_ptrs = pointer_table(self.v_buffer, self.device)
+
+    @property
+    def item_size(self) -> int:
+        return self.head_num * self.head_dim * self.store_dtype.itemsize
+
+    @property
+    def part_buffers(self) -> list[list[torch.Tensor]]:
+        """Per-layer buffers of each part: ``[k_buffer, v_buffer]``."""
+        return [self.k_buffer, self.v_buffer]
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s keys, ``[size + page_size, H, D]`` in ``dtype``."""
+        self._wait_layer(layer_id)
+        return self._view(self.k_buffer[layer_id])
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s values, ``[size + page_size, H, D]`` in ``dtype``."""
+        self._wait_layer(layer_id)
+        return self._view(self.v_buffer[layer_id])
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(keys, values)`` of layer ``layer_id`` (one wait)."""
+        self._wait_layer(layer_id)
+        return self._view(self.k_buffer[layer_id]), self._view(self.v_buffer[layer_id])
+
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
+    ) -> None:
+        """Write ``cache_k``, ``cache_v`` (``[len(loc), H, D]``, ``dtype``, ``device``) at ``loc``.
+
+        fp8 pools also take floating inputs and cast them to ``dtype``. Nothing is written when
+        an argument is invalid.
+        """
+        self.check_layer(layer_id)
+        self._check_loc(loc)
+        shape = (loc.numel(), self.head_num, self.head_dim)
+        k = self._to_store("cache_k", cache_k, shape)
+        v = self._to_store("cache_v", cache_v, shape)
+        self.k_buffer[layer_id][loc] = k
+        self.v_buffer[layer_id][loc] = v
+
+
+class MLATokenToKVPool(KVPool):
+    """Multi-head latent attention: one latent per token, ``kv_buffer[l]`` of
+    ``[size + page_size, 1, kv_lora_rank + qk_rope_head_dim]``.
+
+    ``get_key_buffer`` returns the whole latent, ``get_value_buffer`` its first
+    ``kv_lora_rank`` channels; ``item_size = (kv_lora_rank + qk_rope_head_dim) * elem_size``.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        page_size: int,
+        dtype: torch.dtype,
+        kv_lora_rank: int,
+        qk_rope_head_dim: int,
+        layer_num: int,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__(size, page_size, dtype, layer_num, device)
+        self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank)
+        self.qk_rope_head_dim = check_int("qk_rope_head_dim", qk_rope_head_dim, minimum=0)
+        self.head_num = 1
+        self.kv_dim = kv_lora_rank + qk_rope_head_dim
+        self.kv_buffer = self._new_layers((self.num_slots, 1, self.kv_dim))
+        self.kv_data_ptrs = pointer_table(self.kv_buffer, self.device)
+
+    @property
+    def item_size(self) -> int:
+        return self.kv_dim * self.store_dtype.itemsize
+
+    @property
+    def part_buffers(self) -> list[list[torch.Tensor]]:
+        """Per-layer buffers of each part: ``[kv_buffer]``."""
+        return [self.kv_buffer]
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s latents, ``[size + page_size, 1, kv_dim]`` in ``dtype``."""
+        self._wait_layer(layer_id)
+        return self._view(self.kv_buffer[layer_id])
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        """The first ``kv_lora_rank`` channels: ``[size + page_size, 1, kv_lora_rank]``."""
+        self._wait_layer(layer_id)
+        return self._view(self.kv_buffer[layer_id])[..., : self.kv_lora_rank]
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(latents, latents[..., :kv_lora_rank])`` of layer ``layer_id`` (one wait)."""
+        self._wait_layer(layer_id)
+        latent = self._view(self.kv_buffer[layer_id])
+        return latent, latent[..., : self.kv_lora_rank]
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_kv: torch.Tensor) -> None:
+        """Write ``cache_kv`` (``[len(loc), 1, kv_dim]``, ``dtype``, on ``device``) at ``loc``."""
+        self.check_layer(layer_id)
+        self._check_loc(loc)
+        kv = self._to_store("cache_kv", cache_kv, (loc.numel(), 1, self.kv_dim))
+        self.kv_buffer[layer_id][loc] = kv

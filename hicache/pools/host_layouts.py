@@ -1,0 +1,96 @@
+"""Host pool layouts, the io_backends each one supports, and host pool sizing.
+
+Per part (K, V, or the MLA latent), with ``L`` layers, ``H`` heads of ``D`` elements:
+
+=================== ==================================
+layer_first         ``(L, size, H, D)``
+page_first          ``(size, L, H, D)``
+page_first_direct   ``(pages, L, page_size, H, D)``
+page_head           ``(pages, H, page_size, L, D)``
+=================== ==================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import psutil
+
+from hicache.env import ENV
+
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+IO_BACKENDS = ("kernel", "direct")
+SUPPORTED_PAIRS = {
+    "kernel": ("layer_first", "page_first", "page_head"),
+    "direct": ("layer_first", "page_first_direct"),
+}
+_GB = 1e9
+
+
+def check_layout(layout: str, allowed: tuple[str, ...]) -> None:
+    if layout not in allowed:
+        raise ValueError(f"layout must be one of {allowed}, got {layout!r}")
+
+
+def check_pair(layout: str, io_backend: str) -> None:
+    """``ValueError`` unless ``io_backend`` is known and has an op for ``layout``."""
+    if io_backend not in IO_BACKENDS:
+        raise ValueError(f"io_backend must be one of {IO_BACKENDS}, got {io_backend!r}")
+    if layout not in SUPPORTED_PAIRS[io_backend]:
+        raise ValueError(
+            f"io_backend={io_backend!r} does not support layout={layout!r}; "
+            f"it supports {SUPPORTED_PAIRS[io_backend]}"
+        )
+
+
+def part_shape(layout: str, size: int, page_size: int, layers: int, heads: int, dim: int) -> tuple:
+    """Shape of one part (K, V or latent) of a host buffer of ``size`` slots in ``layout``."""
+    pages = size // page_size
+    return {
+        "layer_first": (layers, size, heads, dim),
+        "page_first": (size, layers, heads, dim),
+        "page_first_direct": (pages, layers, page_size, heads, dim),
+        "page_head": (pages, heads, page_size, layers, dim),
+    }[layout]
+
+
+def host_slots(
+    device_size: int,
+    host_to_device_ratio: float,
+    host_size_gb: float,
+    page_size: int,
+    bytes_per_slot: int,
+) -> int:
+    """Host slots: from ``host_size_gb`` (GB = 1e9 bytes) when > 0, else ``ratio * device_size``;
+    rounded up to whole pages and required to exceed ``device_size`` (``ValueError`` otherwise).
+    """
+    for name, value in (
+        ("host_to_device_ratio", host_to_device_ratio),
+        ("host_size_gb", host_size_gb),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+    if host_size_gb > 0:
+        slots = int(host_size_gb * _GB // bytes_per_slot)
+    else:
+        slots = int(device_size * host_to_device_ratio)
+    slots = math.ceil(slots / page_size) * page_size
+    if slots <= device_size:
+        raise ValueError(
+            f"the host pool ({slots} slots from host_to_device_ratio={host_to_device_ratio}, "
+            f"host_size_gb={host_size_gb}) must be larger than the device pool ({device_size} "
+            "slots): raise host_to_device_ratio or host_size_gb"
+        )
+    return slots
+
+
+def check_ram(nbytes: int) -> None:
+    """``ValueError`` when ``nbytes`` exceeds available RAM minus ``ENV.host_ram_reserve_gb``."""
+    reserve = ENV.host_ram_reserve_gb * _GB
+    usable = psutil.virtual_memory().available - reserve
+    if nbytes > usable:
+        raise ValueError(
+            f"the host pool needs {nbytes / _GB:.2f} GB but only {max(usable, 0) / _GB:.2f} GB of "
+            f"RAM is available after keeping HICACHE_HOST_RAM_RESERVE_GB="
+            f"{ENV.host_ram_reserve_gb:g} GB free: lower host_size_gb or host_to_device_ratio"
+        )

@@ -1,0 +1,261 @@
+"""Host KV pools (L2): one CPU buffer per pool, pinned when the device pool is on CUDA.
+
+``load_to_device_per_layer`` and ``backup_from_device_all_layer`` route each (layout,
+io_backend) pair to its transfer op in :mod:`hicache.kernels` (load: one layer host -> device;
+backup: all layers device -> host; ``_mla`` variants for MLA):
+
+- kernel, layer_first: ``transfer_kv_per_layer`` / ``transfer_kv_all_layer``
+- kernel, page_first: ``transfer_kv_per_layer_pf_lf`` / ``transfer_kv_all_layer_lf_pf``
+- kernel, page_head (MHA): ``transfer_kv_per_layer_ph_lf`` / ``transfer_kv_all_layer_lf_ph``
+- direct, layer_first: ``transfer_kv_direct`` both ways
+- direct, page_first_direct: ``transfer_kv_per_layer_direct_pf_lf`` /
+  ``transfer_kv_all_layer_direct_lf_pf``
+
+Other pairs raise ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from hicache.devices import is_cuda, pin_tensor, unpin_tensor
+from hicache.pools.allocator import PageAllocator
+from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
+from hicache.pools.host_layouts import (
+    LAYOUTS,
+    check_layout,
+    check_pair,
+    check_ram,
+    host_slots,
+    part_shape,
+)
+from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
+
+_CPU = torch.device("cpu")
+
+
+class HostKVPool:
+    """Contract and shared machinery of the host pools.
+
+    Parameters
+    ----------
+    device_pool : the device KV pool this pool backs up (dtype, layers, heads taken from it).
+    host_to_device_ratio : host slots = ratio * device slots, used when ``host_size_gb <= 0``.
+    host_size_gb : host pool size in GB (1e9 bytes) when > 0.
+    page_size : must equal ``device_pool.page_size``; size is rounded up to whole pages.
+    layout : one of ``layer_first``, ``page_first``, ``page_first_direct``, ``page_head`` (MHA).
+    pin_memory : page-lock the buffer (``cudaHostRegister``) when ``device_pool`` is on CUDA.
+    io_backend : optional ``"kernel"``/``"direct"``; when given, the (layout, io_backend) pair is
+        checked here instead of at the first transfer.
+
+    Raises ``ValueError`` before allocating on a bad layout/pair, a host pool not larger than
+    the device pool, or one larger than available RAM minus ``HICACHE_HOST_RAM_RESERVE_GB``.
+    Host slots are ``0 .. size - 1`` (no reserved page); ``close()`` unpins (also on GC).
+    """
+
+    parts: int  # K and V buffers (2), or one latent buffer (1)
+    layouts: tuple[str, ...] = LAYOUTS
+    device_pool_type: type[KVPool] = KVPool
+
+    def __init__(
+        self,
+        device_pool: KVPool,
+        host_to_device_ratio: float,
+        host_size_gb: float,
+        page_size: int,
+        layout: str,
+        pin_memory: bool = True,
+        *,
+        io_backend: str | None = None,
+    ) -> None:
+        self._check_args(device_pool, page_size, layout, io_backend)
+        self.device_pool = device_pool
+        self.page_size, self.layout = page_size, layout
+        self.layer_num, self.item_size = device_pool.layer_num, device_pool.item_size
+        self.dtype, self.store_dtype = device_pool.dtype, device_pool.store_dtype
+        self.head_num, self.head_dim = device_pool.head_num, self._head_dim()
+        self.layout_dim = self.item_size * self.layer_num
+        self.device = _CPU
+        bytes_per_slot = self.layout_dim * self.parts
+        self.size = host_slots(
+            device_pool.size, host_to_device_ratio, host_size_gb, page_size, bytes_per_slot
+        )
+        check_ram(self.size * bytes_per_slot)
+        self._allocator = PageAllocator(self.size // page_size, page_size)
+        self._buffer = self._allocate()
+        self.pinned = pin_memory and is_cuda(device_pool.device) and pin_tensor(self._buffer)
+        self._unpin = weakref.finalize(self, unpin_tensor, self._buffer) if self.pinned else None
+        self.closed = False
+        self.host_parts = [self._buffer[i] for i in range(self.parts)]
+        self.host_ptr_tables = self._pointer_tables(device_pool.device)
+
+    def _head_dim(self) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def _check_args(
+        cls, device_pool: KVPool, page_size: int, layout: str, io_backend: str | None
+    ) -> None:
+        if not isinstance(device_pool, cls.device_pool_type):
+            raise TypeError(
+                f"device_pool must be a {cls.device_pool_type.__name__}, "
+                f"got {type(device_pool).__name__}"
+            )
+        if page_size != device_pool.page_size:
+            raise ValueError(
+                f"page_size must equal device_pool.page_size={device_pool.page_size}, "
+                f"got {page_size}"
+            )
+        check_layout(layout, cls.layouts)
+        if io_backend is not None:
+            check_pair(layout, io_backend)
+
+    def _allocate(self) -> torch.Tensor:
+        shape = part_shape(
+            self.layout, self.size, self.page_size, self.layer_num, self.head_num, self.head_dim
+        )
+        return torch.empty((self.parts, *shape), dtype=self.store_dtype, device=_CPU)
+
+    def _pointer_tables(self, device: torch.device) -> list[torch.Tensor] | None:
+        # layer_first kernel backups address host layers through tables on the kernel's device.
+        if self.layout != "layer_first":
+            return None
+        return [pointer_table(list(part), device) for part in self.host_parts]
+
+    # -- slot accounting ------------------------------------------------------------------------
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """``n`` host slots (int64, CPU, whole pages; ``n`` a page multiple) or None when short."""
+        return self._allocator.alloc_cpu(n)
+
+    def free(self, indices: torch.Tensor) -> int:
+        """Free the pages holding ``indices`` (any device); returns the number of slots freed."""
+        return self._allocator.free(indices)
+
+    def available_size(self) -> int:
+        return self._allocator.available_size()
+
+    def clear(self) -> None:
+        self._allocator.clear()
+
+    def free_slots(self) -> torch.Tensor:
+        """Every free host slot, sorted int64 CPU."""
+        return self._allocator.free_slots()
+
+    def check_invariants(self) -> None:
+        self._allocator.check_invariants()
+
+    def close(self) -> None:
+        """Release the pinned registration (idempotent); later transfers raise RuntimeError."""
+        if self._unpin is not None:
+            self._unpin()
+        self.pinned = False
+        self.closed = True
+
+    # -- transfers ------------------------------------------------------------------------------
+
+    def load_to_device_per_layer(
+        self,
+        device_pool: KVPool,
+        host_indices: torch.Tensor,
+        device_indices: torch.Tensor,
+        layer_id: int,
+        io_backend: str,
+    ) -> None:
+        """Copy layer ``layer_id`` of host slots ``host_indices`` to ``device_indices``.
+
+        Indices are equally long int64 tensors on CPU or the device pool's device; they are
+        moved (non-blocking) where the op needs them. Runs on the current stream.
+        """
+        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
+        device_pool.check_layer(layer_id)
+        if io_backend == "direct":
+            direct_load(self, device_pool, host_idx, dev_idx, layer_id)
+        else:
+            ops = KERNEL_OPS[(self.parts, self.layout)]
+            ops.load(self, device_pool, host_idx, dev_idx, layer_id)
+
+    def backup_from_device_all_layer(
+        self,
+        device_pool: KVPool,
+        host_indices: torch.Tensor,
+        device_indices: torch.Tensor,
+        io_backend: str,
+    ) -> None:
+        """Copy every layer of device slots ``device_indices`` to host slots ``host_indices``."""
+        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
+        if io_backend == "direct":
+            direct_backup(self, device_pool, host_idx, dev_idx)
+        else:
+            KERNEL_OPS[(self.parts, self.layout)].backup(self, device_pool, host_idx, dev_idx)
+
+    def _prepare(
+        self, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.closed:
+            raise RuntimeError("this host pool is closed")
+        check_pair(self.layout, io_backend)
+        self._check_device_pool(device_pool)
+        for name, idx in (("host_indices", host_indices), ("device_indices", device_indices)):
+            if not isinstance(idx, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
+        # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
+        # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
+        if io_backend == "kernel":
+            target = device_pool.device
+            return host_indices.to(target, non_blocking=True), device_indices.to(
+                target, non_blocking=True
+            )
+        return host_indices.to(_CPU), device_indices.to(_CPU)
+
+    def _check_device_pool(self, device_pool: Any) -> None:
+        if device_pool is self.device_pool:
+            return
+        mine = self.device_pool
+        fields = ("layer_num", "item_size", "store_dtype", "page_size", "head_num", "device")
+        if type(device_pool) is not type(mine) or any(
+            getattr(device_pool, f) != getattr(mine, f) for f in fields
+        ):
+            raise ValueError("device_pool does not match the pool this host pool was built for")
+
+
+class MHATokenToKVPoolHost(HostKVPool):
+    """Host pool for ``MHATokenToKVPool``: ``kv_buffer`` of ``(2, *part_shape)``;
+    ``k_buffer = kv_buffer[0]``, ``v_buffer = kv_buffer[1]`` (shapes in :mod:`host_layouts`)."""
+
+    parts = 2
+    device_pool_type = MHATokenToKVPool
+
+    def _head_dim(self) -> int:
+        return self.device_pool.head_dim
+
+    @property
+    def kv_buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    @property
+    def k_buffer(self) -> torch.Tensor:
+        return self._buffer[0]
+
+    @property
+    def v_buffer(self) -> torch.Tensor:
+        return self._buffer[1]
+
+
+class MLATokenToKVPoolHost(HostKVPool):
+    """Host pool for ``MLATokenToKVPool``: ``kv_buffer`` of ``part_shape`` with ``H = 1``,
+    ``D = kv_lora_rank + qk_rope_head_dim``; no ``page_head`` layout."""
+
+    parts = 1
+    layouts = ("layer_first", "page_first", "page_first_direct")
+    device_pool_type = MLATokenToKVPool
+
+    def _head_dim(self) -> int:
+        return self.device_pool.kv_dim
+
+    @property
+    def kv_buffer(self) -> torch.Tensor:
+        return self._buffer[0]
