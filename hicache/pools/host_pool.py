@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
+from hicache.env import ENV
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
 from hicache.pools.host_layouts import (
@@ -199,9 +200,14 @@ class HostKVPool:
             raise RuntimeError("this host pool is closed")
         check_pair(self.layout, io_backend)
         self._check_device_pool(device_pool)
-        for name, idx in (("host_indices", host_indices), ("device_indices", device_indices)):
+        limits = (
+            ("host_indices", host_indices, self.size),
+            ("device_indices", device_indices, device_pool.num_slots),
+        )
+        for name, idx, limit in limits:
             if not isinstance(idx, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
+            _check_range(name, idx, limit)
         # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
         if io_backend == "kernel":
@@ -220,6 +226,17 @@ class HostKVPool:
             getattr(device_pool, f) != getattr(mine, f) for f in fields
         ):
             raise ValueError("device_pool does not match the pool this host pool was built for")
+
+
+def _check_range(name: str, indices: torch.Tensor, limit: int) -> None:
+    """``IndexError`` unless every index is in ``[0, limit)``: the all-layer ops address
+    layer_first buffers through pointer tables and cannot bound-check them. CUDA indices are
+    checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync)."""
+    if indices.numel() == 0 or (indices.device.type != "cpu" and not ENV.check_device_indices):
+        return
+    low, high = int(indices.min()), int(indices.max())
+    if low < 0 or high >= limit:
+        raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
 
 
 class MHATokenToKVPoolHost(HostKVPool):

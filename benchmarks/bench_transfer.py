@@ -1,0 +1,299 @@
+"""Achieved GB/s of every transfer op on scattered token slots, next to a contiguous copy.
+
+Sections (``--sections``, run in this order; the table is printed last):
+  sm     matmul slowdown with a concurrent transfer (bench_sm_cost.py)
+  bidir  a per-layer load of all layers and an all-layer backup at once, on two streams,
+         total GB/s vs an H2D and a D2H contiguous copy at once
+  h2d    per-layer H2D loads and all-layer D2H backups, every op and io_backend, vs a
+         contiguous pinned ``copy_`` of the same bytes in the same direction
+  d2d    the same ops with both sides on the GPU, ``--d2d-block-quota`` (default: SM count),
+         vs a D2D copy
+
+Slots are random whole pages (page size 1: random slots), a fresh permutation per index set;
+calls rotate index sets and layers. ``--budget-s`` skips the remaining cases once spent.
+
+    python3 benchmarks/bench_transfer.py                  # default grid, < 4 min on an H200
+    python3 benchmarks/bench_transfer.py --quick          # smoke run (CPU: reference ops)
+    python3 benchmarks/bench_transfer.py --full           # every item x page x tokens
+    python3 benchmarks/bench_transfer.py --block-quota 1,2,4,8 --num-warps 8,16,32 --sections h2d
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from _common import KIB, MIB, Clock, describe_device, import_hicache, log, parse_sizes, pick_device
+from _kv_buffers import Arenas, Pools, Shape
+from _report import Row, judge, render_rows, render_sm_cost, render_targets, target_summary
+from _transfer_cases import SPECS, OpSpec, bind, direct_tokens, spec
+from bench_sm_cost import sm_cost
+
+START = time.monotonic()
+DEFAULT_NW = 16 if torch.version.hip else 32
+# item bytes -> tokens: 32 MiB per layer and side (16k slots of 2 KiB, as in the issue) + 2K/1k
+DEFAULT_GRID = ((512, 65536), (1024, 32768), (2048, 16384), (2048, 1024), (4096, 8192),
+                (16384, 2048))
+FULL_ITEMS = (512, 1024, 2048, 4096, 8192, 16384)
+FULL_TOKENS = (1024, 4096, 16384, 65536)
+PRIORITY = (2048, 1024, 4096, 16384, 8192, 512)  # run order when the budget is tight
+SECTIONS = {"sm", "bidir", "h2d", "d2d"}
+BIDIR_PAIRS = (("per_layer", "all_layer"), ("per_layer_pf_lf", "all_layer_lf_pf"),
+               ("per_layer_ph_lf", "all_layer_lf_ph"))
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="smoke run: tiny grid")
+    mode.add_argument("--full", action="store_true", help="the whole grid (several minutes)")
+    ap.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    ap.add_argument("--sections", default="sm,bidir,h2d,d2d", help="subset, run in this order")
+    ap.add_argument("--items", type=parse_sizes, help="item bytes, e.g. 512,1K,2K,4K,16K")
+    ap.add_argument("--page-sizes", type=_ints, help="e.g. 1,64")
+    ap.add_argument("--tokens", type=parse_sizes, help="tokens per transfer, e.g. 1K,16K,64K")
+    ap.add_argument("--layers", type=int, help="layers (default 32; 4 for --quick on CPU)")
+    ap.add_argument("--pool-factor", type=int, default=2, help="pool slots per moved token")
+    ap.add_argument("--max-layer-mib", type=int, default=32, help="cap on tokens*item")
+    ap.add_argument("--block-quota", type=_ints, default=[2], help="kernel block quotas")
+    ap.add_argument("--num-warps", type=_ints, default=[DEFAULT_NW], help="warps per block")
+    ap.add_argument("--d2d-block-quota", type=int, default=0, help="0: the GPU's SM count")
+    ap.add_argument("--bidir-items", type=parse_sizes, default=[2048, 16384],
+                    help="item sizes of the grid that also run load+backup at once")
+    ap.add_argument("--sets", type=int, default=4, help="index sets rotated through")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed calls (compiles)")
+    ap.add_argument("--samples", type=int, default=5, help="timed samples; median")
+    ap.add_argument("--min-sample-ms", type=float, default=2.0, help="calls batch up to this")
+    ap.add_argument("--direct-max-copies", type=int, default=2048, help="copy_ per direct call")
+    ap.add_argument("--budget-s", type=float, help="wall budget (default 200; full 540)")
+    ap.add_argument("--json", default="results/bench_transfer.json", help="output path")
+    return ap.parse_args(argv)
+
+
+def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
+    """The configurations, highest priority first."""
+    cpu = device.type == "cpu"
+    layers = args.layers or (4 if args.quick and cpu else 32)
+    if args.quick:
+        pairs = [(i, t) for i in ([512, 2048] if cpu else [2048]) for t in [256 if cpu else 4096]]
+    elif args.full:
+        pairs = [(i, t) for i in FULL_ITEMS for t in FULL_TOKENS]
+    else:
+        pairs = list(DEFAULT_GRID)
+    if args.items:
+        auto = [(i, max(1024, min(65536, 32 * MIB // i))) for i in args.items]
+        pairs = [(i, t) for i, t in pairs if i in args.items] or auto
+    if args.tokens:
+        pairs = [(i, t) for i in dict.fromkeys(i for i, _ in pairs) for t in args.tokens]
+    cap = args.max_layer_mib * MIB
+    shapes = [Shape(i, ps, t, layers, args.pool_factor)
+              for i, t in pairs if i * t <= cap for ps in args.page_sizes or [1, 64] if t >= ps]
+    rank = {item: r for r, item in enumerate(PRIORITY)}
+    return sorted(shapes, key=lambda s: (rank.get(s.item, len(PRIORITY)), -s.tokens))
+
+
+def _block(arena: torch.Tensor, i: int, nbytes: int, from_end: bool) -> torch.Tensor:
+    """The ``i``-th ``nbytes`` slice of ``arena``, counted from its start or its end."""
+    lo = arena.numel() - (i + 1) * nbytes if from_end else i * nbytes
+    return arena[lo:lo + nbytes]
+
+
+class Runner:
+    """Runs cases, caches the contiguous references, keeps the rows and the time budget."""
+
+    def __init__(self, args: argparse.Namespace, device: torch.device, shapes: list[Shape]):
+        self.args, self.device = args, device
+        self.clock = Clock(device, warmup=args.warmup, samples=args.samples,
+                           min_sample_s=args.min_sample_ms / 1e3)
+        self.kernels = import_hicache("kernels")
+        self.devices = import_hicache("devices")
+        self.arenas = Arenas(shapes, device, d2d="d2d" in args.sections)
+        self.refs: dict[tuple[str, int], float] = {}
+        self.rows: list[Row] = []
+        self.errors: list[str] = []  # failures outside a row (the SM cost section)
+        budget = args.budget_s or (540.0 if args.full else 200.0)
+        self.deadline = START + budget
+        self.sm_count = (torch.cuda.get_device_properties(device).multi_processor_count
+                         if device.type == "cuda" else 2)
+
+    def knobs(self, d2d: bool) -> list[dict]:
+        quotas = [self.args.d2d_block_quota or self.sm_count] if d2d else self.args.block_quota
+        return [{"block_quota": q, "num_warps_per_block": w}
+                for q in quotas for w in self.args.num_warps]
+
+    def _copy(self, direction: str, nbytes: int) -> Callable[[int], None]:
+        """Contiguous copy of ``nbytes``; call ``k`` uses block ``k % 8`` of the arenas (where
+        they hold 8), so small D2D copies do not run from L2 while the ops rotate over layers.
+        D2H blocks count from the arenas' ends, apart from the H2D ones."""
+        a = self.arenas
+        src, dst = {"h2d": (a.far, a.near), "d2h": (a.near, a.far),
+                    "d2d": (a.far_dev, a.near)}[direction]
+        assert src is not None, "D2D copies need the far_dev arena"
+        blocks = max(1, min(8, src.numel() // nbytes, dst.numel() // nbytes))
+        tail = direction == "d2h"
+        pairs = [(_block(src, i, nbytes, tail), _block(dst, i, nbytes, tail))
+                 for i in range(blocks)]
+        return lambda k: pairs[k % blocks][1].copy_(pairs[k % blocks][0], non_blocking=True)
+
+    def _concurrent(self, fns: list[Callable[[int], None]]) -> Callable[[int], None]:
+        """``fn(k)`` running each of ``fns`` on its own stream, joined back to the current one."""
+        dev = self.devices
+        streams = [dev.new_stream(self.device) for _ in fns]
+
+        def run(k: int) -> None:
+            cur = dev.current_stream(self.device)
+            for fn, s in zip(fns, streams, strict=True):
+                if s is not None:
+                    s.wait_stream(cur)
+                with dev.stream_scope(s):
+                    fn(k)
+            for s in streams:
+                if s is not None:
+                    cur.wait_stream(s)
+
+        return run
+
+    def ref_gbps(self, direction: str, nbytes: int) -> float:
+        """GB/s of a contiguous copy of ``nbytes`` (``both``: an H2D and a D2H copy at once)."""
+        key = (direction, nbytes)
+        if key not in self.refs:
+            fn = (self._concurrent([self._copy("h2d", nbytes // 2), self._copy("d2h", nbytes // 2)])
+                  if direction == "both" else self._copy(direction, nbytes))
+            self.refs[key] = nbytes / self.clock.measure(fn).median_s / 1e9
+        return self.refs[key]
+
+    def measure(self, row: Row, fn: Callable[[int], None], direction: str) -> None:
+        """Fill ``row`` with the GB/s of ``fn`` and of its reference; errors become a note.
+
+        Kernel ops are timed on the GPU alone; direct ops include their CPU launch time.
+        """
+        if time.monotonic() > self.deadline:
+            row.note = "skipped: time budget"
+        else:
+            try:
+                t = self.clock.measure(fn, gate="direct" not in row.op)
+                row.gbps, row.cpu_us = row.nbytes / t.median_s / 1e9, t.cpu_s * 1e6
+                row.ref_gbps = self.ref_gbps(direction, row.nbytes)
+            except Exception as e:  # one broken op must not hide the others' numbers
+                row.gbps, row.note = None, f"{type(e).__name__}: {e}"[:300]
+        judge(row)
+        self.rows.append(row)
+
+    def _row(self, section: str, sp: OpSpec, pools: Pools, knobs: dict, tokens: int,
+             nbytes: int, **kw) -> Row:
+        s = pools.shape
+        bq, nw = (None, None) if sp.direct else (knobs["block_quota"], knobs["num_warps_per_block"])
+        fields = dict(label=sp.label, op=sp.op, kind=sp.kind, layout=sp.layout)
+        fields.update(kw)
+        return Row(section, item=s.item, page_size=s.page_size, tokens=s.tokens,
+                   moved_tokens=tokens, layers=s.layers, block_quota=bq, num_warps=nw,
+                   nbytes=nbytes, **fields)
+
+    def run_ops(self, shape: Shape, d2d: bool) -> None:
+        section = "d2d" if d2d else "h2d/d2h"
+        pools = self.arenas.pools(shape, d2d=d2d, n_sets=self.args.sets)
+        for i, knobs in enumerate(self.knobs(d2d)):
+            for sp in SPECS:
+                if sp.direct and (i > 0 or d2d):
+                    continue  # no knobs: once is enough; and direct is a host<->device path
+                tokens = direct_tokens(sp, shape, self.args.direct_max_copies)
+                row = self._row(section, sp, pools, knobs, tokens, sp.bytes_moved(shape, tokens))
+                direction = "d2d" if d2d else {"load": "h2d", "backup": "d2h"}[sp.kind]
+                self.measure(row, bind(self.kernels, sp, pools, tokens, knobs), direction)
+
+    def run_bidir(self, shape: Shape) -> None:
+        pools = self.arenas.pools(shape, d2d=False, n_sets=self.args.sets)
+        L, T = shape.layers, shape.tokens
+        for knobs in self.knobs(d2d=False):
+            for load_op, backup_op in BIDIR_PAIRS:
+                load, backup = spec(load_op, "load"), spec(backup_op, "backup")
+                one_load = bind(self.kernels, load, pools, T, knobs)
+                fns = [lambda k, f=one_load: [f(k * L + i) for i in range(L)],
+                       bind(self.kernels, backup, pools, T, knobs)]
+                nbytes = 2 * backup.bytes_moved(shape, T)
+                row = self._row("bidir", load, pools, knobs, T, nbytes, kind="both",
+                                label=f"{load.label} + {backup.label}",
+                                op=f"{load.op}+{backup.op}")
+                self.measure(row, self._concurrent(fns), "both")
+
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = pick_device(args.device)
+    shapes = build_grid(args, device)
+    if not shapes:
+        raise SystemExit("empty grid: check --items/--tokens/--page-sizes/--max-layer-mib")
+    runner = Runner(args, device, shapes)
+    sections = set(args.sections.split(","))
+    if not sections <= SECTIONS:
+        raise SystemExit(f"--sections: unknown {sorted(sections - SECTIONS)}; use {SECTIONS}")
+    sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in runner.arenas.nbytes.items())
+    log(f"[{time.monotonic() - START:5.1f}s] {len(shapes)} configs; arenas: {sizes}")
+    sm: list[dict] = []
+    if "sm" in sections:
+        ref = next((s for s in shapes if (s.item, s.page_size) == (2 * KIB, 1)), shapes[0])
+        pools = runner.arenas.pools(ref, d2d=False, n_sets=args.sets)
+        try:
+            sm = sm_cost(runner.clock, runner.kernels, pools, runner.knobs(d2d=False))
+        except Exception as e:  # report it with the other errors; the tables still come
+            runner.errors.append(f"sm-cost: {type(e).__name__}: {e}"[:300])
+    for shape in shapes:
+        if "bidir" in sections and shape.item in args.bidir_items:
+            runner.run_bidir(shape)
+    for shape in shapes:
+        log(f"[{time.monotonic() - START:5.1f}s] item={shape.item} page={shape.page_size} "
+            f"tokens={shape.tokens}")
+        for d2d in [False] * ("h2d" in sections) + [True] * ("d2d" in sections):
+            runner.run_ops(shape, d2d)
+    return {"rows": runner.rows, "sm_cost": sm, "errors": runner.errors,
+            "device": describe_device(device)}
+
+
+def report(args: argparse.Namespace, result: dict) -> None:
+    rows: list[Row] = result["rows"]
+    summary = target_summary(rows, result["sm_cost"])
+    doc = {
+        "meta": {**result["device"], "argv": sys.argv[1:], "elapsed_s": time.monotonic() - START,
+                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        "rows": [{**dataclasses.asdict(r), "ratio": r.ratio} for r in rows],
+        "sm_cost": result["sm_cost"], "errors": result["errors"], "targets": summary,
+    }
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    errors = result["errors"] + list(dict.fromkeys(
+        f"{r.op}: {r.note}" for r in rows if r.note and not r.note.startswith("skipped")))
+    skipped = sum(bool(r.note and r.note.startswith("skipped")) for r in rows)
+    print(f"\n{result['device']}  elapsed {doc['meta']['elapsed_s']:.0f}s  json: {path}")
+    print(f"{len(errors)} distinct errors, {skipped} cases skipped (time budget)")
+    for e in errors[:5]:
+        print("  ERR", e[:200])
+    print("cell = achieved GB/s and ratio vs a contiguous copy of the same bytes; ! misses its"
+          " target.\nKernel ops: GPU time. Direct ops: incl. CPU launch time, <= "
+          f"{args.direct_max_copies} copy_ per call (fewer tokens: moved_tokens in JSON).\n")
+    print(render_rows(rows))
+    if result["sm_cost"]:
+        print("\n" + render_sm_cost(result["sm_cost"]))
+    if result["device"]["device"] == "cpu":
+        print("\n(CPU smoke run: reference ops vs a CPU copy; the targets are for the H200)")
+    print("\n" + render_targets(summary))
+
+
+def main() -> None:
+    args = parse_args()
+    report(args, run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Turn the arguments of one non-direct op into a validated :class:`CopyPlan`.
+
+One planner per layout pair; MHA passes ``{"src_k": ..., "src_v": ...}`` and MLA a single
+``{"src": ...}``, so K and V travel together. Every check runs here, before any byte moves.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.kernels import validate as check
+from hicache.kernels.layouts import (
+    CopyPlan,
+    Geometry,
+    Operand,
+    layer_first,
+    page_first,
+    page_head,
+)
+
+Named = dict[str, torch.Tensor]
+
+
+def _tensor_side(named: Named, geometry: Geometry, first_layer: int = 0) -> Operand:
+    check.check_data(named, geometry.page_stride)
+    first = next(iter(named.values()))
+    return Operand(tuple(named), tuple(named.values()), False, geometry,
+                   first.shape[0] * geometry.page, first_layer)
+
+
+def _table_side(named: Named, geometry: Geometry, num_layers: int) -> Operand:
+    check.check_tables(named, num_layers)
+    # The buffers behind the addresses are unknown, so their item count is too.
+    return Operand(tuple(named), tuple(named.values()), True, geometry, None)
+
+
+def _layout_dim(name: str, value: object, item_size: int) -> int:
+    """A ``*_layout_dim`` argument: a positive multiple of ``item_size``."""
+    layout_dim = check.check_int(name, value, low=1)
+    check.check_divides(name, layout_dim, "item_size", item_size)
+    return layout_dim
+
+
+def _heads(head_num: object, item_size: int) -> int:
+    heads = check.check_int("head_num", head_num, low=1)
+    check.check_divides("item_size", item_size, "head_num", heads)
+    return heads
+
+
+def _plan(src: Operand, dst: Operand, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+          num_layers: int, heads: int, item_size: int) -> CopyPlan:
+    check.check_indices(src_indices, dst_indices)
+    data = [pair for side in (src, dst) if not side.is_table for pair in side.named()]
+    for name, tensor in data[1:]:
+        if tensor.dtype != data[0][1].dtype:
+            raise ValueError(f"{name} is {tensor.dtype} but {data[0][0]} is {data[0][1].dtype}; "
+                             "source and destination must share one dtype")
+    device = check.check_devices(src, dst, {"src_indices": src_indices,
+                                            "dst_indices": dst_indices})
+    for name, idx, side in (("src_indices", src_indices, src), ("dst_indices", dst_indices, dst)):
+        if side.num_items is not None:
+            check.check_index_range(name, idx, side.num_items)
+    return CopyPlan(src, dst, src_indices, dst_indices, num_layers, heads, item_size // heads,
+                    device)
+
+
+def per_layer(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+              item_size: object) -> CopyPlan:
+    """layer_first -> layer_first, one layer: ``src``/``dst`` are ``[items, ...]`` tensors."""
+    size = check.check_item_size(item_size)
+    geometry = layer_first(size)
+    return _plan(_tensor_side(src, geometry), _tensor_side(dst, geometry), src_indices,
+                 dst_indices, 1, 1, size)
+
+
+def per_layer_pf_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+                    layer_id: object, item_size: object, src_layout_dim: object) -> CopyPlan:
+    """page_first ``[items, layers, ...]`` layer ``layer_id`` -> one layer_first layer."""
+    size = check.check_item_size(item_size)
+    layout_dim = _layout_dim("src_layout_dim", src_layout_dim, size)
+    layer = check.check_layer_id(layer_id, layout_dim // size)
+    source = _tensor_side(src, page_first(size, layout_dim), layer)
+    return _plan(source, _tensor_side(dst, layer_first(size)), src_indices, dst_indices, 1, 1,
+                 size)
+
+
+def per_layer_ph_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+                    layer_id: object, item_size: object, src_layout_dim: object,
+                    page_size: object, head_num: object) -> CopyPlan:
+    """page_head ``[pages, heads, page_size, layers, head_dim]`` layer ``layer_id`` -> lf."""
+    size = check.check_item_size(item_size)
+    layout_dim = _layout_dim("src_layout_dim", src_layout_dim, size)
+    layer = check.check_layer_id(layer_id, layout_dim // size)
+    page = check.check_int("page_size", page_size, low=1)
+    heads = _heads(head_num, size)
+    source = _tensor_side(src, page_head(size, layout_dim, page, heads), layer)
+    return _plan(source, _tensor_side(dst, layer_first(size, heads)), src_indices, dst_indices,
+                 1, heads, size)
+
+
+def all_layer(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+              item_size: object, num_layers: object) -> CopyPlan:
+    """layer_first -> layer_first for every layer; both sides are uint64 pointer tables."""
+    size = check.check_item_size(item_size)
+    layers = check.check_int("num_layers", num_layers, low=1)
+    geometry = layer_first(size)
+    return _plan(_table_side(src, geometry, layers), _table_side(dst, geometry, layers),
+                 src_indices, dst_indices, layers, 1, size)
+
+
+def _all_layer_dim(dst_layout_dim: object, size: int, layers: int) -> int:
+    layout_dim = check.check_int("dst_layout_dim", dst_layout_dim, low=1)
+    if layout_dim != size * layers:
+        raise ValueError(f"dst_layout_dim ({layout_dim}) must equal item_size * num_layers "
+                         f"({size * layers})")
+    return layout_dim
+
+
+def all_layer_lf_pf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+                    item_size: object, dst_layout_dim: object, num_layers: object) -> CopyPlan:
+    """layer_first pointer tables -> page_first ``[items, layers, ...]``, every layer."""
+    size = check.check_item_size(item_size)
+    layers = check.check_int("num_layers", num_layers, low=1)
+    layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
+    return _plan(_table_side(src, layer_first(size), layers),
+                 _tensor_side(dst, page_first(size, layout_dim)), src_indices, dst_indices,
+                 layers, 1, size)
+
+
+def all_layer_lf_ph(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
+                    item_size: object, dst_layout_dim: object, num_layers: object,
+                    page_size: object, head_num: object) -> CopyPlan:
+    """layer_first pointer tables -> page_head ``[pages, heads, page_size, layers, head_dim]``."""
+    size = check.check_item_size(item_size)
+    layers = check.check_int("num_layers", num_layers, low=1)
+    layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
+    page = check.check_int("page_size", page_size, low=1)
+    heads = _heads(head_num, size)
+    return _plan(_table_side(src, layer_first(size, heads), layers),
+                 _tensor_side(dst, page_head(size, layout_dim, page, heads)), src_indices,
+                 dst_indices, layers, heads, size)

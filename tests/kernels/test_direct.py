@@ -1,0 +1,105 @@
+"""The direct ops against per-slot oracles, and the run merging behind them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hicache.kernels as K
+from hicache.kernels.direct import runs
+from tests.kernels.cases import POISON, poisoned, random_bytes
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
+SLOT = (2, 8)  # (heads, head_dim); MLA uses (1, kv_dim)
+
+
+def paged_indices(slots: int, n: int, page: int, gen: torch.Generator) -> torch.Tensor:
+    """``n`` slots made of whole random pages, each page's slots in order."""
+    pages = torch.randperm(slots // page, generator=gen)[: n // page]
+    return (pages[:, None] * page + torch.arange(page)).flatten()
+
+
+def as_bytes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.view(torch.uint8).clone() for t in tensors]
+
+
+def test_runs_merge_consecutive_slots_on_both_sides():
+    src = torch.tensor([4, 5, 6, 7, 0, 1, 9, 10])
+    dst = torch.tensor([8, 9, 10, 11, 12, 13, 2, 4])
+    assert runs(src, dst) == [(4, 8, 4), (0, 12, 2), (9, 2, 1), (10, 4, 1)]
+
+
+def test_runs_split_at_page_boundaries_of_a_paged_side():
+    src, dst = torch.arange(2, 10), torch.arange(20, 28)
+    assert runs(src, dst) == [(2, 20, 8)]
+    assert runs(src, dst, src_page=4) == [(2, 20, 2), (4, 22, 4), (8, 26, 2)]
+    assert runs(src, dst, dst_page=8) == [(2, 20, 4), (6, 24, 4)]
+    assert runs(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64)) == []
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_transfer_kv_direct(dtype, page_size):
+    gen = torch.Generator().manual_seed(page_size)
+    slots, n = 4 * 64, 2 * 64
+    src = [random_bytes((slots, *SLOT), dtype, gen) for _ in range(3)]
+    dst = [poisoned((slots, *SLOT), dtype) for _ in range(3)]
+    src_idx, dst_idx = (paged_indices(slots, n, page_size, gen) for _ in range(2))
+    want = as_bytes(dst)
+    for s_buf, w in zip(src, want, strict=True):
+        w[dst_idx] = s_buf.view(torch.uint8)[src_idx]
+    K.transfer_kv_direct(src, dst, src_idx, dst_idx, page_size)
+    assert all(torch.equal(a, b) for a, b in zip(as_bytes(dst), want, strict=True))
+
+
+@pytest.mark.parametrize("mla", [False, True])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_per_layer_direct_pf_lf(dtype, page_size, mla):
+    gen = torch.Generator().manual_seed(page_size + mla)
+    slot, kinds, layers, layer_id = ((1, 24) if mla else SLOT), (1 if mla else 2), 3, 1
+    host = [random_bytes((4, layers, page_size, *slot), dtype, gen) for _ in range(kinds)]
+    dev = [poisoned((3 * page_size, *slot), dtype) for _ in range(kinds)]
+    src_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen)
+    dst_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen)
+    want = as_bytes(dev)
+    for h, w in zip(host, want, strict=True):
+        for s, d in zip(src_idx.tolist(), dst_idx.tolist(), strict=True):
+            w[d] = h[s // page_size, layer_id, s % page_size].view(torch.uint8)
+    K.transfer_kv_per_layer_direct_pf_lf(host, dev, src_idx, dst_idx, layer_id, page_size)
+    assert all(torch.equal(a, b) for a, b in zip(as_bytes(dev), want, strict=True))
+
+
+@pytest.mark.parametrize("mla", [False, True])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_layer_direct_lf_pf(dtype, page_size, mla):
+    gen = torch.Generator().manual_seed(page_size * 3 + mla)
+    slot, kinds, layers = ((1, 24) if mla else SLOT), (1 if mla else 2), 3
+    dev = [random_bytes((3 * page_size, *slot), dtype, gen) for _ in range(kinds * layers)]
+    host = [poisoned((4, layers, page_size, *slot), dtype) for _ in range(kinds)]
+    src_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen)
+    dst_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen)
+    want = as_bytes(host)
+    for k, layer_buf in enumerate(dev):
+        w = want[k // layers]
+        for s, d in zip(src_idx.tolist(), dst_idx.tolist(), strict=True):
+            w[d // page_size, k % layers, d % page_size] = layer_buf[s].view(torch.uint8)
+    K.transfer_kv_all_layer_direct_lf_pf(dev, host, src_idx, dst_idx, page_size)
+    assert all(torch.equal(a, b) for a, b in zip(as_bytes(host), want, strict=True))
+    free_page = next(p for p in range(4) if p * page_size not in dst_idx.tolist())
+    assert bool((host[0][free_page].view(torch.uint8) == POISON).all())
+
+
+def test_direct_copies_once_per_run(monkeypatch):
+    """Two runs of whole pages: one copy_ per run and tensor."""
+    calls = []
+    original = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_",
+                        lambda self, src, **kw: calls.append(1) or original(self, src, **kw))
+    src = [torch.ones(64, 4), torch.ones(64, 4)]
+    dst = [torch.zeros(64, 4), torch.zeros(64, 4)]
+    src_idx = torch.cat([torch.arange(0, 32), torch.arange(48, 64)])
+    dst_idx = torch.cat([torch.arange(16, 48), torch.arange(0, 16)])
+    K.transfer_kv_direct(src, dst, src_idx, dst_idx, 16)
+    assert len(calls) == 2 * 2
