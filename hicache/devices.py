@@ -37,6 +37,17 @@ class CompletedEvent:
         return None
 
 
+def canonical_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index made explicit: ``"cuda"`` becomes ``cuda:<current>``.
+
+    Pools store this form so that ``tensor.device == pool.device`` compares like with like.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def is_cuda(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda"
 

@@ -52,6 +52,7 @@ def _row_offsets(idx, head, PAGE: tl.constexpr, PAGE_STRIDE: tl.constexpr,
 @triton.jit
 def _layer_address(addr, layer, IS_TABLE: tl.constexpr, LAYER_BYTES: tl.constexpr):
     """Byte address of one layer: ``table[layer]`` or ``addr + layer * LAYER_BYTES``."""
+    addr = addr.to(tl.int64)  # Triton passes a value below 2**31 (a low heap address) as i32
     if IS_TABLE:
         return tl.load(addr.to(tl.pointer_type(tl.int64)) + layer)
     return addr + layer * LAYER_BYTES  # < 2**31: asserted at launch

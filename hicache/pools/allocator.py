@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
 
 _CPU = torch.device("cpu")
@@ -197,7 +198,7 @@ class TokenToKVPoolAllocator(PageAllocator):
             )
         super().__init__(size // page_size, page_size, reserved_pages=1)
         self.size = size
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self._kvcache = kvcache
 
     def get_kvcache(self) -> Any:

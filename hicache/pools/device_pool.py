@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import torch
 
+from hicache.devices import canonical_device
 from hicache.env import ENV
 from hicache.pools._validate import check_int
 
@@ -60,7 +61,7 @@ class KVPool:
         self.dtype = dtype
         self.store_dtype = store_dtype_of(dtype)
         self.layer_num = layer_num
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.layer_transfer_counter: LayerTransferCounter | None = None
 
     @property

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
 
 
@@ -19,7 +20,7 @@ class ReqToTokenPool:
     def __init__(self, size: int, max_context_len: int, device: torch.device | str) -> None:
         self.size = check_int("size", size)
         self.max_context_len = check_int("max_context_len", max_context_len)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.req_to_token = torch.zeros(
             (size, max_context_len), dtype=torch.int32, device=self.device
         )
