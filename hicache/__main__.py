@@ -1,0 +1,82 @@
+"""``hicache`` command line: ``bench`` (the main job) and ``selfcheck``.
+
+Bad arguments exit with status 2 and one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from hicache.controller import WRITE_POLICIES
+from hicache.pools import IO_BACKENDS, LAYOUTS
+from hicache.radix import EVICTION_POLICIES
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single ``prog: error: message`` line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _bench_options(p: argparse.ArgumentParser) -> None:
+    ints = {
+        "users": "concurrent conversations", "rounds": "turns per conversation",
+        "system-len": "shared system prompt tokens", "prompt-len": "new user tokens per turn",
+        "answer-len": "generated tokens per turn", "layers": "transformer layers",
+        "heads": "query heads", "kv-heads": "KV heads (GQA)", "head-dim": "head dim",
+        "intermediate": "MLP width", "vocab": "vocabulary size",
+        "device-tokens": "device KV pool size (tokens)", "page-size": "tokens per page",
+        "max-running": "requests batched at once", "max-prefill-tokens": "prefill chunk size",
+        "load-back-threshold": "shortest host hit worth loading (tokens)", "seed": "RNG seed",
+    }
+    for name, help_ in ints.items():
+        p.add_argument(f"--{name}", type=int, help=help_)
+    p.add_argument("--arrival-rate", type=float, help="first-turn arrivals per second (0: all)")
+    p.add_argument("--host-ratio", type=float, help="host pool size / device pool size (>= 1)")
+    p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--attention", choices=["mha", "mla"])
+    p.add_argument("--policy", dest="eviction_policy", choices=sorted(EVICTION_POLICIES))
+    p.add_argument("--write-policy", choices=WRITE_POLICIES)
+    p.add_argument("--io-backend", choices=IO_BACKENDS)
+    p.add_argument("--mem-layout", choices=LAYOUTS)
+    p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="hicache", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    bench = sub.add_parser("bench", help="multi-turn chat: device-only vs host tier")
+    _bench_options(bench)
+    sub.add_parser("selfcheck", help="offload/reload KV through every host layout and backend",
+                   add_help=False)
+    return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from hicache.bench import BenchConfig, run_bench
+
+    try:
+        cfg = BenchConfig.from_args(vars(args))
+        run_bench(cfg, progress=not args.no_progress)
+    except (ValueError, TypeError) as err:
+        sys.stderr.write(f"hicache bench: error: {err}\n")
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["selfcheck"]:
+        from hicache.selfcheck import main as selfcheck_main
+
+        return selfcheck_main(argv[1:])
+    return _bench(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

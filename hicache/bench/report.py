@@ -1,0 +1,101 @@
+"""Turn request records and meter counters into a summary, per-round series and a table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hicache.bench.meter import TransferMeter
+from hicache.bench.workload import Record
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
+def _ttfts_ms(records: Sequence[Record]) -> np.ndarray:
+    return np.array([r.ttft_s * 1e3 for r in records if r.ttft_s is not None], dtype=np.float64)
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) -> dict[str, Any]:
+    """Totals of one run: hit rates per tier, tokens, TTFT, throughput, transfers, evictions."""
+    served = [r for r in records if r.error is None]
+    prompt = sum(r.prompt_tokens for r in served)
+    device = sum(r.device_hit for r in served)
+    host = sum(r.host_hit for r in served)
+    output = sum(r.output_tokens for r in served)
+    ttft = _ttfts_ms(served)
+    h2d_s, d2h_s = meter.h2d_seconds(), meter.d2h_seconds()
+    return {
+        "requests": len(served), "rejected": len(records) - len(served), "wall_s": wall_s,
+        "prompt_tokens": prompt, "reused_tokens": device + host,
+        "computed_tokens": sum(r.computed for r in served), "output_tokens": output,
+        "device_hit_rate": _pct(device, prompt), "host_hit_rate": _pct(host, prompt),
+        "hit_rate": _pct(device + host, prompt),
+        "ttft_p50_ms": _quantile(ttft, 50), "ttft_p99_ms": _quantile(ttft, 99),
+        "output_tok_s": output / wall_s, "total_tok_s": (prompt + output) / wall_s,
+        "h2d_bytes": meter.h2d_bytes, "d2h_bytes": meter.d2h_bytes,
+        "h2d_gb_s": meter.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
+        "d2h_gb_s": meter.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
+        "device_evicted_tokens": meter.device_evicted, "host_evicted_tokens": meter.host_evicted,
+    }
+
+
+def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
+    """Hit rate (%) and TTFT p50/mean (ms) of each round's served requests."""
+    out = []
+    for rnd in range(rounds):
+        rs = [r for r in records if r.round == rnd and r.error is None]
+        prompt = sum(r.prompt_tokens for r in rs)
+        ttft = _ttfts_ms(rs)
+        out.append({
+            "round": rnd + 1, "requests": len(rs),
+            "hit_rate": _pct(sum(r.device_hit + r.host_hit for r in rs), prompt),
+            "ttft_p50_ms": _quantile(ttft, 50),
+            "ttft_mean_ms": float(ttft.mean()) if ttft.size else float("nan"),
+        })
+    return out
+
+
+ROWS: list[tuple[str, str, str]] = [  # (label, key, format)
+    ("requests served", "requests", "{:d}"),
+    ("rejected", "rejected", "{:d}"),
+    ("hit rate: device (L1)", "device_hit_rate", "{:.1f}%"),
+    ("hit rate: host (L2)", "host_hit_rate", "{:.1f}%"),
+    ("hit rate: total", "hit_rate", "{:.1f}%"),
+    ("prefill tokens computed", "computed_tokens", "{:,d}"),
+    ("prefill tokens reused", "reused_tokens", "{:,d}"),
+    ("TTFT p50 (ms)", "ttft_p50_ms", "{:.1f}"),
+    ("TTFT p99 (ms)", "ttft_p99_ms", "{:.1f}"),
+    ("throughput (out tok/s)", "output_tok_s", "{:.1f}"),
+    ("throughput (all tok/s)", "total_tok_s", "{:.0f}"),
+    ("wall time (s)", "wall_s", "{:.1f}"),
+    ("host->device (MB)", "h2d_bytes", "mb"),
+    ("host->device (GB/s)", "h2d_gb_s", "{:.2f}"),
+    ("device->host (MB)", "d2h_bytes", "mb"),
+    ("device->host (GB/s)", "d2h_gb_s", "{:.2f}"),
+    ("evicted from device (tok)", "device_evicted_tokens", "{:,d}"),
+    ("evicted from host (tok)", "host_evicted_tokens", "{:,d}"),
+]
+
+
+def _cell(fmt: str, value: Any) -> str:
+    return f"{value / 1e6:,.1f}" if fmt == "mb" else fmt.format(value)
+
+
+def format_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """A fixed-width table: one row per metric, one column per mode."""
+    modes = list(summaries)
+    width = max(len(m) for m in modes) + 2
+    lines = [f"{'metric':<28}" + "".join(f"{m:>{width}}" for m in modes)]
+    lines.append("-" * len(lines[0]))
+    for label, key, fmt in ROWS:
+        cells = "".join(f"{_cell(fmt, summaries[m][key]):>{width}}" for m in modes)
+        lines.append(f"{label:<28}{cells}")
+    return "\n".join(lines)

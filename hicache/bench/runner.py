@@ -1,0 +1,84 @@
+"""The main job: one chat workload through the engine, device-only and then with the host tier."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from hicache.bench.config import BenchConfig
+from hicache.bench.meter import TransferMeter
+from hicache.bench.plot import plot_rounds
+from hicache.bench.progress import ProgressBar
+from hicache.bench.report import format_table, per_round, summarize
+from hicache.bench.workload import ChatWorkload, drive
+from hicache.engine import build_engine
+from hicache.model import TinyTransformer
+
+MODES = {"device-only": "radix", "host-tier": "hiradix"}
+
+
+def run_mode(
+    model: TinyTransformer, cfg: BenchConfig, kind: str, label: str, progress: bool
+) -> dict[str, Any]:
+    """Run the workload once with cache ``kind``; returns its summary and per-round series."""
+    engine = build_engine(model, cfg.cache_spec(kind), cfg.engine_config())
+    meter = TransferMeter(engine.cache)
+    bar = ProgressBar(cfg.users * cfg.rounds, label) if progress else None
+
+    def tick(record: Any) -> None:
+        if bar is not None:
+            bar.update(note=f"round {record.round + 1}/{cfg.rounds}")
+
+    records, wall = drive(engine, ChatWorkload(cfg), tick)
+    if bar is not None:
+        bar.close()
+    engine.cache.check_invariants()
+    return {"summary": summarize(records, wall, meter), "rounds": per_round(records, cfg.rounds)}
+
+
+def warm_up(model: TinyTransformer, cfg: BenchConfig) -> None:
+    """Exercise both modes on a tiny workload (kernel compiles, allocator warm-up, load-back)."""
+    small = BenchConfig(**{**cfg.to_dict(), "users": 3, "rounds": 2, "system_len": 16,
+                           "prompt_len": 24, "answer_len": 2, "device_tokens": 96})
+    for kind in MODES.values():
+        engine = build_engine(model, small.cache_spec(kind), small.engine_config())
+        drive(engine, ChatWorkload(small))
+
+
+def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None) -> dict[str, Any]:
+    """Run both modes, print the table, write ``results.json`` and ``rounds.png`` to ``out_dir``."""
+    out = out if out is not None else sys.stdout
+    model = TinyTransformer(cfg.model_config(), cfg.device)
+    warm_up(model, cfg)
+    results: dict[str, Any] = {"config": cfg.to_dict(), "device": _device_name(cfg.device)}
+    for label, kind in MODES.items():
+        results[label] = run_mode(model, cfg, kind, label, progress)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    summaries = {m: results[m]["summary"] for m in MODES}
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    plot_rounds(out_dir / "rounds.png", {m: results[m]["rounds"] for m in MODES})
+    out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
+    out.write(f"results: {out_dir / 'results.json'}\nplot:    {out_dir / 'rounds.png'}\n")
+    return results
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+
+
+def _headline(cfg: BenchConfig, device: str) -> str:
+    return (
+        f"hicache bench on {device}: {cfg.users} users x {cfg.rounds} rounds, system prompt "
+        f"{cfg.system_len}, +{cfg.prompt_len} prompt / {cfg.answer_len} answer tokens per round; "
+        f"model {cfg.layers}L {cfg.heads}H/{cfg.kv_heads}KV x {cfg.head_dim} {cfg.dtype} "
+        f"({cfg.attention}); device pool {cfg.device_tokens} tokens, host x{cfg.host_ratio:g}"
+    )

@@ -1,0 +1,93 @@
+"""The multi-turn chat workload and the loop that drives it through an engine in real time."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hicache.bench.config import BenchConfig
+from hicache.engine import Engine, Request, Status
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one finished (or rejected) request measured."""
+
+    user: int
+    round: int
+    prompt_tokens: int
+    device_hit: int
+    host_hit: int
+    computed: int
+    output_tokens: int
+    ttft_s: float | None
+    error: str | None
+
+
+class ChatWorkload:
+    """``users`` conversations sharing one system prompt, ``rounds`` turns each.
+
+    Turn ``r`` of user ``u`` sends the whole history (system prompt, earlier turns and the
+    model's answers) plus ``prompt_len`` new tokens and asks for ``answer_len`` tokens. All
+    token ids are a pure function of ``seed``; the answers are whatever the model generates.
+    """
+
+    def __init__(self, cfg: BenchConfig) -> None:
+        self.cfg = cfg
+        rng = random.Random(cfg.seed)
+        self.system = [rng.randrange(cfg.vocab) for _ in range(cfg.system_len)]
+        self.turns = [
+            [[rng.randrange(cfg.vocab) for _ in range(cfg.prompt_len)] for _ in range(cfg.rounds)]
+            for _ in range(cfg.users)
+        ]
+
+    def first_arrivals(self, t0: float) -> list[tuple[float, int, int]]:
+        """``(time, user, round=0)`` of every user's first turn, spaced by ``1/arrival_rate``."""
+        gap = 1.0 / self.cfg.arrival_rate if self.cfg.arrival_rate > 0 else 0.0
+        return [(t0 + u * gap, u, 0) for u in range(self.cfg.users)]
+
+
+def drive(
+    engine: Engine, workload: ChatWorkload, on_record: Callable[[Record], None] | None = None
+) -> tuple[list[Record], float]:
+    """Run the whole workload through ``engine``; returns the records and the wall time (s).
+
+    A user's next turn arrives the moment its previous answer is complete (closed loop); a
+    rejected turn ends that user's conversation.
+    """
+    t0 = time.perf_counter()
+    arrivals = workload.first_arrivals(t0)
+    heapq.heapify(arrivals)
+    history = [list(workload.system) for _ in range(workload.cfg.users)]
+    inflight: dict[Request, tuple[int, int]] = {}
+    records: list[Record] = []
+    while arrivals or engine.has_work():
+        now = time.perf_counter()
+        while arrivals and arrivals[0][0] <= now:
+            t, user, rnd = heapq.heappop(arrivals)
+            history[user] += workload.turns[user][rnd]
+            req = engine.submit(history[user], workload.cfg.answer_len, arrival=t)
+            inflight[req] = (user, rnd)
+        if not engine.has_work():
+            time.sleep(max(0.0, arrivals[0][0] - time.perf_counter()))
+            continue
+        for req in engine.step():
+            user, rnd = inflight.pop(req)
+            records.append(_record(req, user, rnd))
+            if on_record is not None:
+                on_record(records[-1])
+            if req.status is Status.FINISHED and rnd + 1 < workload.cfg.rounds:
+                history[user] = req.origin_input_ids + req.output_ids
+                heapq.heappush(arrivals, (time.perf_counter(), user, rnd + 1))
+    return records, time.perf_counter() - t0
+
+
+def _record(req: Request, user: int, rnd: int) -> Record:
+    return Record(
+        user=user, round=rnd, prompt_tokens=len(req.origin_input_ids),
+        device_hit=req.device_hit, host_hit=req.host_hit, computed=req.computed,
+        output_tokens=len(req.output_ids), ttft_s=req.ttft, error=req.error,
+    )

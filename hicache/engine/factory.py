@@ -1,0 +1,101 @@
+"""Build a model's pools, a radix cache (device-only or hierarchical) and an engine over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hicache.controller import WRITE_POLICIES
+from hicache.engine.config import EngineConfig
+from hicache.engine.engine import Engine
+from hicache.model import TinyTransformer, make_kv_pool
+from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+from hicache.pools.host_layouts import check_pair
+from hicache.radix import EVICTION_POLICIES
+
+CACHE_KINDS = ("radix", "hiradix")
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The KV cache an engine runs with.
+
+    Attributes
+    ----------
+    kind : ``"radix"`` (device-only ``RadixCache``) or ``"hiradix"`` (``HiRadixCache``, host tier).
+    device_tokens : usable device KV slots (a multiple of ``page_size``).
+    max_context_len : longest request (prompt + output) the engine accepts.
+    max_requests : rows of the request-to-token table.
+    The rest are ``HiRadixCache`` options (``eviction_policy`` also applies to ``radix``).
+    """
+
+    kind: str = "radix"
+    device_tokens: int = 4096
+    page_size: int = 1
+    max_context_len: int = 4096
+    max_requests: int = 64
+    eviction_policy: str = "lru"
+    hicache_ratio: float = 2.0
+    hicache_size_gb: float = 0.0
+    write_policy: str = "write_through"
+    io_backend: str = "kernel"
+    mem_layout: str = "layer_first"
+    load_back_threshold: int = 10
+
+    def __post_init__(self) -> None:
+        if self.kind not in CACHE_KINDS:
+            raise ValueError(f"kind must be one of {CACHE_KINDS}, got {self.kind!r}")
+        for name in ("device_tokens", "page_size", "max_context_len", "max_requests"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.device_tokens % self.page_size:
+            raise ValueError(
+                f"device_tokens ({self.device_tokens}) must be a multiple of page_size "
+                f"({self.page_size})"
+            )
+        if self.eviction_policy not in EVICTION_POLICIES:
+            raise ValueError(
+                f"eviction_policy must be one of {sorted(EVICTION_POLICIES)}, "
+                f"got {self.eviction_policy!r}"
+            )
+        if self.write_policy not in WRITE_POLICIES:
+            raise ValueError(
+                f"write_policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}"
+            )
+        check_pair(self.mem_layout, self.io_backend)
+        if self.hicache_ratio < 1:
+            raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache_ratio}")
+        if self.hicache_size_gb < 0 or self.load_back_threshold < 0:
+            raise ValueError("hicache_size_gb and load_back_threshold must be >= 0")
+
+
+def build_cache(
+    spec: CacheSpec, req_pool: ReqToTokenPool, allocator: TokenToKVPoolAllocator
+) -> Any:
+    """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``."""
+    if spec.kind == "radix":
+        from hicache.radix import RadixCache
+
+        return RadixCache(
+            req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy
+        )
+    from hicache.radix import HiRadixCache
+
+    return HiRadixCache(
+        req_pool, allocator, spec.page_size,
+        hicache_ratio=spec.hicache_ratio, hicache_size_gb=spec.hicache_size_gb,
+        write_policy=spec.write_policy, io_backend=spec.io_backend, mem_layout=spec.mem_layout,
+        eviction_policy=spec.eviction_policy, load_back_threshold=spec.load_back_threshold,
+    )
+
+
+def build_engine(
+    model: TinyTransformer, spec: CacheSpec, config: EngineConfig | None = None
+) -> Engine:
+    """Fresh pools on ``model.device``, the cache ``spec`` names, and an engine over them."""
+    kv_pool = make_kv_pool(model.cfg, spec.device_tokens, spec.page_size, model.device)
+    allocator = TokenToKVPoolAllocator(spec.device_tokens, spec.page_size, model.device, kv_pool)
+    req_pool = ReqToTokenPool(spec.max_requests, spec.max_context_len, model.device)
+    cache = build_cache(spec, req_pool, allocator)
+    return Engine(model, cache, req_pool, allocator, config)

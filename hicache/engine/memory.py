@@ -1,0 +1,77 @@
+"""KV slot accounting: page rounding, reservations, eviction when short, growing request rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from hicache.engine.request import Request
+from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+
+
+class SlotBudget:
+    """Hands device slots to requests so that admitted requests can always finish.
+
+    A request admitted holds a *reservation*: every slot it will still allocate
+    (``pending(req)``). A new request is admitted only while the free slots plus what the cache
+    can evict cover all reservations, so decode never runs out of memory.
+    """
+
+    def __init__(
+        self, cache: Any, allocator: TokenToKVPoolAllocator, req_to_token_pool: ReqToTokenPool
+    ) -> None:
+        self.cache = cache
+        self.allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.page_size = allocator.page_size
+        self.evicted_tokens = 0
+
+    def round_up(self, n: int) -> int:
+        return -(-n // self.page_size) * self.page_size
+
+    def pending(self, req: Request) -> int:
+        """Slots ``req`` will still allocate before it finishes."""
+        return self.round_up(req.kv_total) - req.kv_capacity
+
+    def never_fits(self, req: Request) -> str | None:
+        """Why ``req`` can never be served by these pools, or None when it can."""
+        max_len = self.req_to_token_pool.max_context_len
+        if req.kv_total + 1 > max_len:
+            return (f"request {req.rid} needs {req.kv_total + 1} tokens of context; "
+                    f"the engine's max context is {max_len}")
+        if self.round_up(req.kv_total) > self.allocator.size:
+            return (f"request {req.rid} needs {req.kv_total} KV slots; "
+                    f"the device pool holds {self.allocator.size}")
+        return None
+
+    def headroom(self, active: Iterable[Request]) -> int:
+        """Slots obtainable now (free + evictable) minus the reservations of ``active``."""
+        reserved = sum(self.pending(r) for r in active)
+        return self.allocator.available_size() + self.cache.evictable_size() - reserved
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """``n`` slots (a page multiple), evicting unlocked cache entries when short."""
+        short = n - self.allocator.available_size()
+        if short > 0:
+            self.evicted_tokens += self.cache.evict(short)
+        return self.allocator.alloc(n)
+
+    def grow(self, req: Request, n: int) -> torch.Tensor:
+        """Make row ``req.req_pool_idx`` name slots for tokens ``kv_len .. kv_len + n - 1``.
+
+        Returns those ``n`` slots (int64, allocator device). Raises ``RuntimeError`` when the
+        reservation made at admission cannot be honoured (a bookkeeping bug).
+        """
+        end = req.kv_len + n
+        extra = self.round_up(end) - req.kv_capacity
+        if extra > 0:
+            slots = self.alloc(extra)
+            if slots is None:
+                raise RuntimeError(f"out of KV slots for admitted request {req.rid}")
+            cols = slice(req.kv_capacity, req.kv_capacity + extra)
+            self.req_to_token_pool.write((req.req_pool_idx, cols), slots.to(torch.int32))
+            req.kv_capacity += extra
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        return row[req.kv_len : end].to(torch.int64)

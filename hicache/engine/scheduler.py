@@ -1,0 +1,111 @@
+"""Admission and batch planning: who enters, what prefix they reuse, which tokens run next."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hicache.engine.config import EngineConfig
+from hicache.engine.memory import SlotBudget
+from hicache.engine.request import Request, Status
+from hicache.radix.key import RadixKey
+
+
+@dataclass(frozen=True)
+class Work:
+    """One request's part of a step: ``input_ids`` at positions ``kv_len ..``, KV at ``slots``."""
+
+    req: Request
+    input_ids: list[int]
+    slots: torch.Tensor  # [len(input_ids)] int64 on the allocator device
+
+
+class Scheduler:
+    """FIFO admission with prefix matching, host load-back, reservations and chunked prefill.
+
+    ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; the host tier is used when the cache
+    has ``init_load_back``.
+    """
+
+    def __init__(self, cache: Any, budget: SlotBudget, config: EngineConfig) -> None:
+        self.cache = cache
+        self.budget = budget
+        self.config = config
+        self.hierarchical = hasattr(cache, "init_load_back")
+        self.waiting: deque[Request] = deque()
+        self.active: list[Request] = []  # PREFILL then DECODE, in admission order
+        self.rejected: list[Request] = []
+
+    def submit(self, req: Request) -> None:
+        reason = self.budget.never_fits(req)
+        if reason is None:
+            self.waiting.append(req)
+        else:
+            req.status, req.error = Status.REJECTED, reason
+            self.rejected.append(req)
+
+    def plan(self) -> list[Work]:
+        """This step's work: one token per decoding request, then prompt chunks within budget."""
+        work = [self._take(r, r.next_input_ids) for r in self.active if r.status is Status.DECODE]
+        left = self.config.max_prefill_tokens
+        for req in [r for r in self.active if r.status is Status.PREFILL]:
+            if left <= 0:
+                return work
+            work.append(self._chunk(req, left))
+            left -= len(work[-1].input_ids)
+        while left > 0 and self.waiting and len(self.active) < self.config.max_running_requests:
+            if not self._admit(self.waiting[0]):
+                break
+            work.append(self._chunk(self.waiting.popleft(), left))
+            left -= len(work[-1].input_ids)
+        return work
+
+    def retire(self, req: Request) -> None:
+        self.active.remove(req)
+
+    def _chunk(self, req: Request, limit: int) -> Work:
+        return self._take(req, req.next_input_ids[:limit])
+
+    def _take(self, req: Request, ids: list[int]) -> Work:
+        return Work(req, ids, self.budget.grow(req, len(ids)))
+
+    def _admit(self, req: Request) -> bool:
+        """Match, lock, check the reservation, then load back host hits. False: try later."""
+        match = self.cache.match_prefix(RadixKey(req.origin_input_ids[:-1], req.extra_key))
+        node = match.last_device_node
+        self.cache.inc_lock_ref(node)
+        need = self.budget.round_up(req.kv_total) - len(match.device_indices)
+        rows = None
+        if need <= self.budget.headroom(self.active):
+            rows = self.budget.req_to_token_pool.alloc(1)
+        if rows is None:
+            self.cache.dec_lock_ref(node)
+            return False
+        prefix = match.device_indices
+        if self.hierarchical and match.host_hit_length > 0:
+            prefix, node = self._load_back(match, node)
+        self._install(req, rows[0], prefix, node)
+        req.device_hit = len(match.device_indices)
+        req.host_hit = len(prefix) - req.device_hit
+        self.active.append(req)
+        return True
+
+    def _load_back(self, match: Any, locked: Any) -> tuple[torch.Tensor, Any]:
+        """Queue the host part of a hit for loading; move the lock to the deepest loaded node."""
+        loaded, node = self.cache.init_load_back(match.last_host_node, match.host_hit_length)
+        if len(loaded) == 0:
+            return match.device_indices, locked
+        self.cache.inc_lock_ref(node)
+        self.cache.dec_lock_ref(locked)
+        device = match.device_indices.device
+        return torch.cat([match.device_indices, loaded.to(device)]), node
+
+    def _install(self, req: Request, row: int, prefix: torch.Tensor, node: Any) -> None:
+        n = len(prefix)
+        self.budget.req_to_token_pool.write((row, slice(0, n)), prefix.to(torch.int32))
+        req.req_pool_idx, req.prefix_indices, req.last_node = row, prefix, node
+        req.kv_len = req.kv_capacity = req.cache_protected_len = n
+        req.status = Status.PREFILL

@@ -1,0 +1,94 @@
+"""Attention layers that keep their KV only in a token pool.
+
+Both layers write the new tokens' KV with ``pool.set_kv_buffer`` and read the context back only
+through ``pool.get_key_buffer`` / ``pool.get_value_buffer``; those calls wait on the pool's
+registered layer-transfer counter, so attention for layer ``l`` starts once layer ``l`` of any
+host-to-device load has landed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hicache.model.batch import ForwardBatch
+from hicache.model.config import ModelConfig
+from hicache.model.layers import RMSNorm, apply_rope, seeded_linear
+
+
+class MHAAttention(nn.Module):
+    """Grouped-query attention with RoPE; the pool holds K and V per KV head.
+
+    ``pool`` is an ``MHATokenToKVPool`` with ``head_num == num_kv_heads`` and
+    ``head_dim == head_dim``.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer_id: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.cfg, self.layer_id = cfg, layer_id
+        hidden, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = seeded_linear(hidden, cfg.num_heads * d, gen, cfg.dtype)
+        self.k_proj = seeded_linear(hidden, cfg.num_kv_heads * d, gen, cfg.dtype)
+        self.v_proj = seeded_linear(hidden, cfg.num_kv_heads * d, gen, cfg.dtype)
+        self.o_proj = seeded_linear(cfg.num_heads * d, hidden, gen, cfg.dtype)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+        """``x``: ``[T, hidden]`` -> ``[T, hidden]``; stores the new K/V at ``out_cache_loc``."""
+        cfg, n, pos = self.cfg, x.shape[0], batch.positions
+        q = apply_rope(self.q_proj(x).view(n, cfg.num_heads, -1), pos, cfg.rope_theta)
+        k = apply_rope(self.k_proj(x).view(n, cfg.num_kv_heads, -1), pos, cfg.rope_theta)
+        v = self.v_proj(x).view(n, cfg.num_kv_heads, -1)
+        k_buf = pool.get_key_buffer(self.layer_id)
+        v_buf = pool.get_value_buffer(self.layer_id)
+        pool.set_kv_buffer(self.layer_id, batch.out_cache_loc, k, v)
+        out = batch.attend(q, lambda s: (k_buf[s], v_buf[s]), cfg.head_dim**-0.5)
+        return self.o_proj(out.reshape(n, -1))
+
+
+class MLAAttention(nn.Module):
+    """Multi-head latent attention (un-absorbed): the pool holds one latent per token.
+
+    The latent is ``[c, k_rope]``: ``c`` (``kv_lora_rank`` channels, RMS-normed) is up-projected
+    to each head's no-rope key and its value; ``k_rope`` (``qk_rope_head_dim`` channels, rotated)
+    is shared by all heads. ``pool`` is an ``MLATokenToKVPool`` with the same two dims.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer_id: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.cfg, self.layer_id = cfg, layer_id
+        hidden, h, r = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank
+        q_dim = h * (cfg.head_dim + cfg.qk_rope_head_dim)
+        self.q_proj = seeded_linear(hidden, q_dim, gen, cfg.dtype)
+        self.kv_a = seeded_linear(hidden, r + cfg.qk_rope_head_dim, gen, cfg.dtype)
+        self.kv_norm = RMSNorm(r, cfg.dtype)
+        self.k_up = seeded_linear(r, h * cfg.head_dim, gen, cfg.dtype)
+        self.v_up = seeded_linear(r, h * cfg.head_dim, gen, cfg.dtype)
+        self.o_proj = seeded_linear(h * cfg.head_dim, hidden, gen, cfg.dtype)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+        """``x``: ``[T, hidden]`` -> ``[T, hidden]``; stores new latents at ``out_cache_loc``."""
+        cfg, n, r = self.cfg, x.shape[0], self.cfg.kv_lora_rank
+        q = self.q_proj(x).view(n, cfg.num_heads, -1)
+        q_rope = apply_rope(q[..., cfg.head_dim :], batch.positions, cfg.rope_theta)
+        q = torch.cat([q[..., : cfg.head_dim], q_rope], dim=-1)
+        latent = self.kv_a(x)
+        k_rope = apply_rope(latent[:, None, r:], batch.positions, cfg.rope_theta)
+        cache_kv = torch.cat([self.kv_norm(latent[:, None, :r]), k_rope], dim=-1)
+        kv_buf = pool.get_key_buffer(self.layer_id)
+        c_buf = pool.get_value_buffer(self.layer_id)
+        pool.set_kv_buffer(self.layer_id, batch.out_cache_loc, cache_kv)
+        scale = (cfg.head_dim + cfg.qk_rope_head_dim) ** -0.5
+        out = batch.attend(q, lambda s: self._expand(kv_buf[s][:, 0], c_buf[s][:, 0]), scale)
+        return self.o_proj(out.reshape(n, -1))
+
+    def _expand(self, latent: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[S, r + dr]`` latents and ``[S, r]`` c -> per-head ``[S, H, D + dr]`` keys and
+        ``[S, H, D]`` values."""
+        cfg = self.cfg
+        s = c.shape[0]
+        k_nope = self.k_up(c).view(s, cfg.num_heads, cfg.head_dim)
+        k_rope = latent[:, None, cfg.kv_lora_rank :].expand(s, cfg.num_heads, -1)
+        v = self.v_up(c).view(s, cfg.num_heads, cfg.head_dim)
+        return torch.cat([k_nope, k_rope], dim=-1), v

@@ -1,0 +1,125 @@
+"""One forward pass's batch: packed new tokens plus each request's attention plan, built once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+_HAS_GQA = _TORCH >= (2, 5)  # scaled_dot_product_attention(enable_gqa=...)
+
+KVGather = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One request in the batch: packed queries ``[start, end)`` over context ``kv_slots``.
+
+    ``kv_slots``: ``[S]`` int64 slots of the request's whole context (prefix + new tokens).
+    ``mask``: ``[end - start, S]`` bool, key ``j`` visible to a query at position ``p`` iff
+    ``j <= p``; None for a single query at the end of its context (decode sees everything).
+    """
+
+    start: int
+    end: int
+    kv_slots: torch.Tensor
+    mask: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """The new tokens of ``B`` requests, packed, and how each attends to its whole context.
+
+    Request ``b`` already has ``prefix_lens[b]`` tokens of KV in the pool; this pass adds
+    ``len(input_ids[b])`` tokens (a prefill chunk, or 1 token for decode) at positions
+    ``prefix_lens[b] ..``. Its row ``req_to_token[req_pool_indices[b]]`` must already name the
+    new tokens' slots (``out_cache_loc``) before the forward runs.
+
+    Attributes
+    ----------
+    input_ids, positions, out_cache_loc : ``[T]`` int64 on the model device.
+    segments : one :class:`Segment` per request, in batch order.
+    last_index : ``[B]`` int64, the packed index of each request's last new token.
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    out_cache_loc: torch.Tensor
+    segments: tuple[Segment, ...]
+    last_index: torch.Tensor
+
+    @classmethod
+    def build(
+        cls,
+        req_to_token: torch.Tensor,
+        req_pool_indices: Sequence[int],
+        prefix_lens: Sequence[int],
+        input_ids: Sequence[Sequence[int]],
+        out_cache_loc: torch.Tensor,
+        device: torch.device | str,
+    ) -> ForwardBatch:
+        """Plan a batch. ``req_to_token``: the ``[rows, max_context_len]`` int32 table;
+        ``out_cache_loc``: ``[T]`` int64 slots of the new tokens (any device)."""
+        if not (len(req_pool_indices) == len(prefix_lens) == len(input_ids)) or not input_ids:
+            raise ValueError("req_pool_indices, prefix_lens and input_ids must be equal, non-empty")
+        ext = [len(ids) for ids in input_ids]
+        if min(ext) <= 0:
+            raise ValueError("every request needs at least one new token")
+        ends = torch.cumsum(torch.tensor(ext), 0).tolist()
+        spans = zip(req_pool_indices, prefix_lens, ext, ends, strict=True)
+        segments = tuple(_segment(req_to_token, r, p, n, e, device) for r, p, n, e in spans)
+        positions = torch.cat([torch.arange(p, p + n)
+                               for p, n in zip(prefix_lens, ext, strict=True)])
+        return cls(
+            input_ids=torch.tensor([t for ids in input_ids for t in ids], device=device),
+            positions=positions.to(device),
+            out_cache_loc=out_cache_loc.to(device=device, dtype=torch.int64),
+            segments=segments,
+            last_index=torch.tensor(ends, device=device) - 1,
+        )
+
+    def attend(self, q: torch.Tensor, gather: KVGather, scale: float) -> torch.Tensor:
+        """Causal attention of the packed queries over each request's context.
+
+        Parameters
+        ----------
+        q : ``[T, H, D]`` packed queries.
+        gather : maps ``[S]`` context slots to keys ``[S, KVH, D]`` and values ``[S, KVH, Dv]``
+            (``H % KVH == 0``: grouped-query attention).
+
+        Returns
+        -------
+        ``[T, H, Dv]`` in ``q``'s dtype, on ``q``'s device.
+        """
+        outs = []
+        for seg in self.segments:
+            k, v = gather(seg.kv_slots)
+            outs.append(_sdpa(q[seg.start : seg.end], k, v, seg.mask, scale))
+        return torch.cat(outs)
+
+
+def _segment(
+    table: torch.Tensor, row: int, prefix: int, n: int, end: int, device: torch.device | str
+) -> Segment:
+    seq = prefix + n
+    mask = None
+    if n > 1:
+        mask = torch.arange(seq)[None, :] <= torch.arange(prefix, seq)[:, None]
+        mask = mask.to(device, non_blocking=True)
+    return Segment(end - n, end, table[row, :seq].to(device, torch.int64), mask)
+
+
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """``q [n, H, D]``, ``k [S, KVH, D]``, ``v [S, KVH, Dv]`` -> ``[n, H, Dv]``."""
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+    group = q.shape[0] // k.shape[0]
+    if group > 1 and not _HAS_GQA:
+        k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)
+    extra = {"enable_gqa": True} if group > 1 and _HAS_GQA else {}
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
+    return out.transpose(0, 1)

@@ -1,0 +1,61 @@
+"""A tiny decoder-only transformer whose KV cache lives in a hicache token pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hicache.model.attention import MHAAttention, MLAAttention
+from hicache.model.batch import ForwardBatch
+from hicache.model.config import ModelConfig
+from hicache.model.layers import RMSNorm, SwiGLU, seeded_linear
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, gen: torch.Generator) -> None:
+        super().__init__()
+        attn_cls = MLAAttention if cfg.attention == "mla" else MHAAttention
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
+        self.attn = attn_cls(cfg, layer_id, gen)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, gen, cfg.dtype)
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+        h = h + self.attn(self.attn_norm(h), batch, pool)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class TinyTransformer(nn.Module):
+    """Pre-norm decoder with seeded random weights (a pure function of ``cfg`` and the device).
+
+    Weights are drawn on ``device`` from a generator seeded with ``cfg.seed``.
+    """
+
+    def __init__(self, cfg: ModelConfig, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.cfg, self.device = cfg, torch.device(device)
+        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        with torch.device(self.device):
+            embed = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen)
+            self.embed = nn.Parameter(embed.to(cfg.dtype), requires_grad=False)
+            self.layers = nn.ModuleList(DecoderLayer(cfg, i, gen) for i in range(cfg.num_layers))
+            self.norm = RMSNorm(cfg.hidden_size, cfg.dtype)
+            self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, cfg.dtype)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, pool: Any, all_logits: bool = False) -> torch.Tensor:
+        """Run one extend/decode pass, writing every new token's KV into ``pool``.
+
+        Returns
+        -------
+        ``[B, vocab]`` fp32 logits of each request's last new token, or with ``all_logits``
+        ``[T, vocab]`` for every packed new token. On the model device.
+        """
+        h = self.embed[batch.input_ids]
+        for layer in self.layers:
+            h = layer(h, batch, pool)
+        if not all_logits:
+            h = h[batch.last_index]
+        return self.lm_head(self.norm(h)).float()

@@ -1,0 +1,183 @@
+"""The prefix-cache contract: what every call does, changes and raises.
+
+Implementations (``RadixCache``, ``HiRadixCache``) keep their own docstrings short and refer here.
+Also the pool interfaces the cache is written against, its frozen config and the match result.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from hicache.radix.node import TreeNode
+from hicache.radix.policies import check_policy
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` if an int ``>= minimum``: ``TypeError`` for a non-int, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+class SlotAllocator(Protocol):
+    """The slice of ``TokenToKVPoolAllocator`` the tree uses: it frees evicted slots."""
+
+    page_size: int
+    device: torch.device
+
+    def alloc(self, n: int) -> torch.Tensor | None: ...
+    def free(self, indices: torch.Tensor) -> Any: ...
+    def available_size(self) -> int: ...
+
+
+class ReqToTokenTable(Protocol):
+    """The slice of ``ReqToTokenPool`` the tree uses: rows of int32 slot ids per request."""
+
+    req_to_token: torch.Tensor
+
+    def free(self, idx: int | list[int]) -> None: ...
+    def write(self, indices: Any, values: torch.Tensor) -> None: ...
+
+
+class MatchResult(NamedTuple):
+    """Result of ``match_prefix``.
+
+    device_indices : int64 ``[m]`` device KV slots of the longest cached page-aligned prefix that
+        is on the device (empty on a miss); a fresh tensor the caller may keep.
+    last_device_node : deepest matched node holding a device copy (the root on a miss); lock it
+        (``inc_lock_ref``) before using ``device_indices``.
+    last_host_node : deepest matched node, device or host-only; equals ``last_device_node`` in a
+        cache without a host tier.
+    host_hit_length : tokens matched past ``last_device_node`` that exist only on the host (0
+        without a host tier).
+    """
+
+    device_indices: torch.Tensor
+    last_device_node: TreeNode
+    last_host_node: TreeNode
+    host_hit_length: int = 0
+
+
+@dataclass(frozen=True)
+class RadixCacheConfig:
+    """Validated settings of a RadixCache (``TypeError``/``ValueError`` on bad input)."""
+
+    page_size: int = 1
+    eviction_policy: str = "lru"
+    disable: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("page_size", self.page_size, minimum=1)
+        check_policy(self.eviction_policy)
+        if not isinstance(self.disable, bool):
+            raise TypeError(f"disable must be a bool, got {type(self.disable).__name__}")
+
+
+class BasePrefixCache(ABC):
+    """A prefix cache over KV slots: keys are token-id prefixes, values are slot indices.
+
+    Keys are RadixKeys or sequences of ints and are truncated to whole pages. The cache owns the
+    slots of its nodes; a caller owns a slot until ``insert``/``cache_*_req`` hands it over and
+    must not use cached slots without holding a lock on the node that reaches them.
+    Bad public input raises ``TypeError``/``ValueError`` before any state changes.
+    """
+
+    @abstractmethod
+    def match_prefix(self, key: Any) -> MatchResult:
+        """Longest cached page-aligned prefix of ``key``.
+
+        Changes: splits a node where the match ends inside it, and records an access (recency,
+        hit count) on every matched node. Takes no lock: call ``inc_lock_ref`` on
+        ``last_device_node`` before the next ``evict``.
+        """
+
+    @abstractmethod
+    def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
+        """Cache ``key`` -> ``value`` and return how many leading tokens were already cached.
+
+        Parameters
+        ----------
+        key : RadixKey or sequence of ints; only its whole pages are stored.
+        value : integer tensor ``[len(key)]`` of slots (any device); None stores the token ids
+            themselves (pure index; only without an allocator). The tree keeps an int64 copy
+            of the stored part. Positions already cached are never overwritten: the caller
+            still owns ``value[:returned]`` (duplicates to free) and the trailing partial page.
+        priority : raises the priority of every node on the path to at least this.
+        """
+
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves in policy order until ``num_tokens`` device tokens are freed.
+
+        Whole nodes are evicted, so the result (tokens freed) may exceed ``num_tokens``; it is
+        smaller only when nothing more is evictable. Slots go back through the allocator.
+        """
+
+    @abstractmethod
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Lock ``node`` and its ancestors; returns tokens moved from evictable to protected.
+
+        The root is a no-op. ``ValueError`` if ``node`` is not in this tree.
+        """
+
+    @abstractmethod
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Undo one ``inc_lock_ref``; returns tokens moved from protected to evictable.
+
+        The root is a no-op. ``ValueError`` (no change) if ``node`` is not locked.
+        """
+
+    @abstractmethod
+    def evictable_size(self) -> int:
+        """Device tokens in unlocked nodes."""
+
+    @abstractmethod
+    def protected_size(self) -> int:
+        """Device tokens in locked nodes."""
+
+    @abstractmethod
+    def total_size(self) -> int:
+        """Device tokens in the tree (``evictable_size() + protected_size()``)."""
+
+    @abstractmethod
+    def cache_finished_req(self, req: Any) -> None:
+        """Hand a finished request's KV to the cache and release its row and lock.
+
+        Row ``req.req_pool_idx`` holds the slots of the first ``req.kv_len`` tokens of
+        ``origin_input_ids + output_ids``. Its whole pages are inserted; the slots at positions
+        ``[req.cache_protected_len, prefix)`` that the tree already held are duplicates and freed,
+        as is the unaligned tail ``[aligned, kv_len)``. Then the row is freed and
+        ``req.last_node`` unlocked. Slots past ``kv_len`` are not touched.
+        """
+
+    @abstractmethod
+    def cache_unfinished_req(self, req: Any) -> None:
+        """Cache a running request's computed pages (chunked prefill) and keep it running.
+
+        As ``cache_finished_req`` for the whole pages of the first ``req.kv_len`` tokens, but the
+        row stays: its duplicate positions are rewritten to the tree's slots, the lock moves to
+        the new last node, ``req.prefix_indices`` becomes the tree's slots plus the request's
+        unaligned tail (still owned by the request), and ``req.cache_protected_len`` the aligned
+        length.
+        """
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Drop every node and return its device slots to the allocator.
+
+        ``ValueError`` (no change) while any node is locked by a live request.
+        """
+
+    @abstractmethod
+    def pretty_print(self) -> None:
+        """Print the tree, one node per line."""
+
+    @abstractmethod
+    def check_invariants(self) -> None:
+        """Raise ``RuntimeError`` if the tree's bookkeeping is inconsistent."""

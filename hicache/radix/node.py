@@ -1,0 +1,87 @@
+"""TreeNode: one edge of the radix tree — a run of whole pages and the slots that hold their KV."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+ChildKey = Hashable  # first page's bytes; ``(extra_key, bytes)`` under the root
+
+
+class TreeNode:
+    """A node of the radix tree; the root has an empty key and no parent.
+
+    Attributes
+    ----------
+    key : int32 numpy ``[n]`` (CPU), ``n`` a positive multiple of ``page_size`` — the token ids on
+        the edge from ``parent`` to this node.
+    value : int64 tensor ``[n]`` of device KV slots (any device), or None once the device copy is
+        evicted (host-only node of the hierarchical cache).
+    host_value : int64 tensor ``[n]`` of host KV slots, or None when not backed up.
+    extra_key : namespace shared by the whole root-to-node path.
+    lock_ref : locks held on this node or a descendant; locked nodes are never evicted.
+    hit_count : matches and inserts that reached this node after it was created.
+    last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
+    priority : max priority of the inserts that reached it; the ``priority`` policy evicts the
+        lowest first.
+    id : unique in the process.
+    """
+
+    __slots__ = (
+        "id",
+        "parent",
+        "children",
+        "key",
+        "value",
+        "host_value",
+        "extra_key",
+        "lock_ref",
+        "hit_count",
+        "last_access_time",
+        "creation_time",
+        "priority",
+    )
+    _ids: ClassVar[itertools.count[int]] = itertools.count()
+
+    def __init__(
+        self,
+        key: np.ndarray,
+        value: torch.Tensor | None,
+        parent: TreeNode | None,
+        *,
+        extra_key: Hashable | None = None,
+        tick: int = 0,
+        priority: int = 0,
+    ) -> None:
+        self.id = next(TreeNode._ids)
+        self.parent = parent
+        self.children: dict[ChildKey, TreeNode] = {}
+        self.key = key
+        self.value = value
+        self.host_value: torch.Tensor | None = None
+        self.extra_key = extra_key
+        self.lock_ref = 0
+        self.hit_count = 0
+        self.last_access_time = tick
+        self.creation_time = tick
+        self.priority = priority
+
+    @property
+    def evicted(self) -> bool:
+        """The device copy is gone (``value is None``)."""
+        return self.value is None
+
+    @property
+    def backuped(self) -> bool:
+        """A host copy exists (``host_value is not None``)."""
+        return self.host_value is not None
+
+    def __repr__(self) -> str:
+        return (
+            f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, "
+            f"evicted={self.evicted}, backuped={self.backuped})"
+        )

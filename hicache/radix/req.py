@@ -1,0 +1,148 @@
+"""Req: the fields of a request that ``cache_finished_req`` / ``cache_unfinished_req`` use.
+
+The engine's own request type only needs the same attribute names (duck typing). Protocol:
+
+1. schedule: ``m = cache.match_prefix(RadixKey(ids, extra_key))``; ``cache.inc_lock_ref(
+   m.last_device_node)``; set ``prefix_indices = m.device_indices``, ``last_node =
+   m.last_device_node``, ``cache_protected_len = len(m.device_indices)``; allocate slots for the
+   rest and write the row ``req_to_token[req_pool_idx, :n]``.
+2. after a prefill chunk: set ``kv_len``, call ``cache_unfinished_req(req)`` (optional).
+3. when done: set ``kv_len`` (every token except the last sampled one) and call
+   ``cache_finished_req(req)``.
+
+Ownership: positions ``[0, cache_protected_len)`` of the row are the tree's slots (kept alive by
+the lock on ``last_node``); positions ``[cache_protected_len, kv_len)`` are the request's own.
+With ``page_size > 1`` a request holds whole pages; the unaligned tail ``[aligned, kv_len)`` lies
+in its last page, which ``cache_finished_req`` frees by passing those slots to the allocator
+(which frees whole pages). Row positions past ``kv_len`` are never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from hicache.radix.key import RadixKey, as_token_array
+from hicache.radix.node import TreeNode
+from hicache.radix.slots import concat_slots, copy_slots
+
+if TYPE_CHECKING:
+    from hicache.radix.radix_cache import RadixCache
+
+
+def _empty_indices() -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64)
+
+
+@dataclass(eq=False)
+class Req:
+    """A request as the radix cache sees it.
+
+    Attributes
+    ----------
+    req_pool_idx : row of ``ReqToTokenPool.req_to_token`` holding this request's slots.
+    origin_input_ids : prompt token ids.
+    output_ids : generated token ids so far.
+    kv_len : leading tokens of ``origin_input_ids + output_ids`` whose KV slots are in the row
+        (a prefill chunk's end; ``len(all) - 1`` once decoding, the last sample has no KV yet).
+    extra_key : namespace (LoRA id, tenant salt); see ``RadixKey``.
+    priority : raises the eviction priority of the nodes this request inserts.
+    prefix_indices : int64 ``[m]`` slots of the cached prefix (tree's slots, then after
+        ``cache_unfinished_req`` also the request's unaligned tail).
+    last_node : node locked on the request's behalf, or None.
+    cache_protected_len : leading row positions whose slots belong to the tree.
+    """
+
+    req_pool_idx: int
+    origin_input_ids: Sequence[int]
+    output_ids: list[int] = field(default_factory=list)
+    kv_len: int = 0
+    extra_key: Hashable | None = None
+    priority: int = 0
+    prefix_indices: torch.Tensor = field(default_factory=_empty_indices)
+    last_node: TreeNode | None = None
+    cache_protected_len: int = 0
+
+    @property
+    def fill_ids(self) -> list[int]:
+        """``(origin_input_ids + output_ids)[:kv_len]`` (SGLang's name)."""
+        return (list(self.origin_input_ids) + list(self.output_ids))[: self.kv_len]
+
+
+def kv_key(req: Any) -> RadixKey:
+    """RadixKey of the first ``req.kv_len`` tokens of ``origin_input_ids + output_ids``.
+
+    ``ValueError`` unless ``cache_protected_len <= kv_len <= len(origin) + len(output)``.
+    """
+    origin, output, kv_len = req.origin_input_ids, req.output_ids, req.kv_len
+    total = len(origin) + len(output)
+    if isinstance(kv_len, bool) or not isinstance(kv_len, int):
+        raise TypeError(f"req.kv_len must be an int, got {type(kv_len).__name__}")
+    if not req.cache_protected_len <= kv_len <= total:
+        raise ValueError(
+            f"req.kv_len must be in [cache_protected_len={req.cache_protected_len}, "
+            f"{total}] (prompt + output tokens), got {kv_len}"
+        )
+    head = as_token_array(origin[:kv_len])
+    if kv_len <= len(origin):
+        return RadixKey._trusted(head, req.extra_key)
+    tail = as_token_array(output[: kv_len - len(origin)])
+    ids = np.concatenate([head, tail])
+    ids.flags.writeable = False
+    return RadixKey._trusted(ids, req.extra_key)
+
+
+def _row_and_key(cache: RadixCache, req: Any) -> tuple[torch.Tensor, RadixKey, int]:
+    """Validate ``req`` (no state change) and return its int64 row copy, key and aligned length."""
+    if cache.req_to_token_pool is None:
+        raise ValueError("cache_*_req needs a req_to_token_pool")
+    key = kv_key(req)
+    if req.last_node is not None and req.last_node is not cache.root:
+        cache._path_to_root(req.last_node)  # ValueError unless it is in this tree
+        if req.last_node.lock_ref <= 0:
+            raise ValueError(f"req.last_node (node {req.last_node.id}) is not locked")
+    row = copy_slots(cache.req_to_token_pool.req_to_token[req.req_pool_idx, : len(key)])
+    return row, key, len(key) - len(key) % cache.page_size
+
+
+def cache_finished(cache: RadixCache, req: Any) -> None:
+    """``RadixCache.cache_finished_req`` (contract in ``BasePrefixCache``)."""
+    row, key, aligned = _row_and_key(cache, req)
+    protected = req.cache_protected_len
+    if cache.disable:
+        cache._free_device([row])
+    else:
+        present, _ = cache._insert(key[:aligned], row, req.priority)
+        assert present >= protected, "a locked prefix left the tree"
+        cache._free_device([row[protected:present], row[aligned:]])
+    cache.req_to_token_pool.free(req.req_pool_idx)
+    if req.last_node is not None:
+        cache.dec_lock_ref(req.last_node)
+        req.last_node = None
+
+
+def cache_unfinished(cache: RadixCache, req: Any) -> None:
+    """``RadixCache.cache_unfinished_req`` (contract in ``BasePrefixCache``)."""
+    row, key, aligned = _row_and_key(cache, req)
+    if cache.disable:
+        req.prefix_indices = row
+        return
+    protected = req.cache_protected_len
+    present, path = cache._insert(key[:aligned], row, req.priority)
+    assert present >= protected, "a locked prefix left the tree"
+    cache._free_device([row[protected:present]])
+    tree_indices = cache._path_indices(path)
+    cache.req_to_token_pool.write(
+        (req.req_pool_idx, slice(protected, aligned)), tree_indices[protected:]
+    )
+    new_last = path[-1] if path else cache.root
+    cache.inc_lock_ref(new_last)
+    if req.last_node is not None:
+        cache.dec_lock_ref(req.last_node)
+    req.prefix_indices = concat_slots([tree_indices, row[aligned:]], cache.device)
+    req.last_node = new_last
+    req.cache_protected_len = aligned
