@@ -2,4 +2,4 @@
 # Set up (scripts/setup.sh) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-python -m pytest -q tests "$@"
+python -m pytest tests "$@"
