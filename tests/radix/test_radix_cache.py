@@ -331,3 +331,15 @@ def test_check_invariants_detects_corruption(corrupt):
     corrupt(cache)
     with pytest.raises(RuntimeError, match="invariant"):
         cache.check_invariants()
+
+
+def test_tree_node_flags_and_ids():
+    from hicache.radix import TreeNode
+
+    a = TreeNode(np.array([1], np.int32), torch.tensor([5]), None, tick=3, priority=2)
+    b = TreeNode(np.array([1], np.int32), None, a)
+    assert not a.evicted and b.evicted and not a.backuped
+    b.host_value = torch.tensor([0])
+    assert b.backuped and b.id != a.id
+    assert (a.creation_time, a.last_access_time, a.priority, a.hit_count) == (3, 3, 2, 0)
+    assert "evicted=True" in repr(b)
