@@ -1,0 +1,80 @@
+"""The ``hicache bench`` main job: argument checks, a tiny end-to-end run, the PNG writer."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hicache.__main__ import main
+from hicache.bench import BenchConfig, run_bench
+from hicache.bench.png import Canvas, encode_png
+
+TINY = {"users": 3, "rounds": 3, "system_len": 24, "prompt_len": 16, "answer_len": 3,
+        "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 32,
+        "vocab": 64, "device_tokens": 96, "max_running": 2, "device": "cpu"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--users", "-1"], ["bench", "--device-tokens", "0"], ["bench", "--host-ratio", "0.5"],
+    ["bench", "--policy", "random"], ["bench", "--rounds", "two"], ["bench", "--heads", "6"],
+    ["bench", "--io-backend", "direct", "--mem-layout", "page_head"], ["frobnicate"],
+])
+def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], capsys) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code != 0
+    assert len(err.strip().splitlines()) == 1 and "error" in err and "Traceback" not in err
+
+
+def test_module_entry_point_reports_without_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "hicache", "bench", "--answer-len", "-4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "hicache bench: error: --answer-len must be positive, got -4"
+
+
+def test_tiny_bench_writes_table_json_and_png(tmp_path: Path) -> None:
+    cfg = BenchConfig.from_args({**TINY, "out_dir": str(tmp_path)})
+    out = io.StringIO()
+    results = run_bench(cfg, progress=False, out=out)
+    table = out.getvalue()
+    assert "hit rate: host (L2)" in table and "TTFT p99 (ms)" in table
+    saved = json.loads((tmp_path / "results.json").read_text())
+    for mode in ("device-only", "host-tier"):
+        assert saved[mode]["summary"]["requests"] == TINY["users"] * TINY["rounds"]
+        assert len(saved[mode]["rounds"]) == TINY["rounds"]
+    host = results["host-tier"]["summary"]
+    assert host["host_hit_rate"] > 0 and host["h2d_bytes"] > 0 and host["d2h_bytes"] > 0
+    assert host["hit_rate"] > results["device-only"]["summary"]["hit_rate"]
+    assert (tmp_path / "rounds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_encoder_round_trips() -> None:
+    canvas = Canvas(7, 5)
+    canvas.rect(1, 1, 4, 3, (10, 20, 30))
+    canvas.text(0, 0, "A1%")
+    data = encode_png(canvas.pixels)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (7, 5)
+    idat_len = struct.unpack(">I", data[33:37])[0]
+    raw = zlib.decompress(data[41 : 41 + idat_len])
+    rows = np.frombuffer(raw, np.uint8).reshape(5, 1 + 7 * 3)
+    assert (rows[:, 0] == 0).all()
+    assert np.array_equal(rows[:, 1:].reshape(5, 7, 3), canvas.pixels)
+
+
+def test_png_encoder_rejects_bad_pixels() -> None:
+    with pytest.raises(ValueError):
+        encode_png(np.zeros((4, 4), np.uint8))
