@@ -6,7 +6,7 @@ OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 TESTS=${GPU_TESTS:-tests}
-timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -rfE -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -rfE -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 python3 -c "import sys; from hicache.selfcheck import main; sys.exit(main(sys.argv[1:]))" --tokens 65536 --layers 8 2>&1 | tee "$OUT/selfcheck.log"
 if [ -n "${BENCH_ARGS+x}" ]; then
   timeout "${BENCH_TIMEOUT:-260}" python3 benchmarks/bench_transfer.py --json "$OUT/bench_transfer.json" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | tail -80
