@@ -126,6 +126,9 @@ class Pools:
         s = self.shape
         far = _scatter(s.host_slots, s.tokens, s.page_size, 0, gen)
         near = _scatter(s.host_slots, s.tokens, s.page_size, s.page_size, gen)
+        # Issue order as HiCacheController issues a batch: pairs sorted by the host (far) index.
+        far, order = torch.sort(far)
+        near = near[order]
         dev = self.kernel_device
         return IndexSet(far.to(dev), near.to(dev), far, near)
 

@@ -138,11 +138,13 @@ def render_rows(rows: list[Row]) -> str:
 
 
 def render_sm_cost(results: list[dict]) -> str:
-    header = ["transfer", "bq", "mm alone ms", "mm with ms", "slowdown", "xfer GB/s alone",
+    header = ["transfer", "bq", "nw", "mm alone ms", "mm with ms", "slowdown", "xfer GB/s alone",
               "xfer GB/s overlapped", "verdict"]
-    body = [[r["transfer"], str(r["block_quota"]), f"{r['mm_alone_ms']:.2f}",
-             f"{r['mm_with_ms']:.2f}", f"{r['slowdown_pct']:+.2f}%", f"{r['xfer_alone_gbps']:.1f}",
-             f"{r['xfer_overlap_gbps']:.1f}", _verdict(r.get("target"))] for r in results]
+    body = [[r["transfer"], str(r["block_quota"]), str(r["num_warps_per_block"]),
+             f"{r['mm_alone_ms']:.2f}", f"{r['mm_with_ms']:.2f}", f"{r['slowdown_pct']:+.2f}%",
+             *(["-", "-"] if r["op"] == "none" else
+               [f"{r['xfer_alone_gbps']:.1f}", f"{r['xfer_overlap_gbps']:.1f}"]),
+             _verdict(r.get("target"))] for r in results]
     return format_table(header, body, "== SM cost: bf16 matmul loop alone vs with a transfer ==")
 
 

@@ -5,6 +5,10 @@ stream with a small ``block_quota``; both streams are released together after a 
 matmul loop is timed with events on the compute stream, and each finished transfer records an
 event, so the transfer's bandwidth *while overlapped* is reported next to its bandwidth alone.
 
+A reference row, ``idle blocks``, runs a kernel of the same launch shape whose programs only
+sleep: the slowdown that holding ``block_quota`` SMs alone costs the matmul, with no memory
+traffic. The transfer's own cost is what it adds on top.
+
     python3 benchmarks/bench_sm_cost.py [--block-quota 2,4] [--json results/bench_sm_cost.json]
 
 CUDA only; on CPU it reports nothing. ``bench_transfer.py`` runs it as one of its sections.
@@ -21,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+import triton
+import triton.language as tl
 from _common import Clock, import_hicache, log, pick_device
 from _kv_buffers import Arenas, Pools, Shape
 from _report import SLOWDOWN_TARGET_PCT, render_sm_cost
@@ -28,6 +34,19 @@ from _transfer_cases import bind, spec
 
 TRANSFERS = {"load per_layer": spec("per_layer", "load"),
              "backup all_layer": spec("all_layer", "backup")}
+IDLE_NS = 2_000_000  # one idle-blocks launch: about as long as one per-layer load
+
+
+@triton.jit
+def _idle_blocks(out, ns):
+    """Each program stays resident ``ns`` nanoseconds, asleep: occupancy with no work."""
+    start = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,l", [ns],
+                                      dtype=tl.int64, is_pure=False, pack=1)
+    now = start
+    while now - start < ns:
+        now = tl.inline_asm_elementwise("nanosleep.u32 2000; mov.u64 $0, %globaltimer;",
+                                        "=l,l", [ns], dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(out + tl.program_id(0), now - start)
 
 
 def _matmul_loop(clock: Clock, n: int, loop_s: float) -> tuple[Callable[[], None], float]:
@@ -70,37 +89,54 @@ def _overlap_gbps(mm_end_s: float, finished_s: list[float], nbytes: int) -> floa
     return n * nbytes / finished_s[n - 1] / 1e9 if n else 0.0
 
 
+def _idle(scratch: torch.Tensor, block_quota: int, num_warps: int) -> Callable[[int], None]:
+    """``fn(k)`` launching the idle-blocks kernel in the copy's launch shape."""
+    return lambda k: _idle_blocks[(block_quota,)](scratch, IDLE_NS, num_warps=num_warps)
+
+
+def _cost(clock: Clock, loop: Callable[[], None], loop_cpu_s: float, xfer: Callable[[int], None],
+          nbytes: int, stream: torch.cuda.Stream, loop_s: float, reps: int) -> dict:
+    """Matmul loop alone vs with ``xfer`` calls back to back on ``stream``."""
+    alone = clock.measure(xfer)
+    n_xfer = min(400, math.ceil(1.3 * loop_s / alone.median_s) + 1)
+    gate_s = 1.5 * (n_xfer * alone.cpu_s + loop_cpu_s) + 2e-3
+    runs = [_overlap_once(clock, loop, xfer, n, stream, gate_s)
+            for _ in range(reps) for n in (0, n_xfer)]
+    mm_alone = statistics.median(r[0] for r in runs[0::2])
+    mm_with = statistics.median(r[0] for r in runs[1::2])
+    overlap = statistics.median(_overlap_gbps(r[1], r[2], nbytes) for r in runs[1::2])
+    return {"mm_alone_ms": 1e3 * mm_alone, "mm_with_ms": 1e3 * mm_with,
+            "slowdown_pct": 100.0 * (mm_with / mm_alone - 1.0),
+            "xfer_alone_gbps": nbytes / alone.median_s / 1e9, "xfer_overlap_gbps": overlap,
+            "n_xfer": n_xfer}
+
+
 def sm_cost(clock: Clock, kernels: ModuleType, pools: Pools, knobs_list: list[dict], *,
             mm_n: int = 8192, loop_s: float = 0.05, reps: int = 5) -> list[dict]:
-    """Matmul slowdown (%) per transfer kind and knob setting; [] on CPU."""
+    """Matmul slowdown (%) per transfer kind and knob setting, after the idle-blocks reference
+    of each setting; [] on CPU."""
     if not clock.cuda:
         log("sm-cost: skipped (needs CUDA)")
         return []
     loop, loop_cpu_s = _matmul_loop(clock, mm_n, loop_s)
     stream = torch.cuda.Stream(device=clock.device)
+    scratch = torch.empty(1024, dtype=torch.int64, device=clock.device)
     out = []
     for knobs in knobs_list:
+        bq, nw = knobs["block_quota"], knobs["num_warps_per_block"]
+        cases = [("idle blocks", "none", _idle(scratch, bq, nw), 0, None)]
         for name, sp in TRANSFERS.items():
-            xfer = bind(kernels, sp, pools, pools.shape.tokens, knobs)
-            alone = clock.measure(xfer)
             nbytes = sp.bytes_moved(pools.shape, pools.shape.tokens)
-            n_xfer = min(400, math.ceil(1.3 * loop_s / alone.median_s) + 1)
-            gate_s = 1.5 * (n_xfer * alone.cpu_s + loop_cpu_s) + 2e-3
-            runs = [_overlap_once(clock, loop, xfer, n, stream, gate_s)
-                    for _ in range(reps) for n in (0, n_xfer)]
-            mm_alone = statistics.median(r[0] for r in runs[0::2])
-            mm_with = statistics.median(r[0] for r in runs[1::2])
-            slowdown = 100.0 * (mm_with / mm_alone - 1.0)
-            overlap = statistics.median(_overlap_gbps(r[1], r[2], nbytes) for r in runs[1::2])
-            target = {"threshold": SLOWDOWN_TARGET_PCT, "passed": slowdown <= SLOWDOWN_TARGET_PCT}
-            out.append({
-                "transfer": name, "op": sp.op, **knobs, "mm_n": mm_n,
-                "mm_alone_ms": 1e3 * mm_alone, "mm_with_ms": 1e3 * mm_with,
-                "slowdown_pct": slowdown, "xfer_alone_gbps": nbytes / alone.median_s / 1e9,
-                "xfer_overlap_gbps": overlap, "n_xfer": n_xfer,
-                "target": target if knobs["block_quota"] == 2 else None,
-            })
-            log(f"sm-cost {name} bq={knobs['block_quota']}: {slowdown:+.2f}%")
+            target = {"threshold": SLOWDOWN_TARGET_PCT} if bq == 2 else None
+            cases.append((name, sp.op, bind(kernels, sp, pools, pools.shape.tokens, knobs),
+                          nbytes, target))
+        for name, op, xfer, nbytes, target in cases:
+            r = _cost(clock, loop, loop_cpu_s, xfer, nbytes, stream, loop_s, reps)
+            if target is not None:
+                target = {**target, "passed": r["slowdown_pct"] <= SLOWDOWN_TARGET_PCT}
+            out.append({"transfer": name, "op": op, **knobs, "mm_n": mm_n, **r,
+                        "target": target})
+            log(f"sm-cost {name} bq={bq} nw={nw}: {r['slowdown_pct']:+.2f}%")
     return out
 
 

@@ -121,7 +121,13 @@ class HiCacheController:
         has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
         the next :meth:`start_writing`.
         """
-        check_indices("device_indices", device_indices, self.page_size, self.device.type)
+        check_indices(
+            "device_indices",
+            device_indices,
+            self.page_size,
+            self.device.type,
+            self.mem_pool_device.num_slots,
+        )
         host_indices = self.mem_pool_host.alloc(device_indices.numel())
         if host_indices is None:
             return None
@@ -142,7 +148,7 @@ class HiCacheController:
         the allocator is short (nothing allocated, nothing queued). Their content is valid for a
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
-        check_indices("host_indices", host_indices, self.page_size, "cpu")
+        check_indices("host_indices", host_indices, self.page_size, "cpu", self.mem_pool_host.size)
         device_indices = self.token_to_kv_pool_allocator.alloc(host_indices.numel())
         if device_indices is None:
             return None
@@ -251,8 +257,8 @@ class HiCacheController:
 
         Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
         ``stream`` (``record_stream``). The kernel backend gets the host indices on the device,
-        copied once, non-blocking from pinned memory. The direct backend plans its copies on the
-        CPU, so it gets both on the CPU; that copy blocks until ``stream`` reaches it (a racy
+        copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
+        direct backend plans its copies on the CPU, so it gets both on the CPU; that copy blocks until ``stream`` reaches it (a racy
         non-blocking device-to-host copy read at once by the CPU would plan with garbage).
         """
         if stream is None:
@@ -260,5 +266,8 @@ class HiCacheController:
         op.device_indices.record_stream(stream)
         if self.io_backend == "direct":
             return op.host_indices, op.device_indices.cpu()
-        host = op.host_indices.pin_memory().to(self.device, non_blocking=True)
-        return host, op.device_indices
+        # Pairs in host-address order: scattered pinned reads then stay within few host pages at
+        # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).
+        host, order = torch.sort(op.host_indices)
+        device = op.device_indices.index_select(0, order.pin_memory().to(self.device, True))
+        return host.pin_memory().to(self.device, non_blocking=True), device

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from hicache.env import ENV
 from hicache.pools import SUPPORTED_PAIRS
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -69,9 +70,11 @@ def check_pools(allocator: Any, device_pool: Any, host_pool: Any, page_size: int
         )
 
 
-def check_indices(name: str, indices: Any, page_size: int, device_type: str) -> None:
+def check_indices(name: str, indices: Any, page_size: int, device_type: str, limit: int) -> None:
     """``TypeError``/``ValueError`` naming ``name`` unless ``indices`` is a 1-D int64 tensor of a
-    positive multiple of ``page_size`` slots on a device of type ``device_type``."""
+    positive multiple of ``page_size`` slots on a device of type ``device_type``; ``IndexError``
+    for a slot outside ``[0, limit)`` (CPU indices, or CUDA ones with
+    ``HICACHE_CHECK_DEVICE_INDICES``): caught here, not when the queued batch is issued."""
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(indices).__name__}")
     if indices.dtype != torch.int64 or indices.dim() != 1:
@@ -85,3 +88,7 @@ def check_indices(name: str, indices: Any, page_size: int, device_type: str) -> 
         )
     if indices.device.type != device_type:
         raise ValueError(f"{name} must be on {device_type}, got {indices.device}")
+    if indices.device.type == "cpu" or ENV.check_device_indices:
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= limit:
+            raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
