@@ -1,0 +1,117 @@
+"""Checks a stress scenario runs against a HiRadixCache, each returning violation messages.
+
+- :func:`ownership`: every device slot is free, in exactly one tree node or held by exactly one
+  live request; every host slot is free or in exactly one tree node.
+- :func:`namespace`: a match never reaches a node of another ``extra_key``.
+- :func:`sweep`: every cached token's KV, on the device and on the host, equals the oracle's
+  value for (token, position, layer, namespace); copies still queued for transfer are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from hicache.stress.oracle import device_kv, host_kv, mismatches
+from hicache.stress.workload import SALTS
+
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.cpu() for t in tensors]) if tensors else _EMPTY
+
+
+def walk(cache: Any) -> Iterator[tuple[Any, np.ndarray]]:
+    """Every node below the root with the token ids from the root to its end."""
+    stack = [(child, child.key) for child in cache.root.children.values()]
+    while stack:
+        node, ids = stack.pop()
+        yield node, ids
+        stack.extend((c, np.concatenate([ids, c.key])) for c in node.children.values())
+
+
+def _claims(name: str, all_slots: torch.Tensor, free: torch.Tensor,
+            owners: list[torch.Tensor]) -> list[str]:
+    held = _cat(owners)
+    if held.unique().numel() != held.numel():
+        return [f"{name}: a slot is owned twice"]
+    claimed = torch.cat([free.cpu(), held])
+    if claimed.unique().numel() != claimed.numel():
+        return [f"{name}: a slot is both free and owned (freed while in use)"]
+    if not torch.equal(claimed.sort().values, all_slots):
+        missing = all_slots[~torch.isin(all_slots, claimed)][:8].tolist()
+        return [f"{name}: slots leaked (neither free nor owned): {missing}"]
+    return []
+
+
+def ownership(cache: Any, allocator: Any, host_pool: Any, request_slots: list[torch.Tensor],
+              all_device: torch.Tensor, all_host: torch.Tensor) -> list[str]:
+    nodes = [node for node, _ in walk(cache)]
+    device = [n.value for n in nodes if n.value is not None] + request_slots
+    host = [n.host_value for n in nodes if n.host_value is not None]
+    return (_claims("device", all_device, allocator.free_slots(), device)
+            + _claims("host", all_host, host_pool.free_slots(), host))
+
+
+def namespace(nodes: list[Any], extra_key: Hashable) -> list[str]:
+    """Every node a match reached must live in the namespace it was asked for."""
+    return [f"a match for extra_key={extra_key!r} reached node {n.id} of {n.extra_key!r}"
+            for n in nodes if n.extra_key != extra_key]
+
+
+def path_to(cache: Any, node: Any) -> list[Any]:
+    path = []
+    while node is not None and node is not cache.root:
+        path.append(node)
+        node = node.parent
+    return path[::-1]
+
+
+def pending(controller: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(device slots of queued loads, host slots of queued writes): their bytes are not there
+    yet. On CUDA everything issued is synchronized first, so only queued work is pending."""
+    if controller.mem_pool_device.device.type == "cuda":
+        torch.cuda.synchronize()
+    loads = _cat([op.device_indices for op in controller.load_queue])
+    writes = _cat([op.host_indices for op in controller.write_queue])
+    return loads, writes
+
+
+def check_prefix(pool: Any, slots: torch.Tensor, tokens: list[int], salt: int,
+                 skip: torch.Tensor = _EMPTY) -> list[str]:
+    """The device KV at ``slots`` is that of ``tokens[:len(slots)]`` (except ``skip`` slots)."""
+    slots = slots.cpu()
+    keep = ~torch.isin(slots, skip)
+    if not bool(keep.any()):
+        return []
+    ids = torch.tensor(tokens[: slots.numel()], dtype=torch.int64)[keep]
+    positions = torch.arange(slots.numel())[keep]
+    read = lambda layer, part, s: device_kv(pool, layer, part, s)  # noqa: E731
+    return mismatches(pool, read, slots[keep], ids, positions, salt)
+
+
+def sweep(cache: Any) -> list[str]:
+    """Every tree node's device and host copy holds the oracle's KV."""
+    ctrl = cache.cache_controller
+    dev_pool, host_pool = ctrl.mem_pool_device, ctrl.mem_pool_host
+    loading, writing = pending(ctrl)
+    bad: list[str] = []
+    for node, ids in walk(cache):
+        n, salt = len(node.key), SALTS[node.extra_key]
+        tokens = torch.from_numpy(ids[-n:].astype(np.int64))
+        positions = torch.arange(len(ids) - n, len(ids))
+        copies = ((node.value, loading, device_kv, dev_pool, "device"),
+                  (node.host_value, writing, host_kv, host_pool, "host"))
+        for slots, skip, reader, pool, tier in copies:
+            if slots is None:
+                continue
+            keep = ~torch.isin(slots.cpu(), skip)
+            read = lambda layer, part, s, r=reader, p=pool: r(p, layer, part, s)  # noqa: E731
+            for msg in mismatches(dev_pool, read, slots.cpu()[keep], tokens[keep],
+                                  positions[keep], salt):
+                bad.append(f"node {node.id} {tier} copy: {msg}")
+    return bad

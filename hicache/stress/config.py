@@ -1,0 +1,130 @@
+"""What one stress scenario runs on: a frozen config and the tiny cache stack it builds.
+
+Pools are deliberately tiny (a few device pages, a host tier 2-4x larger) so that device
+eviction, backups, host eviction and load-backs happen on almost every operation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from hicache.pools import (
+    SUPPORTED_PAIRS,
+    MHATokenToKVPool,
+    MLATokenToKVPool,
+    ReqToTokenPool,
+    TokenToKVPoolAllocator,
+)
+
+KINDS = ("mha", "mla")
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+# (kind, io_backend, layout): every pair the host pools support (page_head is MHA only).
+ROUTES = [
+    (kind, backend, layout)
+    for kind in KINDS
+    for backend, layouts in SUPPORTED_PAIRS.items()
+    for layout in layouts
+    if not (kind == "mla" and layout == "page_head")
+]
+LAYERS, HEADS, HEAD_DIM = 2, 2, 8
+MLA_RANK, MLA_ROPE = 8, 4
+MAX_LIVE = 2  # requests in flight at once
+
+
+@dataclass(frozen=True)
+class StressConfig:
+    """One scenario.
+
+    Attributes
+    ----------
+    kind, io_backend, layout : attention kind and host transfer route (one of :data:`ROUTES`).
+    page_size : tokens per page (1 and 64 are the interesting ones).
+    write_policy : one of :data:`WRITE_POLICIES`; eviction_policy : the tree's (``lru``, ``mru``,
+        ...: ``mru`` evicts what was just matched first, the adversarial order).
+    ops : random operations to run; seed : their seed (a run replays exactly).
+    device_pages : device pool size in pages (tiny on purpose); host_ratio : host / device.
+    conversations : conversations in the workload (few: the same prefixes come back often).
+    load_back_threshold : host hits shorter than this are recomputed (kept small to load a lot).
+    p_alloc_none, p_transfer_fail : fault rates (allocator short, transfer raising mid-batch).
+    verify_every : sweep every cached token's KV bytes every this many ops (and at the end).
+    device : where the device pool lives ("cpu" or "cuda").
+    """
+
+    kind: str = "mha"
+    io_backend: str = "kernel"
+    layout: str = "layer_first"
+    page_size: int = 1
+    write_policy: str = "write_through"
+    eviction_policy: str = "lru"
+    ops: int = 200
+    seed: int = 0
+    device_pages: int | None = None
+    host_ratio: float = 3.0
+    conversations: int = 8
+    load_back_threshold: int = 1
+    p_alloc_none: float = 0.0
+    p_transfer_fail: float = 0.0
+    verify_every: int = 20
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if (self.kind, self.io_backend, self.layout) not in ROUTES:
+            raise ValueError(f"(kind, io_backend, layout) must be one of {ROUTES}, got "
+                             f"{(self.kind, self.io_backend, self.layout)}")
+        if self.write_policy not in WRITE_POLICIES:
+            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}")
+        for name in ("page_size", "ops", "verify_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("p_alloc_none", "p_transfer_fail"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @property
+    def unit(self) -> int:
+        """Workload length unit in tokens: prompts and turns are a few units long."""
+        return max(self.page_size, 8)
+
+    @property
+    def pages(self) -> int:
+        """Device pages: enough for the live requests' longest contexts, little more."""
+        if self.device_pages is not None:
+            return self.device_pages
+        return MAX_LIVE * self.max_context // self.page_size + 1
+
+    @property
+    def max_context(self) -> int:
+        """Tokens a conversation may grow to before it starts over (a page multiple)."""
+        return -(-5 * self.unit // self.page_size) * self.page_size
+
+    def label(self) -> str:
+        return (f"{self.kind}/{self.io_backend}/{self.layout}/p{self.page_size}/"
+                f"{self.write_policy}/{self.eviction_policy}")
+
+    def with_(self, **changes: Any) -> StressConfig:
+        return replace(self, **changes)
+
+
+@dataclass
+class Stack:
+    """The pools a scenario drives the cache over."""
+
+    allocator: TokenToKVPoolAllocator
+    device_pool: Any
+    req_pool: ReqToTokenPool
+
+
+def build_stack(cfg: StressConfig) -> Stack:
+    size = cfg.pages * cfg.page_size
+    if cfg.kind == "mha":
+        pool: Any = MHATokenToKVPool(size, cfg.page_size, torch.float32, HEADS, HEAD_DIM, LAYERS,
+                                     cfg.device)
+    else:
+        pool = MLATokenToKVPool(size, cfg.page_size, torch.bfloat16, MLA_RANK, MLA_ROPE, LAYERS,
+                                cfg.device)
+    allocator = TokenToKVPoolAllocator(size, cfg.page_size, cfg.device, kvcache=pool)
+    req_pool = ReqToTokenPool(MAX_LIVE + 1, cfg.max_context + cfg.page_size, cfg.device)
+    return Stack(allocator, pool, req_pool)

@@ -1,0 +1,275 @@
+"""A seeded scheduler stand-in that drives a HiRadixCache through random operations.
+
+It follows the serving protocol of ``hicache.radix.req``: match a prompt, load back its host
+part, lock, allocate the rest, issue the loads, run the "model" (write the oracle's KV), cache
+chunks as they finish, then finish or abort. Around it: peeks, lock/unlock, explicit device
+and host eviction, event polling and whole-cache resets. Every request that uses a prefix first
+checks that the prefix's KV bytes are right: a node whose load failed is never served.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hicache.radix import HiRadixCache, RadixKey, Req
+from hicache.stress import checker
+from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
+from hicache.stress.faults import Faults, InjectedFault
+from hicache.stress.oracle import write_kv
+from hicache.stress.workload import SALTS, Turn, Workload
+
+
+@dataclass(eq=False)
+class Live:
+    """A request in flight: ``slots`` were allocated for positions ``base ..``."""
+
+    turn: Turn
+    req: Req
+    slots: torch.Tensor
+    base: int
+    target: int
+
+    def own(self) -> torch.Tensor:
+        """Slots still the request's: positions from ``cache_protected_len`` on."""
+        return self.slots[max(self.req.cache_protected_len - self.base, 0):]
+
+
+class Driver:
+    """Owns the cache under test, the workload and the bookkeeping of live requests and locks."""
+
+    def __init__(self, cfg: StressConfig) -> None:
+        self.cfg, self.rng = cfg, random.Random(cfg.seed)
+        self.stack = build_stack(cfg)
+        self.all_device = self.stack.allocator.free_slots()
+        self.cache = HiRadixCache(
+            self.stack.req_pool, self.stack.allocator, cfg.page_size,
+            hicache_ratio=cfg.host_ratio, write_policy=cfg.write_policy,
+            io_backend=cfg.io_backend, mem_layout=cfg.layout, eviction_policy=cfg.eviction_policy,
+            load_back_threshold=cfg.load_back_threshold)
+        self.host_pool = self.cache.cache_controller.mem_pool_host
+        self.all_host = self.host_pool.free_slots()
+        self.pool = self.stack.device_pool
+        self.workload = Workload(self.rng, cfg.unit, cfg.max_context, cfg.conversations)
+        self.faults = Faults(self.rng, cfg.p_alloc_none, cfg.p_transfer_fail)
+        self.live: list[Live] = []
+        self.locks: list[Any] = []
+        self.counts: Counter[str] = Counter()
+        self.violations: list[str] = []
+        self._install_faults()
+
+    def _install_faults(self) -> None:
+        self.faults.flaky_alloc(self.stack.allocator, "device_alloc_none")
+        self.faults.flaky_alloc(self.host_pool, "host_alloc_none")
+        self.faults.failing_load(self.host_pool)
+        self.faults.failing_backup(self.host_pool)
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def admit(self) -> None:
+        if len(self.live) >= MAX_LIVE:
+            return
+        turn = self.workload.next_turn()
+        if turn is None:
+            return
+        node = slots = None
+        try:
+            prefix, node = self._match_and_load(turn)
+            target = len(turn.prompt) + len(turn.output) - 1
+            slots = self._alloc(self._ceil(target - len(prefix)))
+            if slots is None:
+                return self._reject(turn, node, "rejected_no_memory")
+            producer = self.cache.ready_to_load_host_cache()
+        except InjectedFault:
+            if slots is not None:
+                self.stack.allocator.free(slots)
+            return self._reject(turn, node, "rejected_fault")
+        if producer >= 0:
+            self.cache.cache_controller.layer_done_counter.set_consumer(producer)
+        self._expect(checker.check_prefix(self.pool, prefix, turn.prompt,
+                                          turn.conversation.salt))
+        live = Live(turn, self._new_req(turn, prefix, node, slots, target), slots, len(prefix),
+                    target)
+        self._compute(live, self.rng.randint(len(prefix), target))
+        self.live.append(live)
+
+    def _match_and_load(self, turn: Turn) -> tuple[torch.Tensor, Any]:
+        """Match the prompt, load its host part back, lock: (prefix slots, locked node)."""
+        tenant = turn.conversation.tenant
+        m = self.cache.match_prefix(RadixKey(turn.prompt, tenant))
+        self._expect(checker.namespace(checker.path_to(self.cache, m.last_host_node), tenant))
+        prefix, node = m.device_indices, m.last_device_node
+        if m.host_hit_length > 0:
+            loaded, node = self.cache.init_load_back(m.last_host_node, m.host_hit_length)
+            prefix = torch.cat([prefix, loaded.to(prefix.device)])
+            self.counts["load_back"] += int(loaded.numel() > 0)
+        self.cache.inc_lock_ref(node)
+        return prefix, node
+
+    def _new_req(self, turn: Turn, prefix: torch.Tensor, node: Any, slots: torch.Tensor,
+                 target: int) -> Req:
+        (row,) = self.stack.req_pool.alloc(1)
+        pool, n = self.stack.req_pool, len(prefix)
+        pool.write((row, slice(0, n)), prefix.to(pool.device))
+        pool.write((row, slice(n, target)), slots[: target - n].to(pool.device))
+        return Req(row, turn.prompt, list(turn.output), kv_len=n,
+                   extra_key=turn.conversation.tenant, prefix_indices=prefix, last_node=node,
+                   cache_protected_len=n)
+
+    def _compute(self, live: Live, end: int) -> None:
+        """The model's forward over positions ``[kv_len, end)``: write their KV."""
+        start, req = live.req.kv_len, live.req
+        ids = (list(req.origin_input_ids) + req.output_ids)[start:end]
+        tokens = torch.tensor(ids, dtype=torch.int64)
+        write_kv(self.pool, live.slots[start - live.base:end - live.base], tokens,
+                 torch.arange(start, end), live.turn.conversation.salt)
+        req.kv_len = end
+
+    def advance(self) -> None:
+        if not self.live:
+            return
+        live = self.rng.choice(self.live)
+        if live.req.kv_len < live.target:
+            if self.rng.random() < 0.7:
+                self._completes(self.cache.cache_unfinished_req, live.req)
+                self.counts["cache_unfinished_req"] += 1
+            self._compute(live, self.rng.randint(live.req.kv_len + 1, live.target))
+            return
+        self._finish(live, completed=True)
+
+    def abort(self) -> None:
+        if not self.live:
+            return
+        live = self.rng.choice(self.live)
+        if self.rng.random() < 0.5:
+            return self._finish(live, completed=False)
+        self.stack.allocator.free(live.own())
+        self.stack.req_pool.free(live.req.req_pool_idx)
+        self.cache.dec_lock_ref(live.req.last_node)
+        self._drop(live, completed=False)
+
+    def _finish(self, live: Live, completed: bool) -> None:
+        """``cache_finished_req``; then free the pages past ``kv_len``'s last page ourselves."""
+        self._completes(self.cache.cache_finished_req, live.req)
+        beyond = self._ceil(live.req.kv_len) - live.base
+        self.stack.allocator.free(live.slots[max(beyond, 0):])
+        self._drop(live, completed)
+
+    def _drop(self, live: Live, completed: bool) -> None:
+        self.live.remove(live)
+        self.workload.finish(live.turn, completed)
+        self.counts["finished" if completed else "aborted"] += 1
+
+    def _completes(self, call: Any, req: Req) -> None:
+        """``cache_*_req``: the request's part is done before queued writes are issued, so an
+        injected write failure surfaces after it completed (the batch stays queued)."""
+        try:
+            call(req)
+        except InjectedFault:
+            self.counts["write_failed_after_cache_req"] += 1
+
+    def _reject(self, turn: Turn, node: Any, reason: str) -> None:
+        if node is not None:
+            self.cache.dec_lock_ref(node)
+        self.workload.finish(turn, completed=False)
+        self.counts[reason] += 1
+
+    def _alloc(self, n: int) -> torch.Tensor | None:
+        """Like a scheduler: allocate, and on a shortfall evict the difference once and retry."""
+        slots = self.stack.allocator.alloc(n)
+        if slots is None:
+            self.counts["evicted_for_alloc"] += self.cache.evict(n)
+            slots = self.stack.allocator.alloc(n)
+        return slots
+
+    def _ceil(self, n: int) -> int:
+        page = self.cfg.page_size
+        return -(-n // page) * page
+
+    # ---- the rest of the API ------------------------------------------------------------------
+
+    def peek(self) -> Any:
+        tenant, prefix = self.workload.random_prefix()
+        m = self.cache.match_prefix(RadixKey(prefix, tenant))
+        self._expect(checker.namespace(checker.path_to(self.cache, m.last_host_node), tenant))
+        loading, _ = checker.pending(self.cache.cache_controller)
+        self._expect(checker.check_prefix(self.pool, m.device_indices, prefix, SALTS[tenant],
+                                          loading))
+        return m.last_device_node
+
+    def lock(self) -> None:
+        node = self.peek()
+        if node is not self.cache.root:
+            self.cache.inc_lock_ref(node)
+            self.locks.append(node)
+
+    def unlock(self) -> None:
+        if self.locks:
+            self.cache.dec_lock_ref(self.locks.pop(self.rng.randrange(len(self.locks))))
+
+    def evict(self) -> None:
+        self.counts["evicted"] += self.cache.evict(self.rng.randint(1, 2 * self.cfg.unit))
+
+    def evict_host(self) -> None:
+        self.counts["host_evicted"] += self.cache.evict_host(self.rng.randint(1, 2 * self.cfg.unit))
+
+    def events(self) -> None:
+        self.cache.check_hicache_events()
+        self.cache.ready_to_load_host_cache()
+
+    def reset(self) -> None:
+        """Abort every request, drop every lock, reset: both tiers must come back empty."""
+        while self.live:
+            live = self.live[0]
+            self.stack.allocator.free(live.own())
+            self.stack.req_pool.free(live.req.req_pool_idx)
+            self.cache.dec_lock_ref(live.req.last_node)
+            self._drop(live, completed=False)
+        while self.locks:
+            self.cache.dec_lock_ref(self.locks.pop())
+        self.cache.reset()
+        self.counts["reset"] += 1
+        if (self.stack.allocator.available_size(), self.host_pool.available_size()) != (
+                self.all_device.numel(), self.all_host.numel()):
+            self.violations.append("reset left slots allocated")
+
+    # ---- checks -------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Faults off; issue every queued transfer and let every ack be processed."""
+        self.faults.enabled = False
+        checker.pending(self.cache.cache_controller)  # synchronizes CUDA
+        self.events()
+        checker.pending(self.cache.cache_controller)
+        self.events()
+
+    def audit_locks(self) -> None:
+        """With no transfer pending, every lock is one the driver holds (nothing leaked)."""
+        held: Counter[int] = Counter()
+        for node in [live.req.last_node for live in self.live] + self.locks:
+            held.update(n.id for n in checker.path_to(self.cache, node))
+        for node, _ in checker.walk(self.cache):
+            if node.lock_ref != held[node.id]:
+                self.violations.append(f"node {node.id}: lock_ref {node.lock_ref} but the driver "
+                                       f"holds {held[node.id]} locks through it (leaked lock)")
+
+    def _expect(self, problems: list[str]) -> None:
+        self.violations.extend(problems)
+
+    def check(self, sweep: bool) -> None:
+        """Invariants and slot ownership after an op; all KV bytes when ``sweep``."""
+        enabled, self.faults.enabled = self.faults.enabled, False
+        try:
+            self.cache.check_invariants()
+        except RuntimeError as err:
+            self.violations.append(f"check_invariants: {err}")
+        self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
+                                       [live.own() for live in self.live], self.all_device,
+                                       self.all_host))
+        if sweep:
+            self._expect(checker.sweep(self.cache))
+        self.faults.enabled = enabled

@@ -1,0 +1,88 @@
+"""Fault injection: allocators that come up short, transfers that fail part-way.
+
+Every injector patches one bound method of one object (never a class), counts what it injected
+and is undone by :meth:`Faults.restore`. Faults are drawn from a seeded ``random.Random``, so a
+failing run replays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an injected transfer failure (never by the code under test)."""
+
+
+@dataclass
+class Faults:
+    """Seeded fault injector over a set of objects.
+
+    Parameters
+    ----------
+    rng : the source of every decision.
+    p_alloc_none : probability that a patched ``alloc`` returns None instead of allocating.
+    p_transfer_fail : probability that a patched transfer raises :class:`InjectedFault`.
+
+    Attributes
+    ----------
+    injected : name -> how many faults of that kind fired.
+    enabled : faults fire only while True (the checker turns them off to read state back).
+    """
+
+    rng: random.Random
+    p_alloc_none: float = 0.0
+    p_transfer_fail: float = 0.0
+    injected: dict[str, int] = field(default_factory=dict)
+    enabled: bool = True
+    _undo: list[tuple[Any, str]] = field(default_factory=list)
+
+    def _patch(self, obj: Any, name: str, wrapper: Callable[..., Any]) -> None:
+        self._undo.append((obj, name))
+        setattr(obj, name, wrapper)
+
+    def _fire(self, kind: str, p: float) -> bool:
+        if not self.enabled or p <= 0 or self.rng.random() >= p:
+            return False
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+        return True
+
+    def flaky_alloc(self, pool: Any, kind: str) -> None:
+        """``pool.alloc(n)`` returns None (allocating nothing) with probability ``p_alloc_none``."""
+        original = pool.alloc
+
+        def alloc(n: int) -> Any:
+            return None if self._fire(kind, self.p_alloc_none) else original(n)
+
+        self._patch(pool, "alloc", alloc)
+
+    def failing_load(self, host_pool: Any) -> None:
+        """``load_to_device_per_layer`` raises on a layer after earlier layers have landed."""
+        original = host_pool.load_to_device_per_layer
+
+        def load(device_pool: Any, host_idx: Any, dev_idx: Any, layer_id: int, io: str) -> None:
+            if layer_id > 0 and self._fire("load_fail", self.p_transfer_fail):
+                raise InjectedFault(f"injected load failure at layer {layer_id}")
+            original(device_pool, host_idx, dev_idx, layer_id, io)
+
+        self._patch(host_pool, "load_to_device_per_layer", load)
+
+    def failing_backup(self, host_pool: Any) -> None:
+        """``backup_from_device_all_layer`` raises after copying (bytes landed, batch failed)."""
+        original = host_pool.backup_from_device_all_layer
+
+        def backup(device_pool: Any, host_idx: Any, dev_idx: Any, io: str) -> None:
+            original(device_pool, host_idx, dev_idx, io)
+            if self._fire("backup_fail", self.p_transfer_fail):
+                raise InjectedFault("injected backup failure after the copy")
+
+        self._patch(host_pool, "backup_from_device_all_layer", backup)
+
+    def restore(self) -> None:
+        """Undo every patch (most recent first)."""
+        while self._undo:
+            obj, name = self._undo.pop()
+            delattr(obj, name)

@@ -1,0 +1,97 @@
+"""Run stress scenarios: the op mix, one scenario end to end, and the config matrix."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from hicache.stress.config import ROUTES, WRITE_POLICIES, StressConfig
+from hicache.stress.driver import Driver
+from hicache.stress.faults import InjectedFault
+
+# name -> (weight, op). Requests dominate; resets are rare but every long run sees many.
+OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
+    "admit": (5, Driver.admit),
+    "advance": (6, Driver.advance),
+    "abort": (1, Driver.abort),
+    "peek": (2, Driver.peek),
+    "lock": (1, Driver.lock),
+    "unlock": (1, Driver.unlock),
+    "evict": (1, Driver.evict),
+    "evict_host": (1, Driver.evict_host),
+    "events": (3, Driver.events),
+    "reset": (0.05, Driver.reset),
+}
+
+
+@dataclass
+class Report:
+    """What one scenario did: ``violations`` is empty when the cache held every invariant."""
+
+    label: str
+    ops: int
+    seconds: float
+    violations: list[str]
+    counts: Counter[str] = field(default_factory=Counter)
+    injected: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        keys = ("admit", "finished", "aborted", "load_back", "evicted", "host_evicted", "reset")
+        shown = " ".join(f"{k}={self.counts.get(k, 0)}" for k in keys)
+        faults = sum(self.injected.values())
+        return (f"{self.label:<48} ops={self.ops:<7} time={self.seconds:7.2f}s "
+                f"violations={len(self.violations)} faults={faults} {shown}")
+
+
+def run(cfg: StressConfig, seconds: float | None = None) -> Report:
+    """Run ``cfg.ops`` random ops (or fewer when ``seconds`` run out), checking after each;
+    stop at the first violation."""
+    driver = Driver(cfg)
+    names = list(OPS)
+    weights = [OPS[n][0] for n in names]
+    start, done = time.perf_counter(), 0
+    deadline = None if seconds is None else start + seconds
+    while done < cfg.ops and (deadline is None or time.perf_counter() < deadline):
+        done += 1
+        name = driver.rng.choices(names, weights)[0]
+        driver.counts[name] += 1
+        try:
+            OPS[name][1](driver)
+        except InjectedFault:
+            driver.counts[f"fault_surfaced_in_{name}"] += 1
+        except Exception as err:  # a crash of the cache under test is a violation too
+            driver.violations.append(f"raised {type(err).__name__}: {err}\n"
+                                     + traceback.format_exc(limit=-4))
+        driver.check(sweep=done % cfg.verify_every == 0)
+        if driver.violations:
+            driver.violations.insert(0, f"op {done} ({name}), seed {cfg.seed}:")
+            break
+    if not driver.violations:
+        driver.drain()
+        driver.audit_locks()
+        driver.check(sweep=True)
+    seconds = time.perf_counter() - start
+    return Report(cfg.label(), done, seconds, driver.violations, driver.counts,
+                  dict(driver.faults.injected))
+
+
+# (write policy, eviction policy) pairs: mru evicts the just-matched path first, the order
+# that catches a load-back whose own nodes are not protected from eviction.
+POLICY_PAIRS = list(itertools.product(WRITE_POLICIES, ("lru", "mru")))
+
+
+def matrix(base: StressConfig, page_sizes: Iterable[int] = (1, 64), full: bool = False
+           ) -> list[StressConfig]:
+    """Every route x page size, with every policy pair (``full``) or one, rotated."""
+    configs = []
+    for i, ((kind, backend, layout), page) in enumerate(itertools.product(ROUTES, page_sizes)):
+        pairs = POLICY_PAIRS if full else [POLICY_PAIRS[i % len(POLICY_PAIRS)]]
+        for j, (write, evict) in enumerate(pairs):
+            configs.append(base.with_(kind=kind, io_backend=backend, layout=layout,
+                                      page_size=page, write_policy=write, eviction_policy=evict,
+                                      seed=base.seed + 1000 * i + j))
+    return configs

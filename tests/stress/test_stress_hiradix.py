@@ -1,0 +1,210 @@
+"""HiRadixCache under seeded random stress and targeted fault scenarios (bounded for CI).
+
+The random scenarios (``hicache.stress``) check invariants and slot ownership after every op and
+every cached token's KV bytes periodically and at the end; the targeted tests pin down the
+situations random runs reach only rarely. ``python -m hicache.stress --ops 100000`` runs long.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from hicache.pools import MHATokenToKVPool, TokenToKVPoolAllocator
+from hicache.radix import HiRadixCache, RadixKey
+from hicache.stress import checker
+from hicache.stress.__main__ import main
+from hicache.stress.config import StressConfig
+from hicache.stress.faults import Faults, InjectedFault
+from hicache.stress.oracle import write_kv
+from hicache.stress.runner import matrix, run
+from hicache.stress.workload import SALTS, TENANTS
+
+ACTIVITY = ("evicted", "host_evicted", "load_back", "finished", "aborted", "cache_unfinished_req")
+SCENARIOS = matrix(StressConfig(ops=1000, verify_every=10, seed=7))
+FAULTY = matrix(StressConfig(ops=500, verify_every=10, seed=11, p_alloc_none=0.1,
+                             p_transfer_fail=0.1))
+_totals: Counter[str] = Counter()
+
+
+def _assert_clean(report) -> None:
+    assert not report.violations, "\n".join(report.violations[:10])
+
+
+@pytest.mark.parametrize("cfg", SCENARIOS, ids=[c.label() for c in SCENARIOS])
+def test_random_scenario_keeps_every_invariant_and_byte(cfg):
+    report = run(cfg)
+    _assert_clean(report)
+    assert report.counts["evicted"] > 0 and report.counts["finished"] > 0
+    _totals.update(report.counts)
+
+
+def test_random_scenarios_exercised_every_path():
+    """Runs after the matrix above: across it every interesting path happened many times."""
+    if not _totals:
+        pytest.skip("run together with the scenario matrix")
+    assert all(_totals[name] >= 20 for name in ACTIVITY), dict(_totals)
+
+
+@pytest.mark.parametrize("cfg", FAULTY, ids=[c.label() for c in FAULTY])
+def test_random_scenario_survives_injected_faults(cfg):
+    report = run(cfg)
+    _assert_clean(report)
+    assert sum(report.injected.values()) > 0
+
+
+# ---- targeted scenarios ----------------------------------------------------------------------
+
+
+def _cache(size: int = 12, **kwargs) -> HiRadixCache:
+    dev = MHATokenToKVPool(size, 1, torch.float32, 1, 8, 2, "cpu")
+    allocator = TokenToKVPoolAllocator(size, 1, "cpu", kvcache=dev)
+    kwargs = {"load_back_threshold": 1, **kwargs}
+    return HiRadixCache(None, allocator, 1, **kwargs)
+
+
+def _insert(cache: HiRadixCache, tokens: list[int], tenant=None) -> None:
+    allocator = cache.token_to_kv_pool_allocator
+    slots = allocator.alloc(len(tokens))
+    write_kv(allocator.get_kvcache(), slots, torch.tensor(tokens), torch.arange(len(tokens)),
+             SALTS[tenant])
+    cache.insert(RadixKey(tokens, tenant), slots)
+
+
+def _load(cache: HiRadixCache, tokens: list[int], tenant=None) -> torch.Tensor:
+    """Match, load back, issue the loads; the prefix slots a request would read."""
+    m = cache.match_prefix(RadixKey(tokens, tenant))
+    assert not checker.namespace(checker.path_to(cache, m.last_host_node), tenant)
+    loaded, _ = cache.init_load_back(m.last_host_node, m.host_hit_length)
+    cache.ready_to_load_host_cache()
+    return torch.cat([m.device_indices, loaded])
+
+
+def _assert_served(cache: HiRadixCache, slots: torch.Tensor, tokens: list[int], tenant=None):
+    pool = cache.token_to_kv_pool_allocator.get_kvcache()
+    assert slots.numel() == len(tokens)
+    assert not checker.check_prefix(pool, slots, tokens, SALTS[tenant])
+
+
+def _assert_all_free(cache: HiRadixCache) -> None:
+    allocator, host = cache.token_to_kv_pool_allocator, cache.cache_controller.mem_pool_host
+    assert allocator.available_size() == allocator.size
+    assert host.available_size() == host.size
+
+
+def test_extra_key_isolation_in_both_tiers():
+    """Identical tokens under three namespaces (with different KV): never a cross hit."""
+    cache = _cache(size=16, hicache_ratio=4.0)
+    tokens = list(range(1, 5))
+    for tenant in TENANTS:
+        _insert(cache, tokens, tenant)
+    assert cache.evict(12) == 12  # all three now live on the host only
+    for tenant in TENANTS:
+        assert cache.match_prefix(RadixKey(tokens, tenant)).host_hit_length == 4
+        assert cache.match_prefix(RadixKey(tokens, "other")).last_host_node is cache.root
+        _assert_served(cache, _load(cache, tokens, tenant), tokens, tenant)
+    cache.check_invariants()
+    assert not checker.sweep(cache)
+
+
+def test_load_back_never_host_evicts_its_own_chain():
+    """write_back, host full: the eviction a load-back triggers backs up a device leaf, which
+    host-evicts; the node being loaded is locked and must not be the one evicted."""
+    cache = _cache(size=12, hicache_ratio=1.5, write_policy="write_back")
+    a, b, e = list(range(1, 13)), list(range(20, 26)), list(range(40, 52))
+    _insert(cache, a)
+    cache.evict(12)
+    _insert(cache, b)
+    cache.evict(6)
+    _insert(cache, e)
+    assert cache.cache_controller.mem_pool_host.available_size() == 0
+    _assert_served(cache, _load(cache, a), a)
+    cache.check_hicache_events()
+    cache.check_invariants()
+    assert not checker.sweep(cache)
+
+
+def test_failed_load_is_never_served_and_is_retried():
+    cache = _cache()
+    tokens = list(range(1, 9))
+    _insert(cache, tokens)
+    cache.evict(8)
+    faults = Faults(random.Random(0), p_transfer_fail=1.0)
+    faults.failing_load(cache.cache_controller.mem_pool_host)
+    m = cache.match_prefix(tokens)
+    cache.init_load_back(m.last_host_node, m.host_hit_length)
+    with pytest.raises(InjectedFault):
+        cache.ready_to_load_host_cache()
+    cache.check_invariants()
+    loading, _ = checker.pending(cache.cache_controller)
+    assert loading.numel() == 8, "the failed batch must stay queued (its slots are not served)"
+    faults.enabled = False
+    _assert_served(cache, _load(cache, tokens), tokens)  # the retry lands before any read
+    cache.check_hicache_events()
+    assert cache.protected_size() == 0
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_device_allocator_short_in_the_middle_of_a_load_back(policy):
+    cache = _cache(write_policy=policy)
+    tokens = list(range(1, 9))
+    _insert(cache, tokens)
+    cache.evict(8)
+    faults = Faults(random.Random(0), p_alloc_none=1.0)
+    faults.flaky_alloc(cache.token_to_kv_pool_allocator, "device")
+    m = cache.match_prefix(tokens)
+    loaded, node = cache.init_load_back(m.last_host_node, m.host_hit_length)
+    assert loaded.numel() == 0 and node is cache.root
+    assert m.last_host_node.evicted and m.last_host_node.lock_ref == 0
+    cache.check_invariants()
+    faults.restore()
+    _assert_served(cache, _load(cache, tokens), tokens)
+
+
+def test_reset_with_writes_and_loads_queued():
+    cache = _cache(size=16, hicache_ratio=2.0)
+    faults = Faults(random.Random(0), p_transfer_fail=1.0)
+    faults.failing_backup(cache.cache_controller.mem_pool_host)
+    faults.failing_load(cache.cache_controller.mem_pool_host)
+    faults.enabled = False
+    _insert(cache, list(range(1, 9)))
+    cache.evict(8)
+    faults.enabled = True
+    with pytest.raises(InjectedFault):
+        _insert(cache, list(range(20, 24)))  # its backup stays queued
+    m = cache.match_prefix(list(range(1, 9)))
+    cache.init_load_back(m.last_host_node, m.host_hit_length)
+    with pytest.raises(InjectedFault):
+        cache.ready_to_load_host_cache()  # the load stays queued too
+    ctrl = cache.cache_controller
+    assert ctrl.write_queue and ctrl.load_queue
+    cache.reset()
+    cache.check_invariants()
+    _assert_all_free(cache)
+    assert not (ctrl.write_queue or ctrl.load_queue or ctrl.ack_write_queue)
+    faults.enabled = False
+    _insert(cache, list(range(1, 9)))
+    cache.evict(8)
+    _assert_served(cache, _load(cache, list(range(1, 9))), list(range(1, 9)))
+
+
+def test_cli_runs_a_bounded_matrix(capsys):
+    assert main(["--ops", "40", "--only", "mha/kernel", "--faults", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "TOTAL scenarios=6" in out and "violations=0" in out
+
+
+CUDA = matrix(StressConfig(ops=300, verify_every=10, seed=5, device="cuda", p_alloc_none=0.05,
+                           p_transfer_fail=0.05))[::2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cfg", CUDA, ids=[c.label() for c in CUDA])
+def test_random_scenario_on_cuda(cfg):
+    """Real streams and events: a request reads its prefix through the pool's getters, which
+    wait (GPU-side) on the load batch ``ready_to_load_host_cache`` issued."""
+    _assert_clean(run(cfg))
