@@ -10,3 +10,5 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Tiny CPU tests: one torch thread avoids oversubscribing small shared CI machines.
+    torch.set_num_threads(1)

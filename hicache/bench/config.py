@@ -2,34 +2,44 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import psutil
 import torch
 
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.model import ModelConfig
+from hicache.pools.host_layouts import check_ram, host_slots
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+# The device pool holds a few conversations while the host pool (x host_ratio) holds them all:
+# CPU: 24 conversations of up to 1.7k tokens (29k distinct) vs 8k device / 33k host slots;
+# CUDA: 32 of up to 4.2k (72k distinct) vs 33k device / 131k host slots. Device-only LRU then
+# thrashes between turns while the host tier keeps every conversation.
+# One intra-op thread on CPU: on a small shared machine more threads spin against each other
+# and can run many times slower.
 CPU_DEFAULTS: dict[str, Any] = {
-    "users": 12, "rounds": 4, "system_len": 256, "prompt_len": 96, "answer_len": 8,
-    "layers": 4, "heads": 8, "kv_heads": 4, "head_dim": 32, "intermediate": 256,
-    "vocab": 512, "dtype": "float32", "device_tokens": 2048, "max_running": 4,
-    "max_prefill_tokens": 512,
+    "users": 24, "rounds": 6, "system_len": 512, "prompt_len": 192, "answer_len": 8,
+    "layers": 8, "heads": 8, "kv_heads": 4, "head_dim": 32, "intermediate": 256,
+    "vocab": 512, "dtype": "float32", "device_tokens": 8192, "max_running": 4,
+    "max_prefill_tokens": 512, "threads": 1,
 }
 CUDA_DEFAULTS: dict[str, Any] = {  # Llama-3-8B attention geometry, light MLPs
     "users": 32, "rounds": 4, "system_len": 2048, "prompt_len": 512, "answer_len": 32,
     "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 1024,
     "vocab": 1024, "dtype": "bfloat16", "device_tokens": 32768, "max_running": 16,
-    "max_prefill_tokens": 4096,
+    "max_prefill_tokens": 4096, "threads": None,
 }
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """One bench run. Sizes are tokens; ``arrival_rate`` is first-round users per second
-    (0: all at once); every later round of a user is sent when its previous answer is done."""
+    (0: all at once); every later round of a user is sent when its previous answer is done.
+    ``threads``: torch intra-op CPU threads during the run (None: leave torch's setting)."""
 
     users: int
     rounds: int
@@ -57,6 +67,7 @@ class BenchConfig:
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
     seed: int = 0
+    threads: int | None = None
     out_dir: str = "bench_out"
 
     def __post_init__(self) -> None:
@@ -67,14 +78,16 @@ class BenchConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
         for name in ("system_len", "arrival_rate", "load_back_threshold"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0 or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
-        if self.host_ratio < 1:
-            raise ValueError(f"--host-ratio must be >= 1, got {self.host_ratio}")
+        if not 1 < self.host_ratio < math.inf:
+            raise ValueError("--host-ratio must be a finite number > 1 (the host pool is the "
+                             f"larger tier), got {self.host_ratio}")
+        if self.threads is not None and self.threads <= 0:
+            raise ValueError(f"--threads must be positive, got {self.threads}")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {self.device}: CUDA is not available")
+        _check_device(self.device)
         # Build the component configs now, so their checks run before any work starts.
         self.model_config()
         self.cache_spec("hiradix")
@@ -117,6 +130,35 @@ class BenchConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check_memory(self) -> None:
+        """``ValueError`` when the device pool does not fit in free device memory (RAM on CPU)
+        or the host pool does not fit in the RAM left."""
+        per_token = self.model_config().kv_bytes_per_token
+        tokens = self.cache_spec("hiradix").device_tokens
+        device_bytes = tokens * per_token
+        host_bytes = host_slots(tokens, self.host_ratio, 0, self.page_size, per_token) * per_token
+        cuda = self.device.startswith("cuda")
+        ram = psutil.virtual_memory().available
+        free = torch.cuda.mem_get_info(self.device)[0] if cuda else ram
+        if device_bytes > free:
+            raise ValueError(f"--device-tokens {tokens}: the device pool needs "
+                             f"{device_bytes / 1e9:.1f} GB, {self.device} has {free / 1e9:.1f} GB")
+        check_ram(host_bytes if cuda else host_bytes + device_bytes)
+
 
 def _flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
+
+
+def _check_device(device: str) -> None:
+    """``ValueError`` unless ``device`` is ``cpu`` or an existing ``cuda[:N]``."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda[:N], got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")

@@ -8,12 +8,18 @@ from typing import TextIO
 
 
 class ProgressBar:
-    """``label |#####.....| done/total pct elapsed note``, redrawn in place with ``\\r``."""
+    """``label |#####.....| done/total pct elapsed note``.
+
+    On a terminal the line is redrawn in place (``\\r``) at every update; otherwise (a log
+    file, a captured pipe) a full line is written only at 0%, each 10% step and 100%.
+    """
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None, width: int = 30):
         self.total, self.label, self.width = max(total, 1), label, width
         self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.done = 0
+        self._decile = -1
         self.start = time.perf_counter()
         self._draw("")
 
@@ -22,14 +28,19 @@ class ProgressBar:
         self._draw(note)
 
     def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
 
     def _draw(self, note: str) -> None:
+        decile = 10 * self.done // self.total
+        if not self.tty and decile == self._decile:
+            return
+        self._decile = decile
         filled = self.width * self.done // self.total
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = time.perf_counter() - self.start
         pct = 100 * self.done // self.total
         line = f"{self.label:<12} |{bar}| {self.done}/{self.total} {pct:3d}% {elapsed:6.1f}s {note}"
-        self.stream.write("\r" + line.ljust(99)[:99])
+        self.stream.write("\r" + line.ljust(99)[:99] if self.tty else line.rstrip() + "\n")
         self.stream.flush()

@@ -44,6 +44,7 @@ def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) ->
         "h2d_gb_s": meter.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
         "d2h_gb_s": meter.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
         "device_evicted_tokens": meter.device_evicted, "host_evicted_tokens": meter.host_evicted,
+        "first_error": next((r.error for r in records if r.error is not None), None),
     }
 
 
@@ -99,3 +100,16 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
         cells = "".join(f"{_cell(fmt, summaries[m][key]):>{width}}" for m in modes)
         lines.append(f"{label:<28}{cells}")
     return "\n".join(lines)
+
+
+def format_gain(base: dict[str, Any], tier: dict[str, Any]) -> str:
+    """One line: what the host tier changed against the device-only baseline."""
+    computed = base["computed_tokens"]
+    saved = _pct(computed - tier["computed_tokens"], computed)
+    return (
+        f"host tier vs device-only: hit rate {base['hit_rate']:.1f}% -> {tier['hit_rate']:.1f}%, "
+        f"prefill tokens computed {-saved:+.0f}%, "
+        f"TTFT p50 {base['ttft_p50_ms']:.0f} -> {tier['ttft_p50_ms']:.0f} ms, "
+        f"p99 {base['ttft_p99_ms']:.0f} -> {tier['ttft_p99_ms']:.0f} ms, "
+        f"throughput {base['total_tok_s']:.0f} -> {tier['total_tok_s']:.0f} tok/s"
+    )

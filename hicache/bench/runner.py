@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -14,7 +17,7 @@ from hicache.bench.config import BenchConfig
 from hicache.bench.meter import TransferMeter
 from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
-from hicache.bench.report import format_table, per_round, summarize
+from hicache.bench.report import format_gain, format_table, per_round, summarize
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import build_engine
 from hicache.model import TinyTransformer
@@ -51,24 +54,63 @@ def warm_up(model: TinyTransformer, cfg: BenchConfig) -> None:
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None) -> dict[str, Any]:
-    """Run both modes, print the table, write ``results.json`` and ``rounds.png`` to ``out_dir``."""
+    """Run both modes, print the table, write ``results.json`` and ``rounds.png`` to ``out_dir``.
+
+    ``ValueError`` (before any work) when ``out_dir`` cannot be created or the pools do not fit
+    in memory.
+    """
     out = out if out is not None else sys.stdout
+    out_dir = Path(cfg.out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out-dir {cfg.out_dir}: cannot create it ({err.strerror})") from err
+    cfg.check_memory()
+    with _torch_threads(cfg.threads):
+        results = _run_modes(cfg, progress)
+    summaries = {m: results[m]["summary"] for m in MODES}
+    (out_dir / "results.json").write_text(json.dumps(_finite(results), indent=2, allow_nan=False))
+    plot_rounds(out_dir / "rounds.png", {m: results[m]["rounds"] for m in MODES})
+    out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
+    out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
+    out.write("".join(f"note: {m}: {s['rejected']} request(s) rejected, e.g. {s['first_error']}\n"
+                      for m, s in summaries.items() if s["rejected"]))
+    out.write(f"results: {out_dir / 'results.json'}\nplot:    {out_dir / 'rounds.png'}\n")
+    return results
+
+
+def _run_modes(cfg: BenchConfig, progress: bool) -> dict[str, Any]:
     model = TinyTransformer(cfg.model_config(), cfg.device)
     warm_up(model, cfg)
     results: dict[str, Any] = {"config": cfg.to_dict(), "device": _device_name(cfg.device)}
     for label, kind in MODES.items():
         results[label] = run_mode(model, cfg, kind, label, progress)
         gc.collect()
-        if torch.cuda.is_available():
+        if cfg.device.startswith("cuda"):
             torch.cuda.empty_cache()
-    summaries = {m: results[m]["summary"] for m in MODES}
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    plot_rounds(out_dir / "rounds.png", {m: results[m]["rounds"] for m in MODES})
-    out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
-    out.write(f"results: {out_dir / 'results.json'}\nplot:    {out_dir / 'rounds.png'}\n")
     return results
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the body with ``threads`` torch intra-op threads (None: unchanged), then restore."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (a percentile of no samples) replaced by None, so
+    the file is strict JSON."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _device_name(device: str) -> str:

@@ -258,8 +258,9 @@ class HiCacheController:
         Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
         ``stream`` (``record_stream``). The kernel backend gets the host indices on the device,
         copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
-        direct backend plans its copies on the CPU, so it gets both on the CPU; that copy blocks until ``stream`` reaches it (a racy
-        non-blocking device-to-host copy read at once by the CPU would plan with garbage).
+        direct backend plans its copies on the CPU, so it gets both on the CPU; that copy blocks
+        until ``stream`` reaches it (a racy non-blocking device-to-host copy read at once by the
+        CPU would plan with garbage).
         """
         if stream is None:
             return op.host_indices, op.device_indices

@@ -24,7 +24,8 @@ class CacheSpec:
     ----------
     kind : ``"radix"`` (device-only ``RadixCache``) or ``"hiradix"`` (``HiRadixCache``, host tier).
     device_tokens : usable device KV slots (a multiple of ``page_size``).
-    max_context_len : longest request (prompt + output) the engine accepts.
+    max_context_len : longest request (prompt + output) the engine accepts, rounded up to
+        whole pages.
     max_requests : rows of the request-to-token table.
     The rest are ``HiRadixCache`` options (``eviction_policy`` also applies to ``radix``).
     """
@@ -96,6 +97,8 @@ def build_engine(
     """Fresh pools on ``model.device``, the cache ``spec`` names, and an engine over them."""
     kv_pool = make_kv_pool(model.cfg, spec.device_tokens, spec.page_size, model.device)
     allocator = TokenToKVPoolAllocator(spec.device_tokens, spec.page_size, model.device, kv_pool)
-    req_pool = ReqToTokenPool(spec.max_requests, spec.max_context_len, model.device)
+    # A row holds whole pages: a request of max_context_len tokens may need up to a page more.
+    row_len = -(-spec.max_context_len // spec.page_size) * spec.page_size
+    req_pool = ReqToTokenPool(spec.max_requests, row_len, model.device)
     cache = build_cache(spec, req_pool, allocator)
     return Engine(model, cache, req_pool, allocator, config)

@@ -38,7 +38,7 @@ class SlotBudget:
     def never_fits(self, req: Request) -> str | None:
         """Why ``req`` can never be served by these pools, or None when it can."""
         max_len = self.req_to_token_pool.max_context_len
-        if req.kv_total + 1 > max_len:
+        if max(req.kv_total + 1, self.round_up(req.kv_total)) > max_len:
             return (f"request {req.rid} needs {req.kv_total + 1} tokens of context; "
                     f"the engine's max context is {max_len}")
         if self.round_up(req.kv_total) > self.allocator.size:
@@ -52,11 +52,34 @@ class SlotBudget:
         return self.allocator.available_size() + self.cache.evictable_size() - reserved
 
     def alloc(self, n: int) -> torch.Tensor | None:
-        """``n`` slots (a page multiple), evicting unlocked cache entries when short."""
+        """``n`` slots (a page multiple), evicting unlocked cache entries when short.
+
+        A node whose host backup is still in flight is locked, so not evictable, until its ack
+        is retired; a reservation may have counted it. When eviction falls short, wait for the
+        transfers in flight (a CUDA sync; nothing on CPU), retire them and evict again.
+        """
+        slots = self._evict_and_alloc(n)
+        if slots is None and self._land_transfers():
+            slots = self._evict_and_alloc(n)
+        return slots
+
+    def _evict_and_alloc(self, n: int) -> torch.Tensor | None:
         short = n - self.allocator.available_size()
         if short > 0:
             self.evicted_tokens += self.cache.evict(short)
         return self.allocator.alloc(n)
+
+    def _land_transfers(self) -> bool:
+        """Issue queued host transfers, block until all have landed and retire their acks
+        (unlocking their nodes). False when the cache has no host tier."""
+        controller = getattr(self.cache, "cache_controller", None)
+        if controller is None:
+            return False
+        self.cache.check_hicache_events()
+        for ack in [*controller.ack_write_queue, *controller.ack_load_queue]:
+            ack.finish_event.synchronize()
+        self.cache.check_hicache_events()
+        return True
 
     def grow(self, req: Request, n: int) -> torch.Tensor:
         """Make row ``req.req_pool_idx`` name slots for tokens ``kv_len .. kv_len + n - 1``.

@@ -115,11 +115,15 @@ def _segment(
 def _sdpa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
 ) -> torch.Tensor:
-    """``q [n, H, D]``, ``k [S, KVH, D]``, ``v [S, KVH, Dv]`` -> ``[n, H, Dv]``."""
-    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
-    group = q.shape[0] // k.shape[0]
+    """``q [n, H, D]``, ``k [S, KVH, D]``, ``v [S, KVH, Dv]`` -> ``[n, H, Dv]``.
+
+    Called with 4-D ``[1, heads, len, dim]`` operands: the fused (flash / memory-efficient)
+    backends take only 4-D input, 3-D input falls back to the slow math backend.
+    """
+    q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
     if group > 1 and not _HAS_GQA:
-        k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     extra = {"enable_gqa": True} if group > 1 and _HAS_GQA else {}
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
-    return out.transpose(0, 1)
+    return out[0].transpose(0, 1)

@@ -30,7 +30,9 @@ class DecoderLayer(nn.Module):
 class TinyTransformer(nn.Module):
     """Pre-norm decoder with seeded random weights (a pure function of ``cfg`` and the device).
 
-    Weights are drawn on ``device`` from a generator seeded with ``cfg.seed``.
+    Weights are drawn on ``device`` from a generator seeded with ``cfg.seed``. The LM head runs
+    in fp32, so logits are not rounded to ``cfg.dtype`` (a bf16 logit near 4 would be a multiple
+    of 1/32): comparing two runs' logits then measures only what differs upstream.
     """
 
     def __init__(self, cfg: ModelConfig, device: torch.device | str = "cpu") -> None:
@@ -42,7 +44,7 @@ class TinyTransformer(nn.Module):
             self.embed = nn.Parameter(embed.to(cfg.dtype), requires_grad=False)
             self.layers = nn.ModuleList(DecoderLayer(cfg, i, gen) for i in range(cfg.num_layers))
             self.norm = RMSNorm(cfg.hidden_size, cfg.dtype)
-            self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, cfg.dtype)
+            self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, torch.float32)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, pool: Any, all_logits: bool = False) -> torch.Tensor:
@@ -58,4 +60,4 @@ class TinyTransformer(nn.Module):
             h = layer(h, batch, pool)
         if not all_logits:
             h = h[batch.last_index]
-        return self.lm_head(self.norm(h)).float()
+        return self.lm_head(self.norm(h).float())

@@ -139,6 +139,8 @@ class HiRadixCache(RadixCache):
                     queued += len(node.key)
                 else:
                     evicted += self._evict_leaf(node, freed)
+            if queued:  # enough was freed meanwhile; still land the writes and unlock their nodes
+                host_io.finish_writes(self)
         finally:
             self._free_device(freed)
         return evicted

@@ -64,10 +64,15 @@ def backup_path(cache: HiRadixCache, last: TreeNode) -> None:
 def write_back(cache: HiRadixCache, node: TreeNode) -> bool:
     """Under ``write_back``, queue backups of a leaf being evicted without a host copy and of
     its ancestors lacking one (parents first). False when that does not apply or the host
-    cannot take them all (the caller then deletes the leaf)."""
+    cannot take them all even after ``evict_host`` (the caller then deletes the leaf); then
+    nothing is queued, unless the host pool refused an allocation it had room for: the part
+    already queued stays locked until a later call issues its writes."""
     if node.backuped or cache.write_policy != "write_back":
         return False
     chain = [n for n in cache._path_to_root(node) if not n.backuped]
+    short = sum(len(n.key) for n in chain) - cache.cache_controller.mem_pool_host.available_size()
+    if short > 0 and cache.evict_host(short) < short:
+        return False
     return all(backup(cache, n) for n in reversed(chain))
 
 

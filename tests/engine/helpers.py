@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import torch
 
@@ -55,3 +56,31 @@ def assert_no_leak(engine: Engine) -> None:
     assert cache.protected_size() == 0
     assert alloc.available_size() + cache.total_size() == alloc.size
     assert engine.req_to_token_pool.available_size() == engine.req_to_token_pool.size
+
+
+class LoadSpy:
+    """Wraps a ``LayerDoneCounter`` to record, per forward pass, the load batch it was told to
+    consume (``set_consumer``) and the layers whose buffers it then waited for, in order."""
+
+    def __init__(self, counter: Any) -> None:
+        self.passes: list[tuple[int, list[int]]] = []
+        set_consumer, wait_until = counter.set_consumer, counter.wait_until
+
+        def on_set_consumer(index: int) -> None:
+            self.passes.append((index, []))
+            set_consumer(index)
+
+        def on_wait_until(layer: int) -> None:
+            if self.passes:
+                self.passes[-1][1].append(layer)
+            wait_until(layer)
+
+        counter.set_consumer, counter.wait_until = on_set_consumer, on_wait_until
+
+    def assert_layer_wise(self, num_layers: int) -> None:
+        """Some pass consumed a load batch, and every such pass waited for each layer in
+        order, right before that layer's attention read the pool."""
+        loaded = [layers for index, layers in self.passes if index >= 0]
+        assert loaded, "no forward pass waited on a host-to-device load batch"
+        for layers in loaded:
+            assert layers == sorted(layers) and set(layers) == set(range(num_layers)), layers

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from hicache.__main__ import main
 from hicache.bench import BenchConfig, run_bench
 from hicache.bench.png import Canvas, encode_png
+from hicache.bench.progress import ProgressBar
 
 TINY = {"users": 3, "rounds": 3, "system_len": 24, "prompt_len": 16, "answer_len": 3,
         "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 32,
@@ -24,10 +26,16 @@ TINY = {"users": 3, "rounds": 3, "system_len": 24, "prompt_len": 16, "answer_len
 
 @pytest.mark.parametrize("argv", [
     ["bench", "--users", "-1"], ["bench", "--device-tokens", "0"], ["bench", "--host-ratio", "0.5"],
+    ["bench", "--host-ratio", "1"], ["bench", "--host-ratio", "nan"],
+    ["bench", "--arrival-rate", "inf"], ["bench", "--threads", "0"], ["bench", "--device", "foo"],
     ["bench", "--policy", "random"], ["bench", "--rounds", "two"], ["bench", "--heads", "6"],
-    ["bench", "--io-backend", "direct", "--mem-layout", "page_head"], ["frobnicate"],
+    ["bench", "--io-backend", "direct", "--mem-layout", "page_head"],
+    ["bench", "--device-tokens", "3000000000"], ["frobnicate"], [],
 ])
-def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], capsys) -> None:
+def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], tmp_path: Path,
+                                                  capsys) -> None:
+    if argv[:1] == ["bench"]:
+        argv = [*argv, "--out-dir", str(tmp_path)]
     try:
         code = main(argv)
     except SystemExit as exc:
@@ -35,6 +43,14 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], capsys) -> No
     err = capsys.readouterr().err
     assert code != 0
     assert len(err.strip().splitlines()) == 1 and "error" in err and "Traceback" not in err
+
+
+def test_unwritable_out_dir_is_one_line(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["bench", "--out-dir", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hicache bench: error: --out-dir") and len(err.splitlines()) == 1
 
 
 def test_module_entry_point_reports_without_traceback() -> None:
@@ -47,9 +63,15 @@ def test_module_entry_point_reports_without_traceback() -> None:
 def test_tiny_bench_writes_table_json_and_png(tmp_path: Path) -> None:
     cfg = BenchConfig.from_args({**TINY, "out_dir": str(tmp_path)})
     out = io.StringIO()
+    threads = torch.get_num_threads()
     results = run_bench(cfg, progress=False, out=out)
+    assert torch.get_num_threads() == threads, "the bench must restore torch's thread count"
     table = out.getvalue()
-    assert "hit rate: host (L2)" in table and "TTFT p99 (ms)" in table
+    for row in ("hit rate: device (L1)", "hit rate: host (L2)", "prefill tokens computed",
+                "prefill tokens reused", "TTFT p50 (ms)", "TTFT p99 (ms)", "throughput",
+                "host->device (GB/s)", "device->host (MB)", "evicted from device",
+                "host tier vs device-only"):
+        assert row in table, row
     saved = json.loads((tmp_path / "results.json").read_text())
     for mode in ("device-only", "host-tier"):
         assert saved[mode]["summary"]["requests"] == TINY["users"] * TINY["rounds"]
@@ -58,6 +80,17 @@ def test_tiny_bench_writes_table_json_and_png(tmp_path: Path) -> None:
     assert host["host_hit_rate"] > 0 and host["h2d_bytes"] > 0 and host["d2h_bytes"] > 0
     assert host["hit_rate"] > results["device-only"]["summary"]["hit_rate"]
     assert (tmp_path / "rounds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_progress_bar_off_a_terminal_writes_one_line_per_tenth() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(50, "mode", stream)
+    for _ in range(50):
+        bar.update(note="round 1/1")
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11 and "\r" not in stream.getvalue()
+    assert lines[-1].startswith("mode") and "50/50 100%" in lines[-1]
 
 
 def test_png_encoder_round_trips() -> None:

@@ -57,6 +57,16 @@ def test_too_long_request_is_rejected_and_others_served() -> None:
     assert_no_leak(engine)
 
 
+def test_request_of_max_context_len_fits_its_last_page() -> None:
+    spec = CacheSpec(device_tokens=64, page_size=4, max_context_len=30, max_requests=2)
+    engine = build_engine(TinyTransformer(MHA), spec, RECORD)
+    req = engine.submit(list(range(28)), 2)  # 30 tokens; KV for 29 needs 8 whole pages
+    engine.run()
+    assert req.status is Status.FINISHED, req.error
+    assert_matches_reference(engine, [req], atol=1e-5)
+    assert_no_leak(engine)
+
+
 @pytest.mark.parametrize("bad", [([], 3), ([1, 999], 3), ([1, 2], 0), ([1, -2], 1)])
 def test_submit_rejects_bad_input(bad: tuple[list[int], int]) -> None:
     engine = engine_for(MHA, 64)
