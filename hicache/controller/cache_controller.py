@@ -270,5 +270,6 @@ class HiCacheController:
         # Pairs in host-address order: scattered pinned reads then stay within few host pages at
         # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).
         host, order = torch.sort(op.host_indices)
-        device = op.device_indices.index_select(0, order.pin_memory().to(self.device, True))
+        order = order.pin_memory().to(self.device, non_blocking=True)
+        device = op.device_indices.index_select(0, order)
         return host.pin_memory().to(self.device, non_blocking=True), device
