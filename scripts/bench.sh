@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the main job. Extra arguments go to `hicache`.
+# Set up (scripts/setup.sh) and run the main job. Arguments go to `hicache` (default: bench).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-if [ "$#" -eq 0 ]; then set -- bench; fi
+case "${1:-}" in ""|-*) set -- bench "$@" ;; esac  # default subcommand: bench
 hicache "$@"
