@@ -2,13 +2,14 @@
 
 from hicache.pools.allocator import PageAllocator, TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool
-from hicache.pools.host_layouts import IO_BACKENDS, LAYOUTS, SUPPORTED_PAIRS
+from hicache.pools.host_layouts import IO_BACKENDS, LAYOUTS, ROUTES, SUPPORTED_PAIRS
 from hicache.pools.host_pool import HostKVPool, MHATokenToKVPoolHost, MLATokenToKVPoolHost
 from hicache.pools.req_to_token import ReqToTokenPool
 
 __all__ = [
     "IO_BACKENDS",
     "LAYOUTS",
+    "ROUTES",
     "SUPPORTED_PAIRS",
     "HostKVPool",
     "KVPool",

@@ -24,6 +24,14 @@ SUPPORTED_PAIRS = {
     "kernel": ("layer_first", "page_first", "page_head"),
     "direct": ("layer_first", "page_first_direct"),
 }
+# (attention kind, io_backend, layout): every route the host pools support (page_head: MHA only).
+ROUTES = tuple(
+    (kind, backend, layout)
+    for kind in ("mha", "mla")
+    for backend, layouts in SUPPORTED_PAIRS.items()
+    for layout in layouts
+    if not (kind == "mla" and layout == "page_head")
+)
 _GB = 1e9
 
 

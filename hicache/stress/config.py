@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hicache.pools import (
-    SUPPORTED_PAIRS,
+    ROUTES,
     MHATokenToKVPool,
     MLATokenToKVPool,
     ReqToTokenPool,
@@ -21,14 +21,6 @@ from hicache.pools import (
 
 KINDS = ("mha", "mla")
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
-# (kind, io_backend, layout): every pair the host pools support (page_head is MHA only).
-ROUTES = [
-    (kind, backend, layout)
-    for kind in KINDS
-    for backend, layouts in SUPPORTED_PAIRS.items()
-    for layout in layouts
-    if not (kind == "mla" and layout == "page_head")
-]
 LAYERS, HEADS, HEAD_DIM = 2, 2, 8
 MLA_RANK, MLA_ROPE = 8, 4
 MAX_LIVE = 2  # requests in flight at once

@@ -18,18 +18,6 @@ from hicache.pools import (
 
 LAYERS = 3
 
-# (attention kind, io_backend, host layout): every pair the host pools support.
-ROUTES = [
-    ("mha", "kernel", "layer_first"),
-    ("mha", "kernel", "page_first"),
-    ("mha", "kernel", "page_head"),
-    ("mha", "direct", "layer_first"),
-    ("mha", "direct", "page_first_direct"),
-    ("mla", "kernel", "layer_first"),
-    ("mla", "kernel", "page_first"),
-    ("mla", "direct", "layer_first"),
-    ("mla", "direct", "page_first_direct"),
-]
 
 
 @dataclass

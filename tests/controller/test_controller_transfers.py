@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from hicache.controller import HiCacheAck, LayerLoadingEvent, pop_finished_acks
+from hicache.pools import ROUTES
 from tests.controller.helpers import (
-    ROUTES,
     assert_same_bytes,
     fill_random,
     make_rig,

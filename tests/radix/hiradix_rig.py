@@ -21,18 +21,6 @@ from hicache.radix.invariants import iter_nodes
 
 LAYERS = 2
 HEADS, DIM = 2, 4
-# (attention, io_backend, host layout): every pair hicache.pools.SUPPORTED_PAIRS allows.
-ROUTES = [
-    ("mha", "kernel", "layer_first"),
-    ("mha", "kernel", "page_first"),
-    ("mha", "kernel", "page_head"),
-    ("mha", "direct", "layer_first"),
-    ("mha", "direct", "page_first_direct"),
-    ("mla", "kernel", "layer_first"),
-    ("mla", "kernel", "page_first"),
-    ("mla", "direct", "layer_first"),
-    ("mla", "direct", "page_first_direct"),
-]
 POLICIES = ["write_through", "write_through_selective", "write_back"]
 
 

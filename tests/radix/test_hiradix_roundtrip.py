@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hicache.pools import ROUTES
 from hicache.radix import RadixKey, Req
 from tests.radix.hiradix_rig import (
     POLICIES,
-    ROUTES,
     assert_kv,
     device_pool,
     fill_kv,

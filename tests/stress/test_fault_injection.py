@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from hicache.pools import ROUTES
 from hicache.stress.faults import Faults, InjectedFault
 from hicache.stress.oracle import device_kv, host_kv, mismatches, write_kv
-from tests.controller.helpers import ROUTES, make_rig
+from tests.controller.helpers import make_rig
 
 
 @dataclass(eq=False)
