@@ -43,6 +43,8 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
     parent, page = node.parent, cache.page_size
     if parent is None or parent.children.get(cache._child_key(parent, node)) is not node:
         _fail(f"node {node.id} is not its parent's child under its first page")
+    if node.child_key != cache._child_key(parent, node):
+        _fail(f"node {node.id}: its cached child_key is not its first page")
     if node.key.dtype != TOKEN_DTYPE or node.key.ndim != 1:
         _fail(f"node {node.id}: key must be a 1-D {TOKEN_DTYPE.__name__} array")
     if len(node.key) == 0 or len(node.key) % page:

@@ -53,7 +53,7 @@ def as_token_array(token_ids: Any) -> np.ndarray:
     return arr
 
 
-_BYTES_COMPARE_MAX = 4096  # tokens; above this a bytes copy costs more than numpy's compare
+BYTES_COMPARE_MAX = 4096  # tokens; above this a bytes copy costs more than numpy's compare
 
 
 def common_prefix_len(
@@ -67,7 +67,7 @@ def common_prefix_len(
     """
     n = min(len(a), len(b))
     a, b = a[:n], b[:n]
-    if n <= _BYTES_COMPARE_MAX and a.tobytes() == b.tobytes():
+    if n <= BYTES_COMPARE_MAX and a.tobytes() == b.tobytes():
         return n
     out = scratch[:n] if scratch is not None and len(scratch) >= n else None
     ne = np.not_equal(a, b, out=out)

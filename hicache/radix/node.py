@@ -23,6 +23,7 @@ class TreeNode:
         evicted (host-only node of the hierarchical cache).
     host_value : int64 tensor ``[n]`` of host KV slots, or None when not backed up.
     extra_key : namespace shared by the whole root-to-node path.
+    child_key : the key of this node in ``parent.children`` (None until linked).
     lock_ref : locks held on this node or a descendant; locked nodes are never evicted.
     hit_count : matches and inserts that reached this node after it was created.
     last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
@@ -39,6 +40,7 @@ class TreeNode:
         "value",
         "host_value",
         "extra_key",
+        "child_key",
         "lock_ref",
         "hit_count",
         "last_access_time",
@@ -64,6 +66,7 @@ class TreeNode:
         self.value = value
         self.host_value: torch.Tensor | None = None
         self.extra_key = extra_key
+        self.child_key: ChildKey | None = None
         self.lock_ref = 0
         self.hit_count = 0
         self.last_access_time = tick

@@ -40,11 +40,19 @@ from hicache.radix.base import (
     SlotAllocator,
     check_int,
 )
-from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, common_prefix_len
+from hicache.radix.key import (
+    BYTES_COMPARE_MAX,
+    TOKEN_DTYPE,
+    RadixKey,
+    as_radix_key,
+    common_prefix_len,
+)
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
-from hicache.radix.slots import check_value, concat_slots, head_slots, own_slots
+from hicache.radix.slots import check_value, concat_slots, copy_slots, head_slots
+
+_PRIORITY_MIN = -(2**63)
 
 
 class RadixCache(BasePrefixCache):
@@ -110,7 +118,8 @@ class RadixCache(BasePrefixCache):
         check_value(value, len(key.token_ids))
         if value is None and self.token_to_kv_pool_allocator is not None:
             raise ValueError("value is required: this cache frees its values to an allocator")
-        check_int("priority", priority, minimum=-(2**63))
+        if type(priority) is not int or priority < _PRIORITY_MIN:
+            check_int("priority", priority, minimum=_PRIORITY_MIN)
         if self.disable:
             return 0
         present, _ = self._insert(key, value, priority)
@@ -120,11 +129,12 @@ class RadixCache(BasePrefixCache):
         check_int("num_tokens", num_tokens, minimum=0)
         freed: list[torch.Tensor] = []
         evicted = 0
+        pop, evict_leaf = self._evictable.pop, self._evict_leaf
         while evicted < num_tokens:
-            node = self._evictable.pop()
+            node = pop()
             if node is None:
                 break
-            evicted += self._evict_leaf(node, freed)
+            evicted += evict_leaf(node, freed)
         self._free_device(freed)
         return evicted
 
@@ -197,39 +207,59 @@ class RadixCache(BasePrefixCache):
         """Insert the whole pages of ``key``; returns (tokens already cached, path)."""
         ids = key.token_ids
         n = len(ids) - len(ids) % self.page_size
-        path = self._descend(ids, key.extra_key)
+        path, missing = self._walk(ids, key.extra_key)
         tick = next(self._clock)
         present = pos = 0
         for node in path:
             self._on_hit(node, tick, priority)
             present += self._adopt(node, value, pos)
             pos += len(node.key)
-        if pos < n:
+        if missing is not None:  # pages [pos, n) are new
             parent = path[-1] if path else self.root
-            leaf = self._add_leaf(parent, ids[pos:n].copy(), own_slots(value, ids, pos, n),
-                                  key.extra_key, tick, priority)
+            slots = (torch.from_numpy(ids[pos:n].astype(np.int64)) if value is None
+                     else copy_slots(value, pos, n))
+            leaf = self._add_leaf(parent, ids[pos:n].copy(), slots, key.extra_key, tick,
+                                  priority, missing)
             path.append(leaf)
         return present, path
 
     def _descend(self, ids: np.ndarray, extra_key: Hashable | None) -> list[TreeNode]:
         """Nodes matching the whole pages of ``ids`` from the root; splits where a match ends."""
+        return self._walk(ids, extra_key)[0]
+
+    def _walk(
+        self, ids: np.ndarray, extra_key: Hashable | None
+    ) -> tuple[list[TreeNode], ChildKey | None]:
+        """``_descend``, plus the child key of the first unmatched page (None if none is left)."""
         page = self.page_size
         n = len(ids) - len(ids) % page
-        if n > len(self._scratch):
-            self._scratch = np.empty(n, dtype=bool)
-        scratch, path, pos = self._scratch, [], 0
+        path: list[TreeNode] = []
+        if not n:
+            return path, None
         # Root children are keyed by (extra_key, first page); deeper ones by the first page.
-        child = self.root.children.get((extra_key, ids[:page].tobytes())) if n else None
+        look: ChildKey = (extra_key, ids[:page].tobytes())
+        child, pos = self.root.children.get(look), 0
         while child is not None:
-            matched = common_prefix_len(child.key, ids[pos:n], page, scratch)
-            if matched < len(child.key):
-                child = self._split_node(child, matched)
+            key = child.key
+            end = pos + len(key)
+            # Fast path: the whole edge matches (one memcmp); else a vectorised compare.
+            if end <= n and len(key) <= BYTES_COMPARE_MAX and (
+                key.tobytes() == ids[pos:end].tobytes()
+            ):
+                pos = end
+            else:
+                if n > len(self._scratch):
+                    self._scratch = np.empty(n, dtype=bool)
+                matched = common_prefix_len(key, ids[pos:n], page, self._scratch)
+                if matched < len(key):
+                    child = self._split_node(child, matched)
+                pos += matched
             path.append(child)
-            pos += matched
             if pos >= n:
-                break
-            child = child.children.get(ids[pos : pos + page].tobytes())
-        return path
+                return path, None
+            look = ids[pos : pos + page].tobytes()
+            child = child.children.get(look)
+        return path, look
 
     def _match_result(self, path: list[TreeNode]) -> MatchResult:
         values, last_device, host_len = [], self.root, 0
@@ -263,15 +293,19 @@ class RadixCache(BasePrefixCache):
         node.key = node.key[at:]
         node.value = None if node.value is None else node.value[at:]
         node.host_value = None if node.host_value is None else node.host_value[at:]
-        parent.children[self._child_key(parent, upper)] = upper
-        upper.children[self._child_key(upper, node)] = node
+        upper.child_key, node.child_key = node.child_key, self._child_key(upper, node)
+        parent.children[upper.child_key] = upper
+        upper.children[node.child_key] = node
         node.parent = upper
         return upper
 
     def _add_leaf(self, parent: TreeNode, ids: np.ndarray, value: torch.Tensor,
-                  extra_key: Hashable | None, tick: int, priority: int) -> TreeNode:
+                  extra_key: Hashable | None, tick: int, priority: int,
+                  child_key: ChildKey) -> TreeNode:
+        """Link a new leaf under ``parent`` at ``child_key`` (``_child_key`` of the leaf)."""
         leaf = TreeNode(ids, value, parent, extra_key=extra_key, tick=tick, priority=priority)
-        parent.children[self._child_key(parent, leaf)] = leaf
+        leaf.child_key = child_key
+        parent.children[child_key] = leaf
         self._evictable_size += len(ids)
         self._sync(parent)
         self._sync(leaf)
@@ -311,14 +345,15 @@ class RadixCache(BasePrefixCache):
         """Evict a leaf popped from the evictable set; its slots go to ``freed``."""
         assert node.value is not None
         freed.append(node.value)
-        self._evictable_size -= len(node.key)
+        size = len(node.key)
+        self._evictable_size -= size
         self._delete_leaf(node)
-        return len(node.key)
+        return size
 
     def _delete_leaf(self, node: TreeNode) -> None:
         parent = node.parent
         assert parent is not None and not node.children, "only attached leaves are deleted"
-        del parent.children[self._child_key(parent, node)]
+        del parent.children[node.child_key]
         node.parent = None
         self._sync(parent)
 

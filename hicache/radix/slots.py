@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+_INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
 
 def concat_slots(values: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     """A new int64 tensor ``[sum of lengths]`` holding ``values`` end to end.
@@ -30,7 +32,7 @@ def concat_slots(values: list[torch.Tensor], device: torch.device) -> torch.Tens
 
 def copy_slots(value: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
     """A private int64 copy of ``value[start:end]`` (shares no storage with ``value``)."""
-    if value.device.type == "cpu":
+    if value.is_cpu:
         return torch.from_numpy(value.numpy()[start:end].astype(np.int64))  # astype copies
     return value[start:end].to(torch.int64, copy=True)
 
@@ -41,20 +43,16 @@ def check_value(value: Any, key_len: int) -> None:
         return
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"value must be a torch.Tensor or None, got {type(value).__name__}")
-    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-        raise TypeError(f"value must be an integer tensor, got dtype {value.dtype}")
+    dtype = value.dtype
+    if dtype not in _INT_DTYPES and (
+        dtype.is_floating_point or dtype.is_complex or dtype == torch.bool
+    ):
+        raise TypeError(f"value must be an integer tensor, got dtype {dtype}")
     if value.dim() != 1 or value.shape[0] != key_len:
         raise ValueError(
             f"value must be 1-D with one slot per token ({key_len}), got shape "
             f"{tuple(value.shape)}"
         )
-
-
-def own_slots(value: torch.Tensor | None, ids: np.ndarray, start: int, end: int) -> torch.Tensor:
-    """The tree's private int64 copy of ``value[start:end]`` (token ids when value is None)."""
-    if value is None:
-        return torch.from_numpy(ids[start:end].astype(np.int64))
-    return copy_slots(value, start, end)
 
 
 def head_slots(value: torch.Tensor | None, at: int) -> torch.Tensor | None:
