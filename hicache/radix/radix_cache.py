@@ -103,6 +103,11 @@ class RadixCache(BasePrefixCache):
 
     # ---- queries and updates ---------------------------------------------------------------
 
+    @property
+    def root_node(self) -> TreeNode:
+        """The root, under SGLang's name (same object as :attr:`root`)."""
+        return self.root
+
     def match_prefix(self, key: Any) -> MatchResult:
         key = as_radix_key(key)
         if self.disable:

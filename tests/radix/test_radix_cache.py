@@ -343,3 +343,10 @@ def test_tree_node_flags_and_ids():
     assert b.backuped and b.id != a.id
     assert (a.creation_time, a.last_access_time, a.priority, a.hit_count) == (3, 3, 2, 0)
     assert "evicted=True" in repr(b)
+
+
+def test_root_node_is_the_root_under_sglangs_name() -> None:
+    cache = RadixCache(None, None)
+    assert cache.root_node is cache.root
+    cache.insert([1, 2, 3])
+    assert cache.match_prefix([1, 2]).last_device_node.parent is cache.root_node
