@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from hicache.controller import WRITE_POLICIES
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
 from hicache.model import TinyTransformer, make_kv_pool
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.pools.host_layouts import check_pair
-from hicache.radix import EVICTION_POLICIES
+from hicache.radix import HiCacheConfig, RadixCacheConfig
 
 CACHE_KINDS = ("radix", "hiradix")
 
@@ -55,21 +53,15 @@ class CacheSpec:
                 f"device_tokens ({self.device_tokens}) must be a multiple of page_size "
                 f"({self.page_size})"
             )
-        if self.eviction_policy not in EVICTION_POLICIES:
-            raise ValueError(
-                f"eviction_policy must be one of {sorted(EVICTION_POLICIES)}, "
-                f"got {self.eviction_policy!r}"
-            )
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(
-                f"write_policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}"
-            )
-        check_pair(self.mem_layout, self.io_backend)
         if self.hicache_ratio < 1:
             raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache_ratio}")
-        if self.hicache_size_gb < 0 or self.load_back_threshold < 0:
-            raise ValueError("hicache_size_gb and load_back_threshold must be >= 0")
+        # The caches' own frozen configs validate the policies, sizes and the layout/backend pair.
+        RadixCacheConfig(self.page_size, self.eviction_policy)
+        HiCacheConfig(**self.host_options())
 
+    def host_options(self) -> dict[str, Any]:
+        """The ``HiRadixCache`` host-tier keyword arguments (``HiCacheConfig``'s fields)."""
+        return {f.name: getattr(self, f.name) for f in fields(HiCacheConfig)}
 
 def build_cache(
     spec: CacheSpec, req_pool: ReqToTokenPool, allocator: TokenToKVPoolAllocator
@@ -84,10 +76,8 @@ def build_cache(
     from hicache.radix import HiRadixCache
 
     return HiRadixCache(
-        req_pool, allocator, spec.page_size,
-        hicache_ratio=spec.hicache_ratio, hicache_size_gb=spec.hicache_size_gb,
-        write_policy=spec.write_policy, io_backend=spec.io_backend, mem_layout=spec.mem_layout,
-        eviction_policy=spec.eviction_policy, load_back_threshold=spec.load_back_threshold,
+        req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy,
+        **spec.host_options(),
     )
 
 
