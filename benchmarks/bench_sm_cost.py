@@ -34,6 +34,10 @@ from _transfer_cases import bind, spec
 
 TRANSFERS = {"load per_layer": spec("per_layer", "load"),
              "backup all_layer": spec("all_layer", "backup")}
+# Copy-engine transfers (no launch shape, no knobs); measured on whole pages of >= 64 KiB.
+DIRECT_TRANSFERS = {"load direct": spec("direct", "load"),
+                    "backup direct": spec("direct", "backup")}
+NO_KNOBS = {"block_quota": "-", "num_warps_per_block": "-"}
 IDLE_NS = 2_000_000  # one idle-blocks launch: about as long as one per-layer load
 
 
@@ -112,9 +116,12 @@ def _cost(clock: Clock, loop: Callable[[], None], loop_cpu_s: float, xfer: Calla
 
 
 def sm_cost(clock: Clock, kernels: ModuleType, pools: Pools, knobs_list: list[dict], *,
-            mm_n: int = 8192, loop_s: float = 0.05, reps: int = 5) -> list[dict]:
+            transfers: dict | None = None, mm_n: int = 8192, loop_s: float = 0.05,
+            reps: int = 5) -> list[dict]:
     """Matmul slowdown (%) per transfer kind and knob setting, after the idle-blocks reference
-    of each setting; [] on CPU."""
+    of each setting; [] on CPU. ``transfers`` defaults to the kernel ops; with
+    ``DIRECT_TRANSFERS`` pass ``[NO_KNOBS]`` (there is no launch shape, so no idle reference)."""
+    transfers = TRANSFERS if transfers is None else transfers
     if not clock.cuda:
         log("sm-cost: skipped (needs CUDA)")
         return []
@@ -124,10 +131,11 @@ def sm_cost(clock: Clock, kernels: ModuleType, pools: Pools, knobs_list: list[di
     out = []
     for knobs in knobs_list:
         bq, nw = knobs["block_quota"], knobs["num_warps_per_block"]
-        cases = [("idle blocks", "none", _idle(scratch, bq, nw), 0, None)]
-        for name, sp in TRANSFERS.items():
+        cases = [] if knobs is NO_KNOBS else [("idle blocks", "none", _idle(scratch, bq, nw), 0,
+                                               None)]
+        for name, sp in transfers.items():
             nbytes = sp.bytes_moved(pools.shape, pools.shape.tokens)
-            target = {"threshold": SLOWDOWN_TARGET_PCT} if bq == 2 else None
+            target = {"threshold": SLOWDOWN_TARGET_PCT} if bq in (2, "-") else None
             cases.append((name, sp.op, bind(kernels, sp, pools, pools.shape.tokens, knobs),
                           nbytes, target))
         for name, op, xfer, nbytes, target in cases:

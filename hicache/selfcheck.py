@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hicache.devices import new_stream, stream_scope
 from hicache.pools import (
     MHATokenToKVPool,
     MHATokenToKVPoolHost,
@@ -81,15 +82,20 @@ def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, 
     perm = torch.randperm(n // args.page_size) * args.page_size
     dev_idx = dev_idx.view(-1, args.page_size)[perm // args.page_size].reshape(-1)
     expected = [buf[dev_idx.cpu()].cpu().clone() for buf in _buffers(pool)]
-    page = slice(0, args.page_size)  # warm-up: compile the kernels outside the timed region
-    host.backup_from_device_all_layer(pool, host_idx[page], dev_idx[page], backend)
-    host.load_to_device_per_layer(pool, host_idx[page], dev_idx[page], 0, backend)
-    t_backup = _timed(lambda: host.backup_from_device_all_layer(pool, host_idx, dev_idx, backend),
-                      device)
-    for buf in _buffers(pool):
-        buf.view(torch.uint8)[dev_idx] = 0xAB  # poison: unwritten bytes show
-    t_load = _timed(lambda: [host.load_to_device_per_layer(pool, host_idx, dev_idx, layer, backend)
-                             for layer in range(args.layers)], device)
+    _sync(device)  # the buffers' fill above is done before the transfer stream starts
+    with stream_scope(new_stream(device)):  # a transfer stream of its own, as the controller's
+        page = slice(0, args.page_size)  # warm-up: compile the kernels outside the timed region
+        host.backup_from_device_all_layer(pool, host_idx[page], dev_idx[page], backend)
+        host.load_to_device_per_layer(pool, host_idx[page], dev_idx[page], 0, backend)
+        t_backup = _timed(
+            lambda: host.backup_from_device_all_layer(pool, host_idx, dev_idx, backend), device
+        )
+        for buf in _buffers(pool):
+            buf.view(torch.uint8)[dev_idx] = 0xAB  # poison: unwritten bytes show
+        t_load = _timed(
+            lambda: [host.load_to_device_per_layer(pool, host_idx, dev_idx, layer, backend)
+                     for layer in range(args.layers)], device,
+        )  # fmt: skip
     pairs = zip(_buffers(pool), expected, strict=True)
     ok = all(torch.equal(buf[dev_idx].cpu(), exp) for buf, exp in pairs)
     nbytes = sum(exp.numel() * exp.element_size() for exp in expected)

@@ -1,21 +1,72 @@
-"""The direct ops: ``copy_`` per run of consecutive slots, no kernel of our own.
+"""The direct ops: whole runs of consecutive slots, no kernel of our own.
 
 Tensors are indexed by slot on dim 0 (layer_first) or are page_first_direct buffers
 ``[pages, layers, page_size, ...]`` where slot ``i`` of layer ``l`` is ``[i // page_size, l,
 i % page_size]``. Runs are computed on the CPU (CUDA indices are copied over, one sync): a run
-steps by +1 on both sides and never crosses a page of a page_first_direct side, and each run is one
-``copy_`` per tensor (``non_blocking``, so host <-> device copies queue on the current stream).
+steps by +1 on both sides and never crosses a page of a page_first_direct side. Each run is one
+copy per tensor: on CUDA (contiguous tensors, host ones pinned) all of them go to the copy
+engines in one batched call (:mod:`hicache.kernels.copy_engine`); otherwise one ``copy_`` each
+(``non_blocking``, so host <-> device copies queue on the current stream).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
+from hicache.kernels import copy_engine
 from hicache.kernels import validate as check
 
 Run = tuple[int, int, int]  # (src_start, dst_start, length)
+
+
+class _Slots(NamedTuple):
+    """One tensor's slots: ``layer`` None for layer_first, else a page_first_direct layer."""
+
+    tensor: torch.Tensor
+    layer: int | None = None
+
+    def view(self, start: int, length: int) -> torch.Tensor:
+        if self.layer is None:
+            return self.tensor[start:start + length]
+        page_size = self.tensor.shape[2]
+        offset = start % page_size
+        return self.tensor[start // page_size, self.layer, offset:offset + length]
+
+    def geometry(self) -> tuple[int, int, int, int, int]:
+        """(base, page, page stride, slot stride, slot bytes) in bytes: slot ``i`` starts at
+        ``base + (i // page) * page_stride + (i % page) * slot_stride`` (contiguous tensors)."""
+        t, elem = self.tensor, self.tensor.element_size()
+        if self.layer is None:
+            return t.data_ptr(), 1, t.stride(0) * elem, 0, t.stride(0) * elem
+        base = t.data_ptr() + self.layer * t.stride(1) * elem
+        return base, t.shape[2], t.stride(0) * elem, t.stride(2) * elem, t.stride(2) * elem
+
+
+def _addresses(sides: Sequence[_Slots], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte addresses of slots ``starts`` in every side (side-major), and each side's slot bytes."""
+    geo = np.array([side.geometry() for side in sides], dtype=np.int64)
+    base, page, page_stride, slot_stride = (geo[:, j:j + 1] for j in range(4))
+    addr = base + (starts // page) * page_stride + (starts % page) * slot_stride
+    return addr.astype(np.uint64).ravel(), geo[:, 4]
+
+
+def _run_arrays(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int,
+                dst_page: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src starts, dst starts, lengths) of the maximal runs; see :func:`runs`."""
+    s, d = src_indices.numpy(), dst_indices.numpy()
+    if not len(s):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    cut = (s[1:] != s[:-1] + 1) | (d[1:] != d[:-1] + 1)
+    for idx, page in ((s, src_page), (d, dst_page)):
+        if page:
+            cut |= idx[1:] % page == 0
+    starts = np.concatenate([[0], np.flatnonzero(cut) + 1])
+    return s[starts], d[starts], np.diff(starts, append=len(s))
 
 
 def runs(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int = 0,
@@ -25,17 +76,35 @@ def runs(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int = 0
     A side with ``*_page > 0`` also starts a new run at each multiple of its page size.
     Indices are 1-D int64 CPU tensors of equal length.
     """
-    n = src_indices.numel()
-    if n == 0:
-        return []
-    s, d = src_indices, dst_indices
-    cut = (s[1:] != s[:-1] + 1) | (d[1:] != d[:-1] + 1)
-    for idx, page in ((s, src_page), (d, dst_page)):
-        if page:
-            cut |= idx[1:] % page == 0
-    starts = torch.cat([torch.zeros(1, dtype=torch.int64), cut.nonzero().flatten() + 1])
-    lengths = torch.diff(starts, append=torch.tensor([n]))
-    return list(zip(s[starts].tolist(), d[starts].tolist(), lengths.tolist(), strict=True))
+    arrays = _run_arrays(src_indices, dst_indices, src_page, dst_page)
+    return list(zip(*(a.tolist() for a in arrays), strict=True))
+
+
+def _on_copy_engine(pairs: Sequence[tuple[_Slots, _Slots]]) -> torch.device | None:
+    """The CUDA device when every tensor can take part in one batched engine copy, else None."""
+    tensors = [side.tensor for pair in pairs for side in pair]
+    cuda = next((t.device for t in tensors if t.is_cuda), None)
+    if cuda is None or not all(t.is_contiguous() for t in tensors):
+        return None
+    host = {t.untyped_storage().data_ptr(): t for t in tensors if not t.is_cuda}
+    return cuda if all(t.is_pinned() for t in host.values()) else None
+
+
+def _copy_runs(pairs: Sequence[tuple[_Slots, _Slots]], src_indices: torch.Tensor,
+               dst_indices: torch.Tensor, src_page: int = 0, dst_page: int = 0) -> None:
+    """Copy every run for every (src, dst) pair of slot views."""
+    s0, d0, n = _run_arrays(src_indices, dst_indices, src_page, dst_page)
+    if not len(n):
+        return
+    device = _on_copy_engine(pairs)
+    if device is not None:
+        src, slot_bytes = _addresses([src for src, _ in pairs], s0)
+        dst, _ = _addresses([dst for _, dst in pairs], d0)
+        copy_engine.copy_batch(dst, src, np.outer(slot_bytes, n).ravel(), device)
+        return
+    for s, d, length in zip(s0.tolist(), d0.tolist(), n.tolist(), strict=True):
+        for src, dst in pairs:
+            dst.view(d, length).copy_(src.view(s, length), non_blocking=True)
 
 
 def _tensors(name: str, value: object) -> list[torch.Tensor]:
@@ -75,13 +144,6 @@ def _cpu_indices(src_indices: object, dst_indices: object, page: int, src_limit:
     return s, d
 
 
-def _page_slots(tensor: torch.Tensor, layer: int, start: int, length: int) -> torch.Tensor:
-    """Slots ``[start, start + length)`` of ``layer`` in a page_first_direct buffer (one page)."""
-    page_size = tensor.shape[2]
-    offset = start % page_size
-    return tensor[start // page_size, layer, offset:offset + length]
-
-
 def transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.Tensor],
                        src_indices: torch.Tensor, dst_indices: torch.Tensor,
                        page_size: int) -> None:
@@ -102,9 +164,7 @@ def transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.Te
     page = check.check_int("page_size", page_size, low=1)
     s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] for t in srcs),
                         min(t.shape[0] for t in dsts))
-    for s0, d0, n in runs(s, d):
-        for src, dst in zip(srcs, dsts, strict=True):
-            dst[d0:d0 + n].copy_(src[s0:s0 + n], non_blocking=True)
+    _copy_runs([(_Slots(src), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], s, d)
 
 
 def transfer_kv_per_layer_direct_pf_lf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
@@ -130,9 +190,8 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: list[torch.Tensor], dst_ptrs: l
         check.check_layer_id(layer_id, src.shape[1])
     s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] * page for t in srcs),
                         min(t.shape[0] for t in dsts))
-    for s0, d0, n in runs(s, d, src_page=page):
-        for src, dst in zip(srcs, dsts, strict=True):
-            dst[d0:d0 + n].copy_(_page_slots(src, layer_id, s0, n), non_blocking=True)
+    pairs = [(_Slots(src, layer_id), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)]
+    _copy_runs(pairs, s, d, src_page=page)
 
 
 def transfer_kv_all_layer_direct_lf_pf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
@@ -165,7 +224,5 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: list[torch.Tensor], dst_ptrs: l
                     dst.shape[3:])
     s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] for t in srcs),
                         min(t.shape[0] * page for t in dsts))
-    for s0, d0, n in runs(s, d, dst_page=page):
-        for k, src in enumerate(srcs):
-            _page_slots(dsts[k // layers], k % layers, d0, n).copy_(src[s0:s0 + n],
-                                                                   non_blocking=True)
+    pairs = [(_Slots(src), _Slots(dsts[k // layers], k % layers)) for k, src in enumerate(srcs)]
+    _copy_runs(pairs, s, d, dst_page=page)

@@ -1,11 +1,18 @@
-"""The direct ops against per-slot oracles, and the run merging behind them."""
+"""The direct ops against per-slot oracles, and the run merging behind them.
+
+Each op runs both ways: one ``copy_`` per run (the CPU path), and through the batched copy-engine
+plan (addresses and byte counts) with a CPU stand-in for the engine that ``memmove``s each copy.
+"""
 
 from __future__ import annotations
+
+import ctypes
 
 import pytest
 import torch
 
 import hicache.kernels as K
+from hicache.kernels import copy_engine, direct
 from hicache.kernels.direct import runs
 from tests.kernels.cases import POISON, poisoned, random_bytes
 
@@ -13,10 +20,44 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
 SLOT = (2, 8)  # (heads, head_dim); MLA uses (1, kv_dim)
 
 
-def paged_indices(slots: int, n: int, page: int, gen: torch.Generator) -> torch.Tensor:
-    """``n`` slots made of whole random pages, each page's slots in order."""
+def paged_indices(slots: int, n: int, page: int, gen: torch.Generator,
+                  whole_pages: bool = True) -> torch.Tensor:
+    """``n`` slots made of whole random pages, each page's slots in order (else random slots)."""
+    if not whole_pages:
+        return torch.randperm(slots, generator=gen)[:n]
     pages = torch.randperm(slots // page, generator=gen)[: n // page]
     return (pages[:, None] * page + torch.arange(page)).flatten()
+
+
+@pytest.fixture(params=["copy_", "engine"])
+def batches(request, monkeypatch) -> list[int] | None:
+    """None for the copy_ path; for the engine plan, the sizes of the batches it was handed."""
+    if request.param == "copy_":
+        return None
+    sizes: list[int] = []
+    spans: list[tuple[int, int]] = []  # [start, end) of every tensor of the op
+
+    def engine_device(pairs):
+        spans[:] = [(t.data_ptr(), t.data_ptr() + t.nbytes)
+                    for pair in pairs for t in (pair[0].tensor, pair[1].tensor)]
+        return pairs[0][0].tensor.device
+
+    def memmove_batch(dst, src, nbytes, device):
+        assert device == torch.device("cpu")
+        sizes.append(len(dst))
+        for d, s, n in zip(dst.tolist(), src.tolist(), nbytes.tolist(), strict=True):
+            for addr in (d, s):  # never let a wrong plan touch memory outside the tensors
+                assert any(lo <= addr and addr + n <= hi for lo, hi in spans), "copy out of bounds"
+            ctypes.memmove(d, s, n)
+
+    monkeypatch.setattr(direct, "_on_copy_engine", engine_device)
+    monkeypatch.setattr(copy_engine, "copy_batch", memmove_batch)
+    return sizes
+
+
+def assert_one_batch(batches: list[int] | None, runs_per_tensor: int, tensors: int) -> None:
+    if batches is not None:
+        assert batches == [runs_per_tensor * tensors]
 
 
 def as_bytes(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -39,7 +80,7 @@ def test_runs_split_at_page_boundaries_of_a_paged_side():
 
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_transfer_kv_direct(dtype, page_size):
+def test_transfer_kv_direct(dtype, page_size, batches):
     gen = torch.Generator().manual_seed(page_size)
     slots, n = 4 * 64, 2 * 64
     src = [random_bytes((slots, *SLOT), dtype, gen) for _ in range(3)]
@@ -50,36 +91,40 @@ def test_transfer_kv_direct(dtype, page_size):
         w[dst_idx] = s_buf.view(torch.uint8)[src_idx]
     K.transfer_kv_direct(src, dst, src_idx, dst_idx, page_size)
     assert all(torch.equal(a, b) for a, b in zip(as_bytes(dst), want, strict=True))
+    assert_one_batch(batches, len(runs(src_idx, dst_idx)), len(src))
 
 
+@pytest.mark.parametrize("whole_pages", [True, False], ids=["pages", "slots"])
 @pytest.mark.parametrize("mla", [False, True])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_per_layer_direct_pf_lf(dtype, page_size, mla):
+def test_per_layer_direct_pf_lf(dtype, page_size, mla, whole_pages, batches):
     gen = torch.Generator().manual_seed(page_size + mla)
     slot, kinds, layers, layer_id = ((1, 24) if mla else SLOT), (1 if mla else 2), 3, 1
     host = [random_bytes((4, layers, page_size, *slot), dtype, gen) for _ in range(kinds)]
     dev = [poisoned((3 * page_size, *slot), dtype) for _ in range(kinds)]
-    src_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen)
-    dst_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen)
+    src_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen, whole_pages)
+    dst_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen, whole_pages)
     want = as_bytes(dev)
     for h, w in zip(host, want, strict=True):
         for s, d in zip(src_idx.tolist(), dst_idx.tolist(), strict=True):
             w[d] = h[s // page_size, layer_id, s % page_size].view(torch.uint8)
     K.transfer_kv_per_layer_direct_pf_lf(host, dev, src_idx, dst_idx, layer_id, page_size)
     assert all(torch.equal(a, b) for a, b in zip(as_bytes(dev), want, strict=True))
+    assert_one_batch(batches, len(runs(src_idx, dst_idx, src_page=page_size)), kinds)
 
 
+@pytest.mark.parametrize("whole_pages", [True, False], ids=["pages", "slots"])
 @pytest.mark.parametrize("mla", [False, True])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_all_layer_direct_lf_pf(dtype, page_size, mla):
+def test_all_layer_direct_lf_pf(dtype, page_size, mla, whole_pages, batches):
     gen = torch.Generator().manual_seed(page_size * 3 + mla)
     slot, kinds, layers = ((1, 24) if mla else SLOT), (1 if mla else 2), 3
     dev = [random_bytes((3 * page_size, *slot), dtype, gen) for _ in range(kinds * layers)]
     host = [poisoned((4, layers, page_size, *slot), dtype) for _ in range(kinds)]
-    src_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen)
-    dst_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen)
+    src_idx = paged_indices(3 * page_size, 2 * page_size, page_size, gen, whole_pages)
+    dst_idx = paged_indices(4 * page_size, 2 * page_size, page_size, gen, whole_pages)
     want = as_bytes(host)
     for k, layer_buf in enumerate(dev):
         w = want[k // layers]
@@ -87,8 +132,10 @@ def test_all_layer_direct_lf_pf(dtype, page_size, mla):
             w[d // page_size, k % layers, d % page_size] = layer_buf[s].view(torch.uint8)
     K.transfer_kv_all_layer_direct_lf_pf(dev, host, src_idx, dst_idx, page_size)
     assert all(torch.equal(a, b) for a, b in zip(as_bytes(host), want, strict=True))
-    free_page = next(p for p in range(4) if p * page_size not in dst_idx.tolist())
-    assert bool((host[0][free_page].view(torch.uint8) == POISON).all())
+    assert_one_batch(batches, len(runs(src_idx, dst_idx, dst_page=page_size)), kinds * layers)
+    if whole_pages:
+        free_page = next(p for p in range(4) if p * page_size not in dst_idx.tolist())
+        assert bool((host[0][free_page].view(torch.uint8) == POISON).all())
 
 
 def test_direct_copies_once_per_run(monkeypatch):
