@@ -93,6 +93,8 @@ def _cell(row: Row | None) -> str:
         return "ERR" if row.note and not row.note.startswith("skipped") else "skip"
     ratio = f"{row.ratio:.2f}".removeprefix("0") if row.ratio else "-"
     flag = "!" if row.target and not row.target["passed"] else ""
+    if row.cpu_us is not None and row.cpu_us * 1e-6 > row.nbytes / (row.gbps * 1e9):
+        flag += "c"
     return f"{row.gbps:.1f} {ratio}{flag}"
 
 

@@ -177,18 +177,15 @@ class Runner:
     def measure(self, row: Row, fn: Callable[[int], None], direction: str) -> None:
         """Fill ``row`` with the GB/s of ``fn`` and of its reference; errors become a note.
 
-        Every op is timed on the GPU alone; for direct ops GB/s counts the longer of that GPU time
-        and the CPU time of one call (``row.cpu_us``, the engine copies are issued one by one by
-        the driver): one that takes longer to issue than to run cannot sustain its GPU rate.
+        Every op is timed on the GPU alone; ``row.cpu_us`` is its steady CPU time per call, and a
+        cell is marked CPU-bound when issuing a call takes longer than running it.
         """
         if time.monotonic() > self.deadline:
             row.note = "skipped: time budget"
         else:
             try:
                 t = self.clock.measure(fn)
-                issue_s = t.cpu_s if "direct" in row.op else 0.0
-                row.gbps = row.nbytes / max(t.median_s, issue_s) / 1e9
-                row.cpu_us = t.cpu_s * 1e6
+                row.gbps, row.cpu_us = row.nbytes / t.median_s / 1e9, t.issue_s * 1e6
                 row.ref_gbps = self.ref_gbps(direction, row.nbytes)
             except Exception as e:  # one broken op must not hide the others' numbers
                 row.gbps, row.note = None, f"{type(e).__name__}: {e}"[:300]
@@ -299,9 +296,10 @@ def report(args: argparse.Namespace, result: dict) -> None:
     print(f"{len(errors)} distinct errors, {skipped} cases skipped (time budget)")
     for e in errors[:5]:
         print("  ERR", e[:200])
-    print("cell = achieved GB/s and ratio vs a contiguous copy of the same bytes; ! misses its"
-          " target.\nKernel ops: GPU time. Direct ops: max(GPU time, CPU time per call), <= "
-          f"{args.direct_max_copies} copies per call (fewer tokens: moved_tokens in JSON).\n")
+    print("cell = GB/s (GPU time) and ratio vs a contiguous copy of the same bytes; ! misses its"
+          " target;\nc: CPU-bound (a call takes longer to issue than to run; cpu_us in JSON)."
+          f" Direct ops: <= {args.direct_max_copies} copies per call (fewer tokens: moved_tokens"
+          " in JSON).\n")
     print(render_rows(rows))
     if result["sm_cost"]:
         print("\n" + render_sm_cost(result["sm_cost"]))
