@@ -32,7 +32,7 @@ from hicache.radix.invariants import iter_nodes
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.radix_cache import RadixCache
-from hicache.radix.slots import concat_slots, copy_slots
+from hicache.radix.slots import Slots, concat_slots, copy_slots
 
 
 class HiRadixCache(RadixCache):
@@ -125,7 +125,7 @@ class HiRadixCache(RadixCache):
         leaf the host cannot take (even after ``evict_host``) is deleted.
         """
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[torch.Tensor] = []
+        freed: list[Slots] = []
         evicted = queued = 0
         try:
             while evicted < num_tokens:
@@ -152,7 +152,7 @@ class HiRadixCache(RadixCache):
         tokens freed (fewer than asked only when no host-only leaf is left).
         """
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[torch.Tensor] = []
+        freed: list[Slots] = []
         count = 0
         while count < num_tokens:
             node = self._host_evictable.pop()
@@ -247,14 +247,14 @@ class HiRadixCache(RadixCache):
 
     # ---- internals and hooks -----------------------------------------------------------------
 
-    def _insert(self, key: Any, value: torch.Tensor | None, priority: int
+    def _insert(self, key: Any, value: Slots | None, priority: int
                 ) -> tuple[int, list[TreeNode]]:
         present, path = super()._insert(key, value, priority)
         if path:
             host_io.backup_path(self, path[-1])
         return present, path
 
-    def _set_device(self, node: TreeNode, value: torch.Tensor | None) -> None:
+    def _set_device(self, node: TreeNode, value: Slots | None) -> None:
         """Give ``node`` a device copy or drop it, keeping sizes and leaf sets in step."""
         size = len(node.key) if value is not None else -len(node.key)
         if node.lock_ref:
@@ -266,7 +266,7 @@ class HiRadixCache(RadixCache):
         assert node.parent is not None
         self._sync(node.parent)
 
-    def _adopt(self, node: TreeNode, value: torch.Tensor | None, start: int) -> int:
+    def _adopt(self, node: TreeNode, value: Slots | None, start: int) -> int:
         """An insert covering a host-only node gives it the caller's device slots."""
         if node.value is not None or value is None:
             return len(node.key)
@@ -297,7 +297,7 @@ class HiRadixCache(RadixCache):
         else:
             self._host_evictable.discard(node)
 
-    def _evict_leaf(self, node: TreeNode, freed: list[torch.Tensor]) -> int:
+    def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
         if node.host_value is None:
             return super()._evict_leaf(node, freed)
         assert node.value is not None

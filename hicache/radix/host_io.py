@@ -16,7 +16,7 @@ import torch
 from hicache.controller import pop_finished_acks
 from hicache.radix.invariants import iter_nodes
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import concat_slots, copy_slots
+from hicache.radix.slots import as_tensor, concat_slots, copy_slots
 
 if TYPE_CHECKING:
     from hicache.radix.hiradix_cache import HiRadixCache
@@ -32,13 +32,14 @@ def backup(cache: HiRadixCache, node: TreeNode) -> bool:
     """
     assert node.value is not None and node.host_value is None, "backup of a wrong node"
     ctrl, n = cache.cache_controller, len(node.key)
-    host = ctrl.write(node.value, node.id)
+    device = as_tensor(node.value)
+    host = ctrl.write(device, node.id)
     short = n - ctrl.mem_pool_host.available_size()
     if host is None and short > 0 and cache.evict_host(short) >= short:
-        host = ctrl.write(node.value, node.id)
+        host = ctrl.write(device, node.id)
     if host is None:
         return False
-    node.host_value = host
+    node.host_value = copy_slots(host)
     cache._host_size += n
     cache.inc_lock_ref(node)
     cache._writing[node.id] = node

@@ -8,11 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hicache.radix.key import TOKEN_DTYPE
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import concat_slots
+from hicache.radix.slots import Slots, concat_slots
+from hicache.radix.walk import child_key
+
+_INT64 = (np.dtype(np.int64), torch.int64)
 
 if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
@@ -31,19 +35,19 @@ def _fail(message: str) -> None:
     raise RuntimeError(f"radix tree invariant violated: {message}")
 
 
-def _check_slots(name: str, node: TreeNode, slots: torch.Tensor | None) -> None:
+def _check_slots(name: str, node: TreeNode, slots: Slots | None) -> None:
     if slots is None:
         return
-    if slots.dtype != torch.int64 or slots.dim() != 1 or slots.shape[0] != len(node.key):
+    if slots.dtype not in _INT64 or slots.ndim != 1 or slots.shape[0] != len(node.key):
         _fail(f"node {node.id}: {name} must be int64 [{len(node.key)}], "
               f"got {slots.dtype} {tuple(slots.shape)}")
 
 
 def _check_node(cache: RadixCache, node: TreeNode) -> None:
     parent, page = node.parent, cache.page_size
-    if parent is None or parent.children.get(cache._child_key(parent, node)) is not node:
+    if parent is None or parent.children.get(child_key(cache, parent, node)) is not node:
         _fail(f"node {node.id} is not its parent's child under its first page")
-    if node.child_key != cache._child_key(parent, node):
+    if node.child_key != child_key(cache, parent, node):
         _fail(f"node {node.id}: its cached child_key is not its first page")
     if node.key.dtype != TOKEN_DTYPE or node.key.ndim != 1:
         _fail(f"node {node.id}: key must be a 1-D {TOKEN_DTYPE.__name__} array")

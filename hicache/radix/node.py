@@ -7,7 +7,8 @@ from collections.abc import Hashable
 from typing import ClassVar
 
 import numpy as np
-import torch
+
+from hicache.radix.slots import Slots
 
 ChildKey = Hashable  # first page's bytes; ``(extra_key, bytes)`` under the root
 
@@ -17,11 +18,12 @@ class TreeNode:
 
     Attributes
     ----------
-    key : int32 numpy ``[n]`` (CPU), ``n`` a positive multiple of ``page_size`` — the token ids on
-        the edge from ``parent`` to this node.
-    value : int64 tensor ``[n]`` of device KV slots (any device), or None once the device copy is
-        evicted (host-only node of the hierarchical cache).
-    host_value : int64 tensor ``[n]`` of host KV slots, or None when not backed up.
+    key : int32 numpy ``[n]`` (CPU, read-only), ``n`` a positive multiple of ``page_size`` — the
+        token ids on the edge from ``parent`` to this node (may view a RadixKey's buffer).
+    value : int64 ``[n]`` device KV slots as ``slots.Slots`` (numpy for CPU slots, else a tensor
+        on their device), or None once the device copy is evicted (host-only node of the
+        hierarchical cache).
+    host_value : int64 ``[n]`` host KV slots (numpy), or None when not backed up.
     extra_key : namespace shared by the whole root-to-node path.
     child_key : the key of this node in ``parent.children`` (None until linked).
     lock_ref : locks held on this node or a descendant; locked nodes are never evicted.
@@ -52,7 +54,7 @@ class TreeNode:
     def __init__(
         self,
         key: np.ndarray,
-        value: torch.Tensor | None,
+        value: Slots | None,
         parent: TreeNode | None,
         *,
         extra_key: Hashable | None = None,
@@ -64,7 +66,7 @@ class TreeNode:
         self.children: dict[ChildKey, TreeNode] = {}
         self.key = key
         self.value = value
-        self.host_value: torch.Tensor | None = None
+        self.host_value: Slots | None = None
         self.extra_key = extra_key
         self.child_key: ChildKey | None = None
         self.lock_ref = 0

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hicache.radix import MatchResult, RadixCache, RadixKey
+from hicache.radix.slots import as_tensor, copy_slots
 
 from .fakes import FakeAllocator, tree_prefixes
 
@@ -61,7 +62,8 @@ def test_insert_keeps_its_own_int64_copy():
     stored = cache.match_prefix([1, 2, 3]).device_indices
     assert stored.dtype == torch.int64 and stored.tolist() == [7, 8, 9]
     node = cache.match_prefix([1, 2, 3]).last_device_node
-    assert node.value.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
+    assert isinstance(node.value, np.ndarray) and node.value.dtype == np.int64  # CPU slots
+    assert as_tensor(node.value).untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
 
 
 def test_match_returns_fresh_tensor():
@@ -265,15 +267,16 @@ def test_allocator_page_size_must_match():
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_slot_helpers_copy_and_concatenate(device):
-    from hicache.radix.slots import concat_slots, copy_slots
+    from hicache.radix.slots import concat_slots
 
     value = torch.arange(6, dtype=torch.int32, device=device)
-    part = copy_slots(value, 2, 5)
+    part = as_tensor(copy_slots(value, 2, 5))
     assert part.dtype == torch.int64 and part.shape == (3,) and part.device.type == device
-    joined = concat_slots([part, part], torch.device(device))
-    assert joined.dtype == torch.int64 and joined.shape == (6,)
+    joined = concat_slots([part, copy_slots(part)], torch.device(device))
+    assert joined.dtype == torch.int64 and joined.shape == (6,) and joined.device.type == device
     assert concat_slots([], torch.device(device)).shape == (0,)
     if device == "cpu":
+        assert isinstance(copy_slots(value), np.ndarray)  # CPU slots are stored as numpy
         assert part.tolist() == [2, 3, 4] and joined.tolist() == [2, 3, 4, 2, 3, 4]
         value[2] = 99
         assert part[0] == 2  # a copy, not a view
@@ -311,11 +314,11 @@ def _corruptions():
 
     def double_slot(cache):
         a, b = list(cache._evictable)[:2]
-        b.value = a.value.clone()
+        b.value = copy_slots(a.value)
 
     def free_slot(cache):
         leaf = next(iter(cache._evictable))
-        cache.token_to_kv_pool_allocator.free(leaf.value)
+        cache.token_to_kv_pool_allocator.free(as_tensor(leaf.value))
 
     return [sizes, lock, leaf_set, stale, key_page, value_len, parent_link, namespace,
             double_slot, free_slot]
