@@ -289,13 +289,8 @@ class HiRadixCache(RadixCache):
 
     def _sync(self, node: TreeNode) -> None:
         super()._sync(node)
-        if node is self.root:
-            return
-        if self._is_host_leaf(node):
-            if node not in self._host_evictable:
-                self._host_evictable.add(node)
-        else:
-            self._host_evictable.discard(node)
+        if node is not self.root:
+            self._host_evictable.put(node, self._is_host_leaf(node))
 
     def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
         if node.host_value is None:

@@ -56,7 +56,6 @@ class TreeNode:
         key: np.ndarray,
         value: Slots | None,
         parent: TreeNode | None,
-        *,
         extra_key: Hashable | None = None,
         tick: int = 0,
         priority: int = 0,

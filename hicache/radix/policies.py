@@ -69,6 +69,13 @@ class LeafSet:
         else:
             self._sorted.add(entry)
 
+    def put(self, node: TreeNode, member: bool) -> None:
+        """Add ``node`` if ``member`` and absent (a present node keeps its entry), else discard."""
+        if not member:
+            self.discard(node)
+        elif node.id not in self._entries:
+            self.add(node)
+
     def discard(self, node: TreeNode) -> bool:
         """Remove ``node`` if present; returns whether it was."""
         entry = self._entries.pop(node.id, None)

@@ -239,7 +239,7 @@ class RadixCache(BasePrefixCache):
                   extra_key: Hashable | None, tick: int, priority: int,
                   child_key: ChildKey) -> TreeNode:
         """Link a new leaf under ``parent`` at ``child_key`` (``walk.child_key`` of the leaf)."""
-        leaf = TreeNode(ids, value, parent, extra_key=extra_key, tick=tick, priority=priority)
+        leaf = TreeNode(ids, value, parent, extra_key, tick, priority)
         leaf.child_key = child_key
         parent.children[child_key] = leaf
         self._evictable_size += len(ids)
@@ -269,13 +269,8 @@ class RadixCache(BasePrefixCache):
 
     def _sync(self, node: TreeNode) -> None:
         """Put ``node`` in or out of the evictable set after its state changed."""
-        if node is self.root:
-            return
-        if self._is_evictable_leaf(node):
-            if node not in self._evictable:
-                self._evictable.add(node)
-        else:
-            self._evictable.discard(node)
+        if node is not self.root:
+            self._evictable.put(node, self._is_evictable_leaf(node))
 
     def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
         """Evict a leaf popped from the evictable set; its slots go to ``freed``."""
