@@ -53,6 +53,9 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
         _fail(f"node {node.id}: key must be a 1-D {TOKEN_DTYPE.__name__} array")
     if len(node.key) == 0 or len(node.key) % page:
         _fail(f"node {node.id}: key length {len(node.key)} is not a positive page multiple")
+    base = node.key.base
+    if isinstance(base, np.ndarray) and 2 * node.key.nbytes < base.nbytes:
+        _fail(f"node {node.id}: its key views a buffer more than twice its size")
     _check_slots("value", node, node.value)
     _check_slots("host_value", node, node.host_value)
     if node.value is None and node.host_value is None:

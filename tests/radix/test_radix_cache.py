@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hicache.radix import MatchResult, RadixCache, RadixKey
+from hicache.radix.invariants import iter_nodes
 from hicache.radix.slots import as_tensor, copy_slots
 
 from .fakes import FakeAllocator, tree_prefixes
@@ -64,6 +65,19 @@ def test_insert_keeps_its_own_int64_copy():
     node = cache.match_prefix([1, 2, 3]).last_device_node
     assert isinstance(node.value, np.ndarray) and node.value.dtype == np.int64  # CPU slots
     assert as_tensor(node.value).untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
+
+
+def test_leaf_keys_view_the_callers_key_only_when_covering_half_of_it():
+    cache = pure(2)
+    key = RadixKey(list(range(8)))
+    cache.insert(key[:4])  # 4 of the 8 tokens: a view
+    cache.insert(key)  # the new tail 4..7, half of the buffer: a view
+    cache.insert([0, 1, 2, 3, 9, 9])  # the new tail [9, 9], a third of its buffer: a copy
+    cache.match_prefix([0, 1])  # splits [0..3]: each half is a quarter of the buffer, copies
+    cache.check_invariants()  # includes: no key pins more than twice its bytes
+    views = {tuple(n.key.tolist()): np.shares_memory(n.key, key.token_ids)
+             for n in iter_nodes(cache)}
+    assert views == {(0, 1): False, (2, 3): False, (4, 5, 6, 7): True, (9, 9): False}
 
 
 def test_match_returns_fresh_tensor():
