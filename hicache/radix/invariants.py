@@ -56,16 +56,16 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
     base = node.key.base
     if isinstance(base, np.ndarray) and 2 * node.key.nbytes < base.nbytes:
         _fail(f"node {node.id}: its key views a buffer more than twice its size")
-    _check_slots("value", node, node.value)
-    _check_slots("host_value", node, node.host_value)
-    if node.value is None and node.host_value is None:
+    _check_slots("value", node, node.slots)
+    _check_slots("host_value", node, node.host_slots)
+    if node.slots is None and node.host_slots is None:
         _fail(f"node {node.id} holds neither device nor host slots")
     if parent is not cache.root:
         if node.extra_key != parent.extra_key:
             _fail(f"node {node.id}: extra_key differs from its parent's")
-        if node.value is not None and parent.value is None:
+        if node.slots is not None and parent.slots is None:
             _fail(f"node {node.id} is on the device but its parent is not")
-        if node.host_value is not None and parent.host_value is None:
+        if node.host_slots is not None and parent.host_slots is None:
             _fail(f"node {node.id} is backed up but its parent is not")
     below = sum(child.lock_ref for child in node.children.values())
     if node.lock_ref < below:
@@ -81,7 +81,7 @@ def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
     allocator = cache.token_to_kv_pool_allocator
     if allocator is None:
         return  # pure index: values are token ids and may repeat
-    values = [n.value for n in nodes if n.value is not None]
+    values = [n.slots for n in nodes if n.slots is not None]
     slots = concat_slots(values, cache.device).cpu()
     if slots.unique().numel() != slots.numel():
         _fail("a device slot is owned by two tree positions")

@@ -1,7 +1,8 @@
 """RadixCache: the device-tier radix tree over KV slots (contract in ``base.BasePrefixCache``).
 
-Layout: a node's ``key`` is an int32 numpy array of whole pages and its ``value`` its slots in
-the stored form of ``slots``; walking along a key and splitting edges live in ``walk``.
+Layout: a node's ``key`` is an int32 numpy array of whole pages and ``slots`` its device slots
+(stored form of ``slots.Slots``; the tensor-typed ``value`` property, which makes a tensor per
+call, is for callers); walking along a key and splitting edges live in ``walk``.
 Evictable leaves sit in a ``LeafSet`` ordered by the eviction policy and updated incrementally;
 ``_sync(node)`` re-files a node after anything its evictability depends on changed.
 
@@ -188,7 +189,7 @@ class RadixCache(BasePrefixCache):
                 f"reset: {self._protected_size} tokens are locked by live requests; "
                 "finish or release them first"
             )
-        self._free_device([n.value for n in invariants.iter_nodes(self) if n.value is not None])
+        self._free_device([n.slots for n in invariants.iter_nodes(self) if n.slots is not None])
         self._init_tree()
 
     def pretty_print(self) -> None:
@@ -222,16 +223,16 @@ class RadixCache(BasePrefixCache):
     def _match_result(self, path: list[TreeNode]) -> MatchResult:
         values, last_device, host_len = [], self.root, 0
         for node in path:
-            if node.value is None:
+            if node.slots is None:
                 host_len += len(node.key)
             else:
-                values.append(node.value)
+                values.append(node.slots)
                 last_device = node
         indices = concat_slots(values, self.device)
         return MatchResult(indices, last_device, path[-1] if path else self.root, host_len)
 
     def _path_indices(self, path: list[TreeNode]) -> torch.Tensor:
-        values = [node.value for node in path]
+        values = [node.slots for node in path]
         assert all(v is not None for v in values), "path has a node without a device copy"
         return concat_slots(values, self.device)
 
@@ -265,7 +266,7 @@ class RadixCache(BasePrefixCache):
             self._evictable.add(node)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
-        return node.lock_ref == 0 and node.value is not None and not node.children
+        return node.lock_ref == 0 and node.slots is not None and not node.children
 
     def _sync(self, node: TreeNode) -> None:
         """Put ``node`` in or out of the evictable set after its state changed."""
@@ -274,8 +275,8 @@ class RadixCache(BasePrefixCache):
 
     def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
         """Evict a leaf popped from the evictable set; its slots go to ``freed``."""
-        assert node.value is not None
-        freed.append(node.value)
+        assert node.slots is not None
+        freed.append(node.slots)
         size = len(node.key)
         self._evictable_size -= size
         self._delete_leaf(node)
@@ -296,7 +297,7 @@ class RadixCache(BasePrefixCache):
             self.token_to_kv_pool_allocator.free(merged)
 
     def _device_len(self, node: TreeNode) -> int:
-        return 0 if node.value is None else len(node.key)
+        return 0 if node.slots is None else len(node.key)
 
     def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
         """``node`` and its ancestors below the root; ``ValueError`` if not in this tree."""

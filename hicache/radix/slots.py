@@ -1,13 +1,14 @@
 """Slot indices as the tree stores them: validation, private copies, concatenation.
 
-A node stores its slots (``value``, ``host_value``) as a private int64 array ``[n]`` of type
-:data:`Slots`: a numpy array when the slots are on the CPU (a pure index, CPU pools, host
-slots), a torch tensor on the slots' device otherwise. CPU slots live in numpy because a numpy
-array costs less than a tensor to make, slice and free (about 0.4 us each on the insert and
-evict paths), and because torch routes CPU copies of more than ~32k elements through its
+A node stores its slots (``TreeNode.slots``, ``TreeNode.host_slots``) as a private int64
+array ``[n]`` of type :data:`Slots`: a numpy array when the slots are on the CPU (a pure index,
+CPU pools, host slots), a torch tensor on the slots' device otherwise. CPU slots live in numpy
+because a numpy array costs less than a tensor to make, slice and free (about 0.4 us each on the
+insert and evict paths), and because torch routes CPU copies of more than ~32k elements through its
 intra-op thread pool, whose wake-up costs milliseconds on a busy 2-core host, while a
 single-threaded memcpy of a few MB takes microseconds. Whatever leaves the tree through the
-public API is a torch tensor (``concat_slots``, ``as_tensor``).
+public API is a torch tensor (``concat_slots``, ``as_tensor``, and the ``TreeNode.value`` /
+``host_value`` properties).
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ def copy_slots(value: Slots, start: int = 0, end: int | None = None) -> Slots:
 def as_tensor(slots: Slots) -> torch.Tensor:
     """Stored slots as a torch tensor sharing their memory (read it, never write it)."""
     return torch.from_numpy(slots) if isinstance(slots, np.ndarray) else slots
+
+
+def stored_form(value: Slots | None) -> Slots | None:
+    """``value`` (None, a tensor or a numpy array) in the stored form, without a copy: a CPU
+    tensor becomes its numpy view; ``TypeError`` for anything else."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"slots must be a torch.Tensor, a numpy array or None, "
+                        f"got {type(value).__name__}")
+    return value.numpy() if value.is_cpu else value
 
 
 def head_slots(value: Slots | None, at: int) -> Slots | None:

@@ -60,19 +60,19 @@ def split_node(cache: RadixCache, node: TreeNode, at: int) -> TreeNode:
 
     Each half of the key is a view or a copy as ``edge_ids`` decides (never pinning more than
     twice its bytes); the upper part gets a copy of the slots (so it never pins the lower part's
-    buffers); value and host_value split alike; lock_ref and access statistics carry over to both
+    buffers); slots and host_slots split alike; lock_ref and access statistics carry over to both
     halves.
     """
     parent = node.parent
     assert parent is not None and 0 < at < len(node.key), "bad split"
-    upper = TreeNode(edge_ids(node.key[:at]), head_slots(node.value, at), parent,
+    upper = TreeNode(edge_ids(node.key[:at]), head_slots(node.slots, at), parent,
                      extra_key=node.extra_key, tick=node.creation_time, priority=node.priority)
-    upper.host_value = head_slots(node.host_value, at)
+    upper.host_slots = head_slots(node.host_slots, at)
     upper.lock_ref, upper.hit_count = node.lock_ref, node.hit_count
     upper.last_access_time = node.last_access_time
     node.key = edge_ids(node.key[at:])
-    node.value = None if node.value is None else node.value[at:]
-    node.host_value = None if node.host_value is None else node.host_value[at:]
+    node.slots = None if node.slots is None else node.slots[at:]
+    node.host_slots = None if node.host_slots is None else node.host_slots[at:]
     upper.child_key, node.child_key = node.child_key, child_key(cache, upper, node)
     parent.children[upper.child_key] = upper
     upper.children[node.child_key] = node

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache.radix.slots import as_tensor
 from hicache.stress.oracle import device_kv, host_kv, mismatches
 from hicache.stress.workload import SALTS
 
@@ -52,8 +51,8 @@ def _claims(name: str, all_slots: torch.Tensor, free: torch.Tensor,
 def ownership(cache: Any, allocator: Any, host_pool: Any, request_slots: list[torch.Tensor],
               all_device: torch.Tensor, all_host: torch.Tensor) -> list[str]:
     nodes = [node for node, _ in walk(cache)]
-    device = [as_tensor(n.value) for n in nodes if n.value is not None] + request_slots
-    host = [as_tensor(n.host_value) for n in nodes if n.host_value is not None]
+    device = [n.value for n in nodes if not n.evicted] + request_slots
+    host = [n.host_value for n in nodes if n.backuped]
     return (_claims("device", all_device, allocator.free_slots(), device)
             + _claims("host", all_host, host_pool.free_slots(), host))
 
@@ -110,7 +109,6 @@ def sweep(cache: Any) -> list[str]:
         for slots, skip, reader, pool, tier in copies:
             if slots is None:
                 continue
-            slots = as_tensor(slots)
             keep = ~torch.isin(slots.cpu(), skip)
             read = lambda layer, part, s, r=reader, p=pool: r(p, layer, part, s)  # noqa: E731
             for msg in mismatches(dev_pool, read, slots.cpu()[keep], tokens[keep],

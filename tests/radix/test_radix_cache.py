@@ -63,8 +63,35 @@ def test_insert_keeps_its_own_int64_copy():
     stored = cache.match_prefix([1, 2, 3]).device_indices
     assert stored.dtype == torch.int64 and stored.tolist() == [7, 8, 9]
     node = cache.match_prefix([1, 2, 3]).last_device_node
-    assert isinstance(node.value, np.ndarray) and node.value.dtype == np.int64  # CPU slots
-    assert as_tensor(node.value).untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
+    assert node.value.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
+
+
+def test_node_values_are_tensors_that_share_no_memory_with_the_callers():
+    cache = pure()
+    value = torch.tensor([7, 8, 9])
+    cache.insert([1, 2, 3], value)
+    node = cache.match_prefix([1, 2, 3]).last_device_node
+    assert isinstance(node.value, torch.Tensor) and node.value.dtype == torch.int64
+    assert torch.equal(node.value, value) and node.value.device == value.device
+    assert not np.shares_memory(node.value.numpy(), value.numpy())
+    assert node.host_value is None and node.value.data_ptr() == node.value.data_ptr()
+    clone = node.value.clone()
+    clone[0] = 0
+    assert node.value.tolist() == [7, 8, 9]
+
+
+def test_node_value_setter_stores_without_copying():
+    from hicache.radix import TreeNode
+
+    node = TreeNode(np.array([1, 2], np.int32), None, None)
+    slots = torch.tensor([4, 5])
+    node.value, node.host_value = slots, slots.numpy()
+    assert isinstance(node.slots, np.ndarray) and np.shares_memory(node.slots, slots.numpy())
+    assert node.value.data_ptr() == slots.data_ptr() == node.host_value.data_ptr()
+    node.value = None
+    assert node.evicted and node.slots is None and node.backuped
+    with pytest.raises(TypeError, match="slots must be"):
+        node.host_value = [4, 5]
 
 
 def test_leaf_keys_view_the_callers_key_only_when_covering_half_of_it():
@@ -328,11 +355,11 @@ def _corruptions():
 
     def double_slot(cache):
         a, b = list(cache._evictable)[:2]
-        b.value = copy_slots(a.value)
+        b.value = a.value.clone()
 
     def free_slot(cache):
         leaf = next(iter(cache._evictable))
-        cache.token_to_kv_pool_allocator.free(as_tensor(leaf.value))
+        cache.token_to_kv_pool_allocator.free(leaf.value)
 
     return [sizes, lock, leaf_set, stale, key_page, value_len, parent_link, namespace,
             double_slot, free_slot]
