@@ -3,6 +3,13 @@
 Children are found by the bytes of their first page (``(extra_key, bytes)`` under the root, so
 namespaces never share a node). A whole edge that matches is settled by one bytes comparison;
 otherwise one vectorised numpy comparison finds the first differing page, never token by token.
+
+A friend module of ``RadixCache`` (split out to keep that module short, and called on every
+match and insert, so it takes the cache rather than unpacking it): it reads ``root`` and
+``page_size``, grows the reusable bool buffer ``_scratch``, and relinks nodes (``parent``,
+``children``, ``child_key``, ``key``, ``slots``, ``host_slots``). It never touches sizes or leaf
+sets: a split leaves both halves' evictability and sizes unchanged (the caller re-files what
+its own changes affect).
 """
 
 from __future__ import annotations
