@@ -3,14 +3,17 @@
 Slots are token positions in a KV pool; a page is ``page_size`` consecutive slots starting at a
 multiple of ``page_size``. Allocation hands out whole pages, so ``page_size == 1`` is the token
 allocator and ``page_size > 1`` the paged one: one code path for both. The free list is a CPU
-int64 tensor of page ids and an ``allocated`` mask per page backs O(n) double-free checks, so
-alloc and free are tensor operations, never Python loops over slots.
+int64 tensor of page ids and an ``allocated`` mask per page backs the double-free checks, so
+alloc and free are array operations, never Python loops over slots. ``free`` validates with
+single-threaded numpy (no intra-op thread-pool wake-ups) and, given whole pages (what ``alloc``
+hands out), works per page: one O(n) layout check, then a sort of the page ids only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from hicache.devices import canonical_device
@@ -21,6 +24,17 @@ _CPU = torch.device("cpu")
 
 def _empty_pages() -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64)
+
+
+def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(the distinct ``values`` as a new sorted array, whether any repeated). A plain sort:
+    ``np.unique`` is ~25x slower on 64k int64 with numpy 2.x."""
+    ordered = np.sort(values)  # a new array
+    distinct = np.empty(ordered.size, dtype=bool)
+    distinct[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=distinct[1:])
+    unique = ordered if distinct.all() else ordered[distinct]
+    return unique, unique.size != ordered.size
 
 
 class PageAllocator:
@@ -149,22 +163,44 @@ class PageAllocator:
             raise TypeError(f"indices must be an integer tensor, got dtype {indices.dtype}")
         if indices.dim() != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
-        slots = indices.to(_CPU, torch.int64)
-        if slots.numel() == 0:
+        slots = indices.to(_CPU, torch.int64).numpy()
+        if slots.size == 0:
             return _empty_pages()
         lo, hi = self.slot_range
-        if int(slots.min()) < lo or int(slots.max()) >= hi:
+        low, high = int(slots.min()), int(slots.max())
+        if low < lo or high >= hi:
             raise ValueError(
                 f"indices must lie in [{lo}, {hi}) (slots below {lo} are reserved), "
-                f"got values in [{int(slots.min())}, {int(slots.max())}]"
+                f"got values in [{low}, {high}]"
             )
-        if slots.unique().numel() != slots.numel():
+        whole = self._whole_pages(slots)
+        if whole is not None:  # the common case: each slot once iff each page once
+            pages, repeated = _sorted_unique(whole)
+        else:
+            repeated = _sorted_unique(slots)[1]
+            pages = _sorted_unique(slots // self.page_size)[0]
+        if repeated:
             raise ValueError("indices contains a slot more than once")
-        pages = (slots // self.page_size).unique()
+        pages = torch.from_numpy(pages)
         if not bool(self._allocated[pages].all()):
             bad = pages[~self._allocated[pages]][:4].tolist()
             raise ValueError(f"indices frees pages that are not allocated (double free?): {bad}")
         return pages
+
+    def _whole_pages(self, slots: np.ndarray) -> np.ndarray | None:
+        """The pages of ``slots`` when they are whole pages, each page's slots in ascending order
+        (as ``alloc`` hands them out and the radix tree frees them), else None. O(n) numpy,
+        single-threaded: no sort of the slots, no torch thread-pool wake-up."""
+        size = self.page_size
+        if size == 1:
+            return slots
+        if slots.size % size:
+            return None
+        rows = slots.reshape(-1, size)
+        first = rows[:, 0]
+        if (first % size).any() or not np.array_equal(rows, first[:, None] + np.arange(size)):
+            return None
+        return first // size
 
 
 class TokenToKVPoolAllocator(PageAllocator):

@@ -32,7 +32,7 @@ from hicache.radix.invariants import iter_nodes
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.radix_cache import RadixCache
-from hicache.radix.slots import concat_slots, copy_slots
+from hicache.radix.slots import Slots, concat_slots, copy_slots
 
 
 class HiRadixCache(RadixCache):
@@ -125,7 +125,7 @@ class HiRadixCache(RadixCache):
         leaf the host cannot take (even after ``evict_host``) is deleted.
         """
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[torch.Tensor] = []
+        freed: list[Slots] = []
         evicted = queued = 0
         try:
             while evicted < num_tokens:
@@ -152,14 +152,14 @@ class HiRadixCache(RadixCache):
         tokens freed (fewer than asked only when no host-only leaf is left).
         """
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[torch.Tensor] = []
+        freed: list[Slots] = []
         count = 0
         while count < num_tokens:
             node = self._host_evictable.pop()
             if node is None:
                 break
-            assert node.host_value is not None and node.value is None
-            freed.append(node.host_value)
+            assert node.host_slots is not None and node.slots is None
+            freed.append(node.host_slots)
             count += len(node.key)
             self._delete_leaf(node)
         self._host_size -= count
@@ -170,7 +170,7 @@ class HiRadixCache(RadixCache):
     def inc_lock_ref(self, node: TreeNode) -> int:
         moved = super().inc_lock_ref(node)
         current: TreeNode | None = node
-        while current is not None and current is not self.root and current.value is None:
+        while current is not None and current is not self.root and current.slots is None:
             self._host_evictable.discard(current)  # a locked host-only node is not host-evictable
             current = current.parent
         return moved
@@ -237,7 +237,7 @@ class HiRadixCache(RadixCache):
         self.cache_controller.reset()
         self._writing.clear()
         self._loading.clear()
-        self._free_device([n.value for n in iter_nodes(self) if n.value is not None])
+        self._free_device([n.slots for n in iter_nodes(self) if n.slots is not None])
         self.cache_controller.mem_pool_host.clear()
         self._init_tree()
 
@@ -247,28 +247,28 @@ class HiRadixCache(RadixCache):
 
     # ---- internals and hooks -----------------------------------------------------------------
 
-    def _insert(self, key: Any, value: torch.Tensor | None, priority: int
+    def _insert(self, key: Any, value: Slots | None, priority: int
                 ) -> tuple[int, list[TreeNode]]:
         present, path = super()._insert(key, value, priority)
         if path:
             host_io.backup_path(self, path[-1])
         return present, path
 
-    def _set_device(self, node: TreeNode, value: torch.Tensor | None) -> None:
+    def _set_device(self, node: TreeNode, value: Slots | None) -> None:
         """Give ``node`` a device copy or drop it, keeping sizes and leaf sets in step."""
         size = len(node.key) if value is not None else -len(node.key)
         if node.lock_ref:
             self._protected_size += size
         else:
             self._evictable_size += size
-        node.value = value
+        node.slots = value
         self._sync(node)
         assert node.parent is not None
         self._sync(node.parent)
 
-    def _adopt(self, node: TreeNode, value: torch.Tensor | None, start: int) -> int:
+    def _adopt(self, node: TreeNode, value: Slots | None, start: int) -> int:
         """An insert covering a host-only node gives it the caller's device slots."""
-        if node.value is not None or value is None:
+        if node.slots is not None or value is None:
             return len(node.key)
         self._set_device(node, copy_slots(value, start, start + len(node.key)))
         return 0
@@ -280,27 +280,22 @@ class HiRadixCache(RadixCache):
             self._host_evictable.add(node)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
-        return (node.lock_ref == 0 and node.value is not None
-                and all(child.value is None for child in node.children.values()))
+        return (node.lock_ref == 0 and node.slots is not None
+                and all(child.slots is None for child in node.children.values()))
 
     def _is_host_leaf(self, node: TreeNode) -> bool:
-        return (node.lock_ref == 0 and node.value is None and node.host_value is not None
+        return (node.lock_ref == 0 and node.slots is None and node.host_slots is not None
                 and not node.children)
 
     def _sync(self, node: TreeNode) -> None:
         super()._sync(node)
-        if node is self.root:
-            return
-        if self._is_host_leaf(node):
-            if node not in self._host_evictable:
-                self._host_evictable.add(node)
-        else:
-            self._host_evictable.discard(node)
+        if node is not self.root:
+            self._host_evictable.put(node, self._is_host_leaf(node))
 
-    def _evict_leaf(self, node: TreeNode, freed: list[torch.Tensor]) -> int:
-        if node.host_value is None:
+    def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
+        if node.host_slots is None:
             return super()._evict_leaf(node, freed)
-        assert node.value is not None
-        freed.append(node.value)
+        assert node.slots is not None
+        freed.append(node.slots)
         self._set_device(node, None)
         return len(node.key)

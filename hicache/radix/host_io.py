@@ -30,15 +30,16 @@ def backup(cache: HiRadixCache, node: TreeNode) -> bool:
     When the host pool is short, host-only leaves are evicted to make room; False (nothing
     changed but those evictions) when that is not enough or the host pool still refuses.
     """
-    assert node.value is not None and node.host_value is None, "backup of a wrong node"
+    assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
     ctrl, n = cache.cache_controller, len(node.key)
-    host = ctrl.write(node.value, node.id)
+    device = node.value  # a tensor view of the node's slots
+    host = ctrl.write(device, node.id)
     short = n - ctrl.mem_pool_host.available_size()
     if host is None and short > 0 and cache.evict_host(short) >= short:
-        host = ctrl.write(node.value, node.id)
+        host = ctrl.write(device, node.id)
     if host is None:
         return False
-    node.host_value = host
+    node.host_slots = copy_slots(host)
     cache._host_size += n
     cache.inc_lock_ref(node)
     cache._writing[node.id] = node
@@ -57,7 +58,7 @@ def backup_path(cache: HiRadixCache, last: TreeNode) -> None:
     for node in path:
         if node.backuped:
             continue
-        if node.value is None or node.hit_count < hits or not backup(cache, node):
+        if node.slots is None or node.hit_count < hits or not backup(cache, node):
             return
 
 
@@ -111,7 +112,7 @@ def host_chain(cache: HiRadixCache, node: TreeNode) -> list[TreeNode]:
     path = cache._path_to_root(node)
     if node is not cache.root and not node.backuped:
         raise ValueError(f"init_load_back: node {node.id} is not backed up to the host")
-    return [n for n in reversed(path) if n.value is None]
+    return [n for n in reversed(path) if n.slots is None]
 
 
 def load_chain(cache: HiRadixCache, chain: list[TreeNode]) -> torch.Tensor | None:
@@ -125,7 +126,7 @@ def load_chain(cache: HiRadixCache, chain: list[TreeNode]) -> torch.Tensor | Non
         short = need - cache.token_to_kv_pool_allocator.available_size()
         if short > 0:
             cache.evict(short)
-        host = concat_slots([node.host_value for node in chain], _CPU)
+        host = concat_slots([node.host_slots for node in chain], _CPU)
         device = cache.cache_controller.load(host, last.id)
     except BaseException:
         cache.dec_lock_ref(last)

@@ -128,7 +128,7 @@ def check_host_tier(cache: HiRadixCache) -> None:
             _fail(f"node {node.id}: host-evictable-set membership {member} is wrong")
         if member and cache._host_evictable.stale(node):
             _fail(f"node {node.id}: its host-evictable-set sort key is stale")
-        if node.lock_ref and node.value is None:
+        if node.lock_ref and node.slots is None:
             _fail(f"node {node.id} is locked but has no device copy")
     if sum(node in cache._host_evictable for node in nodes) != len(cache._host_evictable):
         _fail("the host-evictable set holds nodes that are not in the tree")
@@ -143,7 +143,7 @@ def check_host_tier(cache: HiRadixCache) -> None:
 def _check_host_slots(cache: HiRadixCache, nodes: list) -> None:
     host_pool = cache.cache_controller.mem_pool_host
     host_pool.check_invariants()
-    held = concat_slots([n.host_value for n in nodes if n.host_value is not None],
+    held = concat_slots([n.host_slots for n in nodes if n.host_slots is not None],
                         torch.device("cpu"))
     if held.unique().numel() != held.numel():
         _fail("a host slot is owned by two tree positions")

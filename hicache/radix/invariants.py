@@ -8,11 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hicache.radix.key import TOKEN_DTYPE
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import concat_slots
+from hicache.radix.slots import Slots, concat_slots
+from hicache.radix.walk import child_key
+
+_INT64 = (np.dtype(np.int64), torch.int64)
 
 if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
@@ -31,34 +35,37 @@ def _fail(message: str) -> None:
     raise RuntimeError(f"radix tree invariant violated: {message}")
 
 
-def _check_slots(name: str, node: TreeNode, slots: torch.Tensor | None) -> None:
+def _check_slots(name: str, node: TreeNode, slots: Slots | None) -> None:
     if slots is None:
         return
-    if slots.dtype != torch.int64 or slots.dim() != 1 or slots.shape[0] != len(node.key):
+    if slots.dtype not in _INT64 or slots.ndim != 1 or slots.shape[0] != len(node.key):
         _fail(f"node {node.id}: {name} must be int64 [{len(node.key)}], "
               f"got {slots.dtype} {tuple(slots.shape)}")
 
 
 def _check_node(cache: RadixCache, node: TreeNode) -> None:
     parent, page = node.parent, cache.page_size
-    if parent is None or parent.children.get(cache._child_key(parent, node)) is not node:
+    if parent is None or parent.children.get(child_key(cache, parent, node)) is not node:
         _fail(f"node {node.id} is not its parent's child under its first page")
-    if node.child_key != cache._child_key(parent, node):
+    if node.child_key != child_key(cache, parent, node):
         _fail(f"node {node.id}: its cached child_key is not its first page")
     if node.key.dtype != TOKEN_DTYPE or node.key.ndim != 1:
         _fail(f"node {node.id}: key must be a 1-D {TOKEN_DTYPE.__name__} array")
     if len(node.key) == 0 or len(node.key) % page:
         _fail(f"node {node.id}: key length {len(node.key)} is not a positive page multiple")
-    _check_slots("value", node, node.value)
-    _check_slots("host_value", node, node.host_value)
-    if node.value is None and node.host_value is None:
+    base = node.key.base
+    if isinstance(base, np.ndarray) and 2 * node.key.nbytes < base.nbytes:
+        _fail(f"node {node.id}: its key views a buffer more than twice its size")
+    _check_slots("value", node, node.slots)
+    _check_slots("host_value", node, node.host_slots)
+    if node.slots is None and node.host_slots is None:
         _fail(f"node {node.id} holds neither device nor host slots")
     if parent is not cache.root:
         if node.extra_key != parent.extra_key:
             _fail(f"node {node.id}: extra_key differs from its parent's")
-        if node.value is not None and parent.value is None:
+        if node.slots is not None and parent.slots is None:
             _fail(f"node {node.id} is on the device but its parent is not")
-        if node.host_value is not None and parent.host_value is None:
+        if node.host_slots is not None and parent.host_slots is None:
             _fail(f"node {node.id} is backed up but its parent is not")
     below = sum(child.lock_ref for child in node.children.values())
     if node.lock_ref < below:
@@ -74,7 +81,7 @@ def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
     allocator = cache.token_to_kv_pool_allocator
     if allocator is None:
         return  # pure index: values are token ids and may repeat
-    values = [n.value for n in nodes if n.value is not None]
+    values = [n.slots for n in nodes if n.slots is not None]
     slots = concat_slots(values, cache.device).cpu()
     if slots.unique().numel() != slots.numel():
         _fail("a device slot is owned by two tree positions")

@@ -53,6 +53,18 @@ def as_token_array(token_ids: Any) -> np.ndarray:
     return arr
 
 
+def edge_ids(ids: np.ndarray) -> np.ndarray:
+    """A slice of a RadixKey's (read-only) ids as a node may keep it: the slice itself when it
+    covers at least half of the buffer it views, else a copy. A node thus pins at most twice its
+    own key bytes, and the common insert (a new tail making up most of the request) copies
+    nothing.
+    """
+    base = ids.base
+    if isinstance(base, np.ndarray) and 2 * ids.nbytes >= base.nbytes:
+        return ids
+    return ids.copy()
+
+
 BYTES_COMPARE_MAX = 4096  # tokens; above this a bytes copy costs more than numpy's compare
 
 

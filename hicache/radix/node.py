@@ -9,6 +9,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from hicache.radix.slots import Slots, as_tensor, stored_form
+
 ChildKey = Hashable  # first page's bytes; ``(extra_key, bytes)`` under the root
 
 
@@ -17,11 +19,15 @@ class TreeNode:
 
     Attributes
     ----------
-    key : int32 numpy ``[n]`` (CPU), ``n`` a positive multiple of ``page_size`` — the token ids on
-        the edge from ``parent`` to this node.
-    value : int64 tensor ``[n]`` of device KV slots (any device), or None once the device copy is
-        evicted (host-only node of the hierarchical cache).
-    host_value : int64 tensor ``[n]`` of host KV slots, or None when not backed up.
+    key : int32 numpy ``[n]`` (CPU, read-only), ``n`` a positive multiple of ``page_size`` — the
+        token ids on the edge from ``parent`` to this node (may view a RadixKey's buffer).
+    value : int64 tensor ``[n]`` of device KV slots (on their device), or None once the device
+        copy is evicted (host-only node of the hierarchical cache). A property over ``slots``:
+        CPU slots come back as a zero-copy ``torch.from_numpy`` view; read it, never write it.
+    host_value : int64 tensor ``[n]`` of host KV slots (CPU), or None when not backed up; a
+        property over ``host_slots`` like ``value``.
+    slots, host_slots : the same slots in the stored form of ``slots.Slots`` (numpy int64 for
+        CPU slots, else a tensor on their device); what the tree's own code uses.
     extra_key : namespace shared by the whole root-to-node path.
     child_key : the key of this node in ``parent.children`` (None until linked).
     lock_ref : locks held on this node or a descendant; locked nodes are never evicted.
@@ -37,8 +43,8 @@ class TreeNode:
         "parent",
         "children",
         "key",
-        "value",
-        "host_value",
+        "slots",
+        "host_slots",
         "extra_key",
         "child_key",
         "lock_ref",
@@ -52,9 +58,8 @@ class TreeNode:
     def __init__(
         self,
         key: np.ndarray,
-        value: torch.Tensor | None,
+        slots: Slots | None,
         parent: TreeNode | None,
-        *,
         extra_key: Hashable | None = None,
         tick: int = 0,
         priority: int = 0,
@@ -63,8 +68,8 @@ class TreeNode:
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
         self.key = key
-        self.value = value
-        self.host_value: torch.Tensor | None = None
+        self.slots = slots  # stored form (see ``slots.Slots``), unchecked: the insert path
+        self.host_slots: Slots | None = None
         self.extra_key = extra_key
         self.child_key: ChildKey | None = None
         self.lock_ref = 0
@@ -74,14 +79,35 @@ class TreeNode:
         self.priority = priority
 
     @property
+    def value(self) -> torch.Tensor | None:
+        """The device slots as an int64 tensor ``[n]`` sharing the node's memory, or None."""
+        return None if self.slots is None else as_tensor(self.slots)
+
+    @value.setter
+    def value(self, value: torch.Tensor | np.ndarray | None) -> None:
+        """Store ``value`` without copying it (a CPU tensor as its numpy view): the tree owns
+        what is assigned, so the caller must not write it or free its slots afterwards."""
+        self.slots = stored_form(value)
+
+    @property
+    def host_value(self) -> torch.Tensor | None:
+        """The host slots as an int64 tensor ``[n]`` sharing the node's memory, or None."""
+        return None if self.host_slots is None else as_tensor(self.host_slots)
+
+    @host_value.setter
+    def host_value(self, value: torch.Tensor | np.ndarray | None) -> None:
+        """As the ``value`` setter: stored without a copy, owned by the tree from then on."""
+        self.host_slots = stored_form(value)
+
+    @property
     def evicted(self) -> bool:
         """The device copy is gone (``value is None``)."""
-        return self.value is None
+        return self.slots is None
 
     @property
     def backuped(self) -> bool:
         """A host copy exists (``host_value is not None``)."""
-        return self.host_value is not None
+        return self.host_slots is not None
 
     def __repr__(self) -> str:
         return (

@@ -3,12 +3,15 @@
 A policy maps a node to a tuple; the node with the smallest tuple is evicted first. Every policy
 breaks ties by recency (least recently used first), then by node id, so the order is total and
 deterministic. ``LeafSet`` keeps the evictable leaves sorted under one policy and is updated
-incrementally: add/discard/pop are O(log n), so evicting k nodes costs O(k log n).
+incrementally: add/discard/pop are O(log n) (O(1) for a node just touched under ``lru``), so
+evicting k nodes costs O(k log n).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from heapq import merge
 
 from sortedcontainers import SortedList
 
@@ -41,35 +44,58 @@ class LeafSet:
 
     A member's policy fields (access time, hit count, priority) must not change while it is in
     the set: discard it, update it, add it again (the cache does this in one place).
+
+    Members sit in one of two sorted runs. ``_tail`` is an insertion-ordered dict that takes an
+    add in O(1) when its entry sorts after the tail's last one: the common case, since a node
+    just touched carries the newest tick (``lru``, and every policy while ties hold). Other adds
+    go to ``_sorted`` (O(log n)). ``pop`` takes the smaller of the two heads.
     """
 
     def __init__(self, policy: str) -> None:
         self.policy = check_policy(policy)
         self._key = EVICTION_POLICIES[policy]
         # Entries are (*policy key, node.id, node); ids are unique, so nodes are never compared.
-        self._sorted: SortedList = SortedList()
-        self._entries: dict[int, tuple] = {}
+        self._entries: dict[int, tuple] = {}  # every member: node id -> its entry
+        self._tail: OrderedDict[int, tuple] = OrderedDict()  # ascending entries, by node id
+        self._tail_max: tuple = ()  # >= every entry in _tail (the last one added there)
+        self._sorted: SortedList = SortedList()  # the members not in _tail
 
     def add(self, node: TreeNode) -> None:
         assert node.id not in self._entries, f"node {node.id} is already in the leaf set"
         entry = (*self._key(node), node.id, node)
         self._entries[node.id] = entry
-        self._sorted.add(entry)
+        if not self._tail or entry > self._tail_max:
+            self._tail[node.id] = self._tail_max = entry
+        else:
+            self._sorted.add(entry)
+
+    def put(self, node: TreeNode, member: bool) -> None:
+        """Add ``node`` if ``member`` and absent (a present node keeps its entry), else discard."""
+        if not member:
+            self.discard(node)
+        elif node.id not in self._entries:
+            self.add(node)
 
     def discard(self, node: TreeNode) -> bool:
         """Remove ``node`` if present; returns whether it was."""
         entry = self._entries.pop(node.id, None)
         if entry is None:
             return False
-        self._sorted.remove(entry)
+        if self._tail.pop(node.id, None) is None:
+            self._sorted.remove(entry)
         return True
 
     def pop(self) -> TreeNode | None:
         """Remove and return the node to evict first; None when empty."""
         if not self._entries:
             return None
-        node: TreeNode = self._sorted.pop(0)[-1]
-        del self._entries[node.id]
+        tail, ordered = self._tail, self._sorted
+        if tail and not (ordered and ordered[0] < tail[next(iter(tail))]):
+            entry = tail.popitem(last=False)[1]
+        else:
+            entry = ordered.pop(0)
+        del self._entries[entry[-2]]
+        node: TreeNode = entry[-1]
         return node
 
     def stale(self, node: TreeNode) -> bool:
@@ -77,8 +103,9 @@ class LeafSet:
         return self._entries[node.id][:-2] != self._key(node)
 
     def clear(self) -> None:
-        self._sorted.clear()
         self._entries.clear()
+        self._tail.clear()
+        self._sorted.clear()
 
     def __contains__(self, node: TreeNode) -> bool:
         return node.id in self._entries
@@ -88,4 +115,4 @@ class LeafSet:
 
     def __iter__(self) -> Iterator[TreeNode]:
         """Members in eviction order."""
-        return (entry[-1] for entry in self._sorted)
+        return (entry[-1] for entry in merge(self._tail.values(), self._sorted))

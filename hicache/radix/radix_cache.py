@@ -1,8 +1,8 @@
 """RadixCache: the device-tier radix tree over KV slots (contract in ``base.BasePrefixCache``).
 
-Layout: a node's ``key`` is an int32 numpy array of whole pages; children are found by the bytes
-of their first page (``(extra_key, bytes)`` under the root, so namespaces never share a node).
-Pages are compared with one vectorised numpy comparison per node, never token by token.
+Layout: a node's ``key`` is an int32 numpy array of whole pages and ``slots`` its device slots
+(stored form of ``slots.Slots``; the tensor-typed ``value`` property, which makes a tensor per
+call, is for callers); walking along a key and splitting edges live in ``walk``.
 Evictable leaves sit in a ``LeafSet`` ordered by the eviction policy and updated incrementally;
 ``_sync(node)`` re-files a node after anything its evictability depends on changed.
 
@@ -13,7 +13,6 @@ Hooks for a subclass with a host tier (``HiRadixCache``):
     copy of a backed-up node);
 ``_sync`` re-file a node in the ordered leaf set(s) (a host tier adds its host-leaf set);
 ``_delete_leaf`` unlink a leaf and re-file its parent;
-``_split_node`` split an edge (already splits ``value`` and ``host_value``);
 ``_on_hit`` a match or insert reached a node (access time, hit count, priority);
 ``_add_leaf`` a new leaf was created by an insert (e.g. start a write-through backup);
 ``_adopt`` an insert covers an existing node (e.g. take the slots of a host-only node);
@@ -40,17 +39,12 @@ from hicache.radix.base import (
     SlotAllocator,
     check_int,
 )
-from hicache.radix.key import (
-    BYTES_COMPARE_MAX,
-    TOKEN_DTYPE,
-    RadixKey,
-    as_radix_key,
-    common_prefix_len,
-)
+from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, edge_ids
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
-from hicache.radix.slots import check_value, concat_slots, copy_slots, head_slots
+from hicache.radix.slots import Slots, check_value, concat_slots, copy_slots
+from hicache.radix.walk import walk
 
 _PRIORITY_MIN = -(2**63)
 
@@ -112,7 +106,7 @@ class RadixCache(BasePrefixCache):
         key = as_radix_key(key)
         if self.disable:
             return MatchResult(self._no_indices(), self.root, self.root, 0)
-        path = self._descend(key.token_ids, key.extra_key)
+        path = walk(self, key.token_ids, key.extra_key)[0]
         tick = next(self._clock)
         for node in path:
             self._on_hit(node, tick)
@@ -132,7 +126,7 @@ class RadixCache(BasePrefixCache):
 
     def evict(self, num_tokens: int) -> int:
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[torch.Tensor] = []
+        freed: list[Slots] = []
         evicted = 0
         pop, evict_leaf = self._evictable.pop, self._evict_leaf
         while evicted < num_tokens:
@@ -195,7 +189,7 @@ class RadixCache(BasePrefixCache):
                 f"reset: {self._protected_size} tokens are locked by live requests; "
                 "finish or release them first"
             )
-        self._free_device([n.value for n in invariants.iter_nodes(self) if n.value is not None])
+        self._free_device([n.slots for n in invariants.iter_nodes(self) if n.slots is not None])
         self._init_tree()
 
     def pretty_print(self) -> None:
@@ -207,12 +201,11 @@ class RadixCache(BasePrefixCache):
     # ---- internals and hooks -----------------------------------------------------------------
 
     def _insert(
-        self, key: RadixKey, value: torch.Tensor | None, priority: int
+        self, key: RadixKey, value: Slots | None, priority: int
     ) -> tuple[int, list[TreeNode]]:
         """Insert the whole pages of ``key``; returns (tokens already cached, path)."""
         ids = key.token_ids
-        n = len(ids) - len(ids) % self.page_size
-        path, missing = self._walk(ids, key.extra_key)
+        path, missing = walk(self, ids, key.extra_key)
         tick = next(self._clock)
         present = pos = 0
         for node in path:
@@ -220,95 +213,34 @@ class RadixCache(BasePrefixCache):
             present += self._adopt(node, value, pos)
             pos += len(node.key)
         if missing is not None:  # pages [pos, n) are new
+            n = len(ids) - len(ids) % self.page_size
+            slots = ids[pos:n].astype(np.int64) if value is None else copy_slots(value, pos, n)
             parent = path[-1] if path else self.root
-            slots = (torch.from_numpy(ids[pos:n].astype(np.int64)) if value is None
-                     else copy_slots(value, pos, n))
-            leaf = self._add_leaf(parent, ids[pos:n].copy(), slots, key.extra_key, tick,
-                                  priority, missing)
-            path.append(leaf)
+            path.append(self._add_leaf(parent, edge_ids(ids[pos:n]), slots, key.extra_key,
+                                       tick, priority, missing))
         return present, path
-
-    def _descend(self, ids: np.ndarray, extra_key: Hashable | None) -> list[TreeNode]:
-        """Nodes matching the whole pages of ``ids`` from the root; splits where a match ends."""
-        return self._walk(ids, extra_key)[0]
-
-    def _walk(
-        self, ids: np.ndarray, extra_key: Hashable | None
-    ) -> tuple[list[TreeNode], ChildKey | None]:
-        """``_descend``, plus the child key of the first unmatched page (None if none is left)."""
-        page = self.page_size
-        n = len(ids) - len(ids) % page
-        path: list[TreeNode] = []
-        if not n:
-            return path, None
-        # Root children are keyed by (extra_key, first page); deeper ones by the first page.
-        look: ChildKey = (extra_key, ids[:page].tobytes())
-        child, pos = self.root.children.get(look), 0
-        while child is not None:
-            key = child.key
-            end = pos + len(key)
-            # Fast path: the whole edge matches (one memcmp); else a vectorised compare.
-            if end <= n and len(key) <= BYTES_COMPARE_MAX and (
-                key.tobytes() == ids[pos:end].tobytes()
-            ):
-                pos = end
-            else:
-                if n > len(self._scratch):
-                    self._scratch = np.empty(n, dtype=bool)
-                matched = common_prefix_len(key, ids[pos:n], page, self._scratch)
-                if matched < len(key):
-                    child = self._split_node(child, matched)
-                pos += matched
-            path.append(child)
-            if pos >= n:
-                return path, None
-            look = ids[pos : pos + page].tobytes()
-            child = child.children.get(look)
-        return path, look
 
     def _match_result(self, path: list[TreeNode]) -> MatchResult:
         values, last_device, host_len = [], self.root, 0
         for node in path:
-            if node.value is None:
+            if node.slots is None:
                 host_len += len(node.key)
             else:
-                values.append(node.value)
+                values.append(node.slots)
                 last_device = node
         indices = concat_slots(values, self.device)
         return MatchResult(indices, last_device, path[-1] if path else self.root, host_len)
 
     def _path_indices(self, path: list[TreeNode]) -> torch.Tensor:
-        values = [node.value for node in path]
+        values = [node.slots for node in path]
         assert all(v is not None for v in values), "path has a node without a device copy"
         return concat_slots(values, self.device)
 
-    def _split_node(self, node: TreeNode, at: int) -> TreeNode:
-        """Split ``node`` at page-aligned ``at``; returns the new upper node (keys ``[:at]``).
-
-        The upper part gets copies (so it never pins the lower part's buffers); value and
-        host_value split alike; lock_ref and access statistics carry over to both halves.
-        """
-        parent = node.parent
-        assert parent is not None and 0 < at < len(node.key), "bad split"
-        upper = TreeNode(node.key[:at].copy(), head_slots(node.value, at), parent,
-                         extra_key=node.extra_key, tick=node.creation_time, priority=node.priority)
-        upper.host_value = head_slots(node.host_value, at)
-        upper.lock_ref, upper.hit_count = node.lock_ref, node.hit_count
-        upper.last_access_time = node.last_access_time
-        node.key = node.key[at:]
-        node.value = None if node.value is None else node.value[at:]
-        node.host_value = None if node.host_value is None else node.host_value[at:]
-        upper.child_key, node.child_key = node.child_key, self._child_key(upper, node)
-        parent.children[upper.child_key] = upper
-        upper.children[node.child_key] = node
-        node.parent = upper
-        return upper
-
-    def _add_leaf(self, parent: TreeNode, ids: np.ndarray, value: torch.Tensor,
+    def _add_leaf(self, parent: TreeNode, ids: np.ndarray, value: Slots,
                   extra_key: Hashable | None, tick: int, priority: int,
                   child_key: ChildKey) -> TreeNode:
-        """Link a new leaf under ``parent`` at ``child_key`` (``_child_key`` of the leaf)."""
-        leaf = TreeNode(ids, value, parent, extra_key=extra_key, tick=tick, priority=priority)
+        """Link a new leaf under ``parent`` at ``child_key`` (``walk.child_key`` of the leaf)."""
+        leaf = TreeNode(ids, value, parent, extra_key, tick, priority)
         leaf.child_key = child_key
         parent.children[child_key] = leaf
         self._evictable_size += len(ids)
@@ -316,7 +248,7 @@ class RadixCache(BasePrefixCache):
         self._sync(leaf)
         return leaf
 
-    def _adopt(self, node: TreeNode, value: torch.Tensor | None, start: int) -> int:
+    def _adopt(self, node: TreeNode, value: Slots | None, start: int) -> int:
         """An insert covers ``node`` (with ``value[start:start + len]``); returns duplicates.
 
         Every node of this tree holds its device slots, so all its positions are duplicates.
@@ -334,22 +266,17 @@ class RadixCache(BasePrefixCache):
             self._evictable.add(node)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
-        return node.lock_ref == 0 and node.value is not None and not node.children
+        return node.lock_ref == 0 and node.slots is not None and not node.children
 
     def _sync(self, node: TreeNode) -> None:
         """Put ``node`` in or out of the evictable set after its state changed."""
-        if node is self.root:
-            return
-        if self._is_evictable_leaf(node):
-            if node not in self._evictable:
-                self._evictable.add(node)
-        else:
-            self._evictable.discard(node)
+        if node is not self.root:
+            self._evictable.put(node, self._is_evictable_leaf(node))
 
-    def _evict_leaf(self, node: TreeNode, freed: list[torch.Tensor]) -> int:
+    def _evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
         """Evict a leaf popped from the evictable set; its slots go to ``freed``."""
-        assert node.value is not None
-        freed.append(node.value)
+        assert node.slots is not None
+        freed.append(node.slots)
         size = len(node.key)
         self._evictable_size -= size
         self._delete_leaf(node)
@@ -362,7 +289,7 @@ class RadixCache(BasePrefixCache):
         node.parent = None
         self._sync(parent)
 
-    def _free_device(self, slots: list[torch.Tensor]) -> None:
+    def _free_device(self, slots: list[Slots]) -> None:
         if self.token_to_kv_pool_allocator is None or not slots:
             return
         merged = concat_slots(slots, self.device)
@@ -370,11 +297,7 @@ class RadixCache(BasePrefixCache):
             self.token_to_kv_pool_allocator.free(merged)
 
     def _device_len(self, node: TreeNode) -> int:
-        return 0 if node.value is None else len(node.key)
-
-    def _child_key(self, parent: TreeNode, child: TreeNode) -> ChildKey:
-        first = child.key[: self.page_size].tobytes()
-        return (child.extra_key, first) if parent is self.root else first
+        return 0 if node.slots is None else len(node.key)
 
     def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
         """``node`` and its ancestors below the root; ``ValueError`` if not in this tree."""

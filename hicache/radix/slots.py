@@ -1,10 +1,14 @@
-"""Slot-index tensors as the tree stores them: validation, private copies, concatenation.
+"""Slot indices as the tree stores them: validation, private copies, concatenation.
 
-Stored values are int64 tensors on whatever device the caller's slots live. CPU tensors are
-copied through numpy: torch routes CPU copies of more than ~32k elements through its intra-op
-thread pool, whose wake-up costs milliseconds on a busy 2-core host, while a single-threaded
-memcpy of a few MB takes microseconds (and numpy's small-copy overhead is lower). Other devices
-use torch.
+A node stores its slots (``TreeNode.slots``, ``TreeNode.host_slots``) as a private int64
+array ``[n]`` of type :data:`Slots`: a numpy array when the slots are on the CPU (a pure index,
+CPU pools, host slots), a torch tensor on the slots' device otherwise. CPU slots live in numpy
+because a numpy array costs less than a tensor to make, slice and free (about 0.4 us each on the
+insert and evict paths), and because torch routes CPU copies of more than ~32k elements through its
+intra-op thread pool, whose wake-up costs milliseconds on a busy 2-core host, while a
+single-threaded memcpy of a few MB takes microseconds. Whatever leaves the tree through the
+public API is a torch tensor (``concat_slots``, ``as_tensor``, and the ``TreeNode.value`` /
+``host_value`` properties).
 """
 
 from __future__ import annotations
@@ -14,27 +18,55 @@ from typing import Any
 import numpy as np
 import torch
 
+Slots = np.ndarray | torch.Tensor  # see the module docstring
+
 _INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
 
 
-def concat_slots(values: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """A new int64 tensor ``[sum of lengths]`` holding ``values`` end to end.
+def _host(value: Slots) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else value.numpy()
 
-    On the values' device, or on ``device`` when ``values`` is empty.
-    """
+
+def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
+    """A new int64 tensor ``[sum of lengths]`` holding ``values`` (stored slots or tensors) end
+    to end, on the values' device, or on ``device`` when ``values`` is empty."""
     if not values:
         return torch.empty(0, dtype=torch.int64, device=device)
-    if values[0].device.type == "cpu":
-        joined = np.concatenate([v.numpy() for v in values])  # always a new array
+    first = values[0]
+    if isinstance(first, np.ndarray) or first.is_cpu:
+        joined = np.concatenate([_host(v) for v in values])  # always a new array
         return torch.from_numpy(joined.astype(np.int64, copy=False))
     return torch.cat(values).to(torch.int64)
 
 
-def copy_slots(value: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
-    """A private int64 copy of ``value[start:end]`` (shares no storage with ``value``)."""
+def copy_slots(value: Slots, start: int = 0, end: int | None = None) -> Slots:
+    """A private int64 copy of ``value[start:end]`` in the stored form (numpy for CPU slots);
+    shares no memory with ``value``."""
+    if isinstance(value, np.ndarray):
+        return value[start:end].astype(np.int64)  # astype copies
     if value.is_cpu:
-        return torch.from_numpy(value.numpy()[start:end].astype(np.int64))  # astype copies
+        return value.numpy()[start:end].astype(np.int64)
     return value[start:end].to(torch.int64, copy=True)
+
+
+def as_tensor(slots: Slots) -> torch.Tensor:
+    """Stored slots as a torch tensor sharing their memory (read it, never write it)."""
+    return torch.from_numpy(slots) if isinstance(slots, np.ndarray) else slots
+
+
+def stored_form(value: Slots | None) -> Slots | None:
+    """``value`` (None, a tensor or a numpy array) in the stored form, without a copy: a CPU
+    tensor becomes its numpy view; ``TypeError`` for anything else."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"slots must be a torch.Tensor, a numpy array or None, "
+                        f"got {type(value).__name__}")
+    return value.numpy() if value.is_cpu else value
+
+
+def head_slots(value: Slots | None, at: int) -> Slots | None:
+    return None if value is None else copy_slots(value, 0, at)
 
 
 def check_value(value: Any, key_len: int) -> None:
@@ -53,7 +85,3 @@ def check_value(value: Any, key_len: int) -> None:
             f"value must be 1-D with one slot per token ({key_len}), got shape "
             f"{tuple(value.shape)}"
         )
-
-
-def head_slots(value: torch.Tensor | None, at: int) -> torch.Tensor | None:
-    return None if value is None else copy_slots(value, 0, at)

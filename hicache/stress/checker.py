@@ -51,8 +51,8 @@ def _claims(name: str, all_slots: torch.Tensor, free: torch.Tensor,
 def ownership(cache: Any, allocator: Any, host_pool: Any, request_slots: list[torch.Tensor],
               all_device: torch.Tensor, all_host: torch.Tensor) -> list[str]:
     nodes = [node for node, _ in walk(cache)]
-    device = [n.value for n in nodes if n.value is not None] + request_slots
-    host = [n.host_value for n in nodes if n.host_value is not None]
+    device = [n.value for n in nodes if not n.evicted] + request_slots
+    host = [n.host_value for n in nodes if n.backuped]
     return (_claims("device", all_device, allocator.free_slots(), device)
             + _claims("host", all_host, host_pool.free_slots(), host))
 

@@ -122,6 +122,32 @@ def test_bad_free_raises_before_any_change(bad: Callable, error: type, match: st
     a.check_invariants()
 
 
+@pytest.mark.parametrize(
+    ("pick", "freed"),
+    [
+        (lambda s: s, 24),  # whole pages in order: the per-page fast path
+        (lambda s: torch.cat([s[16:], s[:8]]), 16),  # whole pages, pages out of order
+        (lambda s: s[:8].flip(0), 8),  # a whole page, slots descending: the general path
+        (lambda s: torch.cat([s[:8], s[9:10]]), 16),  # a whole page and part of another
+    ],
+)
+def test_free_of_whole_or_partial_pages(pick: Callable, freed: int) -> None:
+    a = TokenToKVPoolAllocator(32, 8)
+    slots = a.alloc(24)
+    assert a.free(pick(slots)) == freed
+    assert a.available_size() == 8 + freed
+    a.check_invariants()
+
+
+def test_free_of_a_whole_page_twice_in_one_call_raises() -> None:
+    a = TokenToKVPoolAllocator(32, 8)
+    slots = a.alloc(16)
+    before = snapshot(a)
+    with pytest.raises(ValueError, match="more than once"):
+        a.free(torch.cat([slots, slots[:8]]))
+    assert snapshot(a) == before
+
+
 def test_double_free_raises() -> None:
     a = TokenToKVPoolAllocator(8, 1)
     s = a.alloc(2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
 import torch
+from hypothesis import given
 
 from hicache.radix import EVICTION_POLICIES, LeafSet, RadixCache
 
@@ -184,3 +186,27 @@ def test_leaf_set_orders_and_discards():
     leaves.clear()
     assert len(leaves) == 0
     assert leaves.pop() is None
+
+
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "discard", "pop"]), st.integers(0, 9),
+                              st.integers(0, 5)), max_size=60))
+def test_leaf_set_matches_a_sorted_model(ops):
+    """In-order adds (the O(1) tail) and out-of-order ones (the sorted run) pop as one order."""
+    from hicache.radix.node import TreeNode
+
+    nodes = [TreeNode(torch.zeros(1).numpy(), None, None) for _ in range(10)]
+    leaves, model = LeafSet("lru"), {}
+    for op, i, tick in ops:
+        node = nodes[i]
+        if op == "add" and node not in leaves:
+            node.last_access_time = tick
+            leaves.add(node)
+            model[node.id] = (tick, node.id)
+        elif op == "discard":
+            assert leaves.discard(node) == (model.pop(node.id, None) is not None)
+        elif op == "pop":
+            popped = leaves.pop()
+            expected = min(model.values(), default=None)
+            assert (popped and (popped.last_access_time, popped.id)) == expected
+            model.pop(expected and expected[1], None)
+        assert [(n.last_access_time, n.id) for n in leaves] == sorted(model.values())

@@ -3,6 +3,7 @@ page size 1 and 64, MHA and MLA. Invariants are checked after every step."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -114,4 +115,19 @@ def test_round_trip_on_cuda(kind: str, io_backend: str, layout: str) -> None:
     torch.cuda.synchronize()
     assert_kv(device_pool(cache), prefix, a)
     cache.check_hicache_events()
+    cache.check_invariants()
+
+
+def test_node_values_are_tensors_with_a_host_tier_on_cpu() -> None:
+    cache = make_cache(page_size=2)
+    tokens = tokens_of(8, seed=3)
+    slots = put(cache, tokens)
+    node = cache.match_prefix(RadixKey(tokens)).last_device_node
+    for tensor in (node.value, node.host_value):
+        assert isinstance(tensor, torch.Tensor) and tensor.dtype == torch.int64
+        assert tensor.device.type == "cpu" and tensor.shape == (8,)
+        assert not np.shares_memory(tensor.numpy(), slots.numpy())
+    assert torch.equal(node.value, slots)
+    cache.evict(cache.total_size())
+    assert node.evicted and node.value is None and isinstance(node.host_value, torch.Tensor)
     cache.check_invariants()
