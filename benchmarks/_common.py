@@ -76,14 +76,14 @@ def fmt_size(n: int) -> str:
 @dataclass(frozen=True)
 class Timing:
     """Per-call seconds: median over samples; ``cpu_s`` is the CPU time of one early call (an
-    upper bound, used to size gates); ``issue_s`` the median CPU time per call while the timed
-    calls were enqueued behind a gate (steady state; on CPU the same as ``median_s``)."""
+    upper bound, used to size gates); ``sustained_s`` the wall time per call of calls issued
+    back to back with no gate (the longer of issuing and running one: what a loop sustains)."""
 
     median_s: float
     samples_s: tuple[float, ...]
     inner: int
     cpu_s: float
-    issue_s: float
+    sustained_s: float
 
 
 class Clock:
@@ -134,30 +134,33 @@ class Clock:
         inner = max(1, min(64, math.ceil(self.min_sample_s / max(one_s, 1e-9))))
         n = self.samples if one_s < 0.05 else max(3, self.samples // 2)  # long calls: fewer
         run = self._samples_cuda if self.cuda else self._samples_cpu
-        per_call, issue = run(fn, n, inner, cpu_s if gate else 0.0, self.warmup + 1)
-        return Timing(statistics.median(per_call), tuple(per_call), inner, cpu_s,
-                      statistics.median(issue))
+        k = self.warmup + 1
+        per_call = run(fn, n, inner, cpu_s if gate else 0.0, k)
+        self.sync()
+        t0 = time.perf_counter()
+        for j in range(inner):
+            fn(k + n * inner + j)
+        self.sync()
+        sustained = (time.perf_counter() - t0) / inner
+        return Timing(statistics.median(per_call), tuple(per_call), inner, cpu_s, sustained)
 
     def _samples_cuda(self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float,
-                      k: int) -> tuple[list[float], list[float]]:
-        """(GPU seconds per call, CPU seconds per call to enqueue) for ``n`` samples."""
-        pairs, issue = [], []
+                      k: int) -> list[float]:
+        pairs = []
         for _ in range(n):
             self.gate(1.2 * inner * cpu_s + 50e-6 if cpu_s else 0.0)
             start, end = self.event(), self.event()
             start.record()
-            t0 = time.perf_counter()
             for _ in range(inner):
                 fn(k)
                 k += 1
-            issue.append((time.perf_counter() - t0) / inner)
             end.record()
             pairs.append((start, end))
         self.sync()
-        return [s.elapsed_time(e) / 1e3 / inner for s, e in pairs], issue
+        return [s.elapsed_time(e) / 1e3 / inner for s, e in pairs]
 
     def _samples_cpu(self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float,
-                     k: int) -> tuple[list[float], list[float]]:
+                     k: int) -> list[float]:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
@@ -165,7 +168,7 @@ class Clock:
                 fn(k)
                 k += 1
             out.append((time.perf_counter() - t0) / inner)
-        return out, out
+        return out
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
