@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KIB = 1024
 MIB = 1024 * KIB
 GB = 1e9  # bandwidths are reported in GB/s (10^9 bytes per second)
+SUSTAINED_S = 0.02  # the back-to-back run behind ``Timing.sustained_s`` lasts about this long
 
 
 def import_hicache(module: str) -> ModuleType:
@@ -136,12 +137,13 @@ class Clock:
         run = self._samples_cuda if self.cuda else self._samples_cpu
         k = self.warmup + 1
         per_call = run(fn, n, inner, cpu_s if gate else 0.0, k)
+        calls = max(3, inner, min(64, math.ceil(SUSTAINED_S / max(one_s, 1e-9))))
         self.sync()
         t0 = time.perf_counter()
-        for j in range(inner):
+        for j in range(calls):
             fn(k + n * inner + j)
         self.sync()
-        sustained = (time.perf_counter() - t0) / inner
+        sustained = (time.perf_counter() - t0) / calls
         return Timing(statistics.median(per_call), tuple(per_call), inner, cpu_s, sustained)
 
     def _samples_cuda(self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float,
