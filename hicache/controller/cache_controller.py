@@ -149,10 +149,18 @@ class HiCacheController:
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
         check_indices("host_indices", host_indices, self.page_size, "cpu", self.mem_pool_host.size)
-        device_indices = self.token_to_kv_pool_allocator.alloc(host_indices.numel())
-        if device_indices is None:
-            return None
-        self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id]))
+        allocator = self.token_to_kv_pool_allocator
+        alloc_pair = getattr(allocator, "alloc_pair", None)  # any allocator with alloc() works
+        if alloc_pair is not None:
+            pair = alloc_pair(host_indices.numel())
+            if pair is None:
+                return None
+            cpu, device_indices = pair
+        else:
+            cpu, device_indices = None, allocator.alloc(host_indices.numel())
+            if device_indices is None:
+                return None
+        self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id], cpu))
         return device_indices
 
     def start_writing(self) -> None:
@@ -258,15 +266,17 @@ class HiCacheController:
         Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
         ``stream`` (``record_stream``). The kernel backend gets the host indices on the device,
         copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
-        direct backend plans its copies on the CPU, so it gets both on the CPU; that copy blocks
-        until ``stream`` reaches it (a racy non-blocking device-to-host copy read at once by the
-        CPU would plan with garbage).
+        direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
+        allocator's CPU copy of their slots; otherwise (writes) the device-to-host copy blocks
+        until ``stream`` reaches it (a racy non-blocking one read at once by the CPU would plan
+        with garbage).
         """
         if stream is None:
             return op.host_indices, op.device_indices
         op.device_indices.record_stream(stream)
         if self.io_backend == "direct":
-            return op.host_indices, op.device_indices.cpu()
+            cpu = op.device_indices_cpu
+            return op.host_indices, op.device_indices.cpu() if cpu is None else cpu
         # Pairs in host-address order: scattered pinned reads then stay within few host pages at
         # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).
         host, order = torch.sort(op.host_indices)

@@ -27,11 +27,14 @@ class CacheOperation:
     device_indices : int64 ``[n]`` slots of the device pool (on the device pool's device).
         Token ``i`` of the operation lives at ``host_indices[i]`` and ``device_indices[i]``.
     node_ids : ids of the radix nodes the slots belong to, in queueing order.
+    device_indices_cpu : ``device_indices`` on the CPU when the queuer had them there (loads:
+        the allocator's own copy), so a transfer planned on the CPU needs no device sync.
     """
 
     host_indices: torch.Tensor
     device_indices: torch.Tensor
     node_ids: list[int]
+    device_indices_cpu: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         assert self.host_indices.numel() == self.device_indices.numel(), (
@@ -51,10 +54,12 @@ class CacheOperation:
         assert ops, "CacheOperation.merge: nothing to merge"
         if len(ops) == 1:
             return ops[0]
+        cpu = [op.device_indices_cpu for op in ops]
         return cls(
             host_indices=torch.cat([op.host_indices for op in ops]),
             device_indices=torch.cat([op.device_indices for op in ops]),
             node_ids=[node_id for op in ops for node_id in op.node_ids],
+            device_indices_cpu=None if any(c is None for c in cpu) else torch.cat(cpu),
         )
 
 

@@ -246,7 +246,19 @@ class TokenToKVPoolAllocator(PageAllocator):
 
         ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise).
         """
+        pair = self.alloc_pair(n)
+        return None if pair is None else pair[1]
+
+    def alloc_pair(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """:meth:`alloc`, also returning the same slots on the CPU: ``(cpu, on_device)``.
+
+        For callers that plan copies on the CPU (the direct io_backend): they need no
+        device-to-host copy, which would wait for everything queued before it on the device.
+        """
         slots = self.alloc_cpu(n)
-        if slots is None or self.device.type == "cpu":
-            return slots
-        return slots.to(self.device, non_blocking=True)
+        if slots is None:
+            return None
+        if self.device.type == "cpu":
+            return slots, slots
+        # From pinned memory: a copy from pageable memory may wait for the stream's queued work.
+        return slots, slots.pin_memory().to(self.device, non_blocking=True)

@@ -187,3 +187,24 @@ def test_counter_refuses_to_reuse_a_slot_in_flight():
     assert counter.producer_index == 2
     stream.synchronize()
     assert counter.update_producer() == 0
+
+
+def test_direct_start_loading_does_not_wait_for_compute():
+    """The direct backend plans on the CPU; loads carry the allocator's CPU copy of their slots,
+    so issuing a load never waits for the compute stream (which a device-to-host copy would)."""
+    rig = big_rig("direct", "page_first_direct")
+    ctrl = rig.controller
+    host_indices, want = offloaded(rig)
+    poison(rig.device_pool)
+    busy = torch.cuda.Event()
+    with torch.cuda.stream(torch.cuda.current_stream()):
+        torch.cuda._sleep(8 * SLEEP_CYCLES)  # ~400 ms of "forward pass"
+        busy.record()
+    device_indices = ctrl.load(host_indices, node_id=2)
+    ctrl.layer_done_counter.set_consumer(ctrl.start_loading())
+    assert not busy.query(), "start_loading waited for the compute stream"
+    got = read_bytes(rig.device_pool, device_indices)
+    finish_trial(rig, device_indices)
+    for layer in range(LAYERS):
+        assert torch.equal(got[layer], want[layer]), f"layer {layer} read stale bytes"
+    rig.host_pool.close()

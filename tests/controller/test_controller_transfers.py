@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from hicache.controller import HiCacheAck, LayerLoadingEvent, pop_finished_acks
+from hicache.controller import CacheOperation, HiCacheAck, LayerLoadingEvent, pop_finished_acks
 from hicache.pools import ROUTES
 from tests.controller.helpers import (
     assert_same_bytes,
@@ -60,6 +60,8 @@ def test_queued_writes_and_loads_merge_into_one_batch(kind: str, io_backend: str
         ctrl.evict_device(slots)
     poison(rig.device_pool)
     loaded = {nid: ctrl.load(host[nid], nid + 10) for nid in (3, 1, 2)}
+    merged = CacheOperation.merge(ctrl.load_queue)  # what start_loading issues
+    assert torch.equal(merged.device_indices_cpu, merged.device_indices.cpu())
     assert ctrl.start_loading() == 0
     assert ctrl.load_queue == [] and [a.node_ids for a in ctrl.ack_load_queue] == [[13, 11, 12]]
     ctrl.layer_done_counter.set_consumer(0)
@@ -142,3 +144,12 @@ def test_controller_wires_the_counter_into_the_device_pool():
     assert ctrl.mem_pool_device is rig.device_pool
     assert ctrl.write_stream is None and ctrl.load_stream is None
     assert (ctrl.write_policy, ctrl.io_backend, ctrl.page_size) == ("write_through", "kernel", 1)
+
+
+def test_merged_operation_keeps_a_cpu_copy_only_when_every_part_has_one():
+    dev = [torch.tensor([4, 5]), torch.tensor([8, 9])]
+    with_cpu = [CacheOperation(torch.tensor([0, 1]), d, [i], d.clone()) for i, d in enumerate(dev)]
+    merged = CacheOperation.merge(with_cpu)
+    assert merged.device_indices_cpu.tolist() == [4, 5, 8, 9] and merged.node_ids == [0, 1]
+    partial = [with_cpu[0], CacheOperation(torch.tensor([2, 3]), dev[1], [1])]
+    assert CacheOperation.merge(partial).device_indices_cpu is None

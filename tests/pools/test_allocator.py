@@ -187,6 +187,17 @@ def test_alloc_on_cuda_and_free_from_cuda() -> None:
     slots = a.alloc(16)
     assert slots.device.type == "cuda" and slots.dtype == torch.int64
     assert a.free(slots) == 16 and a.available_size() == 32
+    cpu, dev = a.alloc_pair(16)
+    assert cpu.device.type == "cpu" and dev.device.type == "cuda"
+    assert torch.equal(cpu, dev.cpu()) and a.available_size() == 16
+
+
+def test_alloc_pair_is_alloc_with_a_cpu_copy() -> None:
+    a, b = TokenToKVPoolAllocator(32, 4), TokenToKVPoolAllocator(32, 4)
+    cpu, dev = a.alloc_pair(8)
+    assert torch.equal(cpu, b.alloc(8)) and torch.equal(dev, cpu)
+    assert snapshot(a) == snapshot(b)
+    assert a.alloc_pair(28) is None and snapshot(a) == snapshot(b)
 
 
 def test_check_invariants_detects_corruption() -> None:
