@@ -118,12 +118,8 @@ class Clock:
         end.synchronize()
         return cycles / (start.elapsed_time(end) / 1e3)
 
-    def measure(self, fn: Callable[[int], None], gate: bool = True) -> Timing:
-        """Median seconds per call of ``fn(k)``; ``k`` counts calls so inputs can rotate.
-
-        ``gate=False`` leaves the CPU's launch time in the measurement (for ops whose cost is
-        mostly launches, like the direct ``copy_`` loops).
-        """
+    def measure(self, fn: Callable[[int], None]) -> Timing:
+        """Median seconds per call of ``fn(k)``; ``k`` counts calls so inputs can rotate."""
         for k in range(self.warmup):
             fn(k)
         self.sync()
@@ -136,7 +132,7 @@ class Clock:
         n = self.samples if one_s < 0.05 else max(3, self.samples // 2)  # long calls: fewer
         run = self._samples_cuda if self.cuda else self._samples_cpu
         k = self.warmup + 1
-        per_call = run(fn, n, inner, cpu_s if gate else 0.0, k)
+        per_call = run(fn, n, inner, cpu_s, k)
         calls = max(3, inner, min(64, math.ceil(SUSTAINED_S / max(one_s, 1e-9))))
         self.sync()
         t0 = time.perf_counter()
