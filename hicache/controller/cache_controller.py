@@ -150,7 +150,8 @@ class HiCacheController:
         """
         check_indices("host_indices", host_indices, self.page_size, "cpu", self.mem_pool_host.size)
         allocator = self.token_to_kv_pool_allocator
-        alloc_pair = getattr(allocator, "alloc_pair", None)  # any allocator with alloc() works
+        # The direct backend plans on the CPU: take the allocator's CPU copy when it offers one.
+        alloc_pair = getattr(allocator, "alloc_pair", None) if self.io_backend == "direct" else None
         if alloc_pair is not None:
             pair = alloc_pair(host_indices.numel())
             if pair is None:

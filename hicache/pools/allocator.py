@@ -246,7 +246,7 @@ class TokenToKVPoolAllocator(PageAllocator):
 
         ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise).
         """
-        pair = self.alloc_pair(n)
+        pair = self._alloc_both(n)
         return None if pair is None else pair[1]
 
     def alloc_pair(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -255,6 +255,9 @@ class TokenToKVPoolAllocator(PageAllocator):
         For callers that plan copies on the CPU (the direct io_backend): they need no
         device-to-host copy, which would wait for everything queued before it on the device.
         """
+        return self._alloc_both(n)
+
+    def _alloc_both(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         slots = self.alloc_cpu(n)
         if slots is None:
             return None

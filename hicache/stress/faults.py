@@ -51,13 +51,17 @@ class Faults:
         return True
 
     def flaky_alloc(self, pool: Any, kind: str) -> None:
-        """``pool.alloc(n)`` returns None (allocating nothing) with probability ``p_alloc_none``."""
-        original = pool.alloc
+        """``pool.alloc(n)`` (and ``alloc_pair`` where the pool has it) returns None, allocating
+        nothing, with probability ``p_alloc_none``."""
+        for name in ("alloc", "alloc_pair"):
+            if hasattr(pool, name):
+                self._patch(pool, name, self._flaky(getattr(pool, name), kind))
 
+    def _flaky(self, original: Any, kind: str) -> Any:
         def alloc(n: int) -> Any:
             return None if self._fire(kind, self.p_alloc_none) else original(n)
 
-        self._patch(pool, "alloc", alloc)
+        return alloc
 
     def failing_load(self, host_pool: Any) -> None:
         """``load_to_device_per_layer`` raises on a layer after earlier layers have landed."""

@@ -147,9 +147,10 @@ def test_failed_load_is_never_served_and_is_retried():
     assert cache.protected_size() == 0
 
 
+@pytest.mark.parametrize("io_backend", ["kernel", "direct"])
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
-def test_device_allocator_short_in_the_middle_of_a_load_back(policy):
-    cache = _cache(write_policy=policy)
+def test_device_allocator_short_in_the_middle_of_a_load_back(policy, io_backend):
+    cache = _cache(write_policy=policy, io_backend=io_backend)
     tokens = list(range(1, 9))
     _insert(cache, tokens)
     cache.evict(8)
