@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
+import numpy as np
 import torch
 
 from hicache.devices import canonical_device
@@ -39,8 +41,10 @@ class ReqToTokenPool:
         return rows
 
     def free(self, idx: int | list[int]) -> None:
-        """Return one row id or a list of them; ``ValueError`` (no change) if any is not in use."""
-        rows = [idx] if isinstance(idx, int) else list(idx)
+        """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
+        included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
+        (numpy or 0-d torch integers) are accepted."""
+        rows = [_row_id(r) for r in ([idx] if _is_scalar(idx) else list(idx))]
         if len(set(rows)) != len(rows) or not self._used.issuperset(rows):
             raise ValueError(f"idx must be distinct rows currently allocated, got {idx!r}")
         self._used.difference_update(rows)
@@ -54,3 +58,19 @@ class ReqToTokenPool:
         """Every row free."""
         self._free: list[int] = list(range(self.size))
         self._used: set[int] = set()
+
+
+def _is_scalar(idx: Any) -> bool:
+    return not isinstance(idx, (list, tuple, range)) and getattr(idx, "ndim", 0) == 0
+
+
+def _row_id(value: Any) -> int:
+    """``value`` as a Python int; ``TypeError`` for bools and non-integers."""
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, torch.Tensor) and value.dtype == torch.bool
+    ):
+        raise TypeError(f"idx must hold integer row ids, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"idx must hold integer row ids, got {value!r}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -247,7 +248,11 @@ def test_req_to_token_pool() -> None:
     with pytest.raises(ValueError, match="idx"):
         pool.free([rows[1], rows[1]])
     assert pool.available_size() == 2
-    pool.free(rows[1:])
+    for bad in (True, [rows[1], False], 1.0, ["1"]):
+        with pytest.raises(TypeError, match="idx"):
+            pool.free(bad)
+    assert pool.available_size() == 2
+    pool.free([np.int64(rows[1]), torch.tensor(rows[2])])  # integer-like ids are row ids
     with pytest.raises(ValueError, match="n must"):
         pool.alloc(-1)
     pool.clear()
