@@ -8,7 +8,8 @@ CPU time). Measured on an H200 (benchmarks/RESULTS.md): copies of >= 64 KiB run 
 copy's rate in both directions and ~98 GB/s both ways at once, leaving the SMs to the model;
 copies of a few KiB run at a few GB/s, which is why the SM kernels serve scattered token slots.
 
-CUDA only: the CPU build never loads the runtime library.
+CUDA only: the CPU build never loads the runtime library, and :func:`available` says whether
+this build can (ROCm builds and missing runtimes fall back to ``copy_`` in the direct ops).
 """
 
 from __future__ import annotations
@@ -81,6 +82,19 @@ def _runtime() -> _Runtime:
     return runtime
 
 
+@functools.cache
+def available() -> bool:
+    """Whether engine copies can be issued: a CUDA (not ROCm) build whose runtime library loads
+    (the direct ops fall back to one ``copy_`` per run otherwise)."""
+    if torch.version.hip or not torch.version.cuda:
+        return False
+    try:
+        _runtime()
+    except (OSError, RuntimeError, AttributeError):  # AttributeError: a symbol is missing
+        return False
+    return True
+
+
 def _check(lib: ctypes.CDLL, err: int, what: str) -> None:
     if err:
         raise RuntimeError(f"{what} failed: {lib.cudaGetErrorString(err).decode()} ({err})")
@@ -102,13 +116,14 @@ def copy_batch(dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray, device: tor
     dst, src, nbytes = (np.ascontiguousarray(a, dtype=np.uint64) for a in (dst, src, nbytes))
     if not len(dst):
         return
-    stream = torch.cuda.current_stream(device).cuda_stream
-    if runtime.has_batch and stream:
-        _batch(runtime, dst, src, nbytes, stream)
-        return
-    for d, s, n in zip(dst.tolist(), src.tolist(), nbytes.tolist(), strict=True):
-        _check(runtime.lib, runtime.lib.cudaMemcpyAsync(d, s, n, _MEMCPY_DEFAULT, stream),
-               "cudaMemcpyAsync")
+    with torch.cuda.device(device):  # the runtime issues on the calling thread's device
+        stream = torch.cuda.current_stream(device).cuda_stream
+        if runtime.has_batch and stream:
+            _batch(runtime, dst, src, nbytes, stream)
+            return
+        for d, s, n in zip(dst.tolist(), src.tolist(), nbytes.tolist(), strict=True):
+            _check(runtime.lib, runtime.lib.cudaMemcpyAsync(d, s, n, _MEMCPY_DEFAULT, stream),
+                   "cudaMemcpyAsync")
 
 
 def _batch(runtime: _Runtime, dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray,

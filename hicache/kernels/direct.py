@@ -84,7 +84,7 @@ def _on_copy_engine(pairs: Sequence[tuple[_Slots, _Slots]]) -> torch.device | No
     """The CUDA device when every tensor can take part in one batched engine copy, else None."""
     tensors = [side.tensor for pair in pairs for side in pair]
     cuda = next((t.device for t in tensors if t.is_cuda), None)
-    if cuda is None or not all(t.is_contiguous() for t in tensors):
+    if cuda is None or not copy_engine.available() or not all(t.is_contiguous() for t in tensors):
         return None
     host = {t.untyped_storage().data_ptr(): t for t in tensors if not t.is_cuda}
     return cuda if all(t.is_pinned() for t in host.values()) else None

@@ -150,3 +150,24 @@ def test_direct_copies_once_per_run(monkeypatch):
     dst_idx = torch.cat([torch.arange(16, 48), torch.arange(0, 16)])
     K.transfer_kv_direct(src, dst, src_idx, dst_idx, 16)
     assert len(calls) == 2 * 2
+
+
+def test_engine_is_unavailable_without_a_cuda_runtime(monkeypatch):
+    """ROCm builds, CPU builds and a CUDA build whose runtime library will not load all fall back
+    to copy_ (the direct ops then never call the engine)."""
+
+    def no_runtime():
+        raise RuntimeError("the CUDA runtime library was not found")
+
+    monkeypatch.setattr(copy_engine, "_open_cudart", no_runtime)
+    try:
+        for cuda, hip, loads in (("13.0", None, 1), (None, None, 0), ("13.0", "6.2", 0)):
+            monkeypatch.setattr(torch.version, "cuda", cuda)
+            monkeypatch.setattr(torch.version, "hip", hip)
+            copy_engine.available.cache_clear()
+            copy_engine._runtime.cache_clear()
+            assert copy_engine.available() is False
+            assert copy_engine._runtime.cache_info().misses == loads
+    finally:  # later tests (on a GPU machine) must see the real runtime again
+        copy_engine.available.cache_clear()
+        copy_engine._runtime.cache_clear()
