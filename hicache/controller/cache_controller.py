@@ -149,18 +149,15 @@ class HiCacheController:
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
         check_indices("host_indices", host_indices, self.page_size, "cpu", self.mem_pool_host.size)
-        allocator = self.token_to_kv_pool_allocator
+        allocator, n = self.token_to_kv_pool_allocator, host_indices.numel()
         # The direct backend plans on the CPU: take the allocator's CPU copy when it offers one.
         alloc_pair = getattr(allocator, "alloc_pair", None) if self.io_backend == "direct" else None
-        if alloc_pair is not None:
-            pair = alloc_pair(host_indices.numel())
-            if pair is None:
-                return None
-            cpu, device_indices = pair
+        if alloc_pair is None:
+            cpu, device_indices = None, allocator.alloc(n)
         else:
-            cpu, device_indices = None, allocator.alloc(host_indices.numel())
-            if device_indices is None:
-                return None
+            cpu, device_indices = alloc_pair(n) or (None, None)
+        if device_indices is None:
+            return None
         self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id], cpu))
         return device_indices
 
