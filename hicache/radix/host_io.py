@@ -39,7 +39,7 @@ def backup(cache: HiRadixCache, node: TreeNode) -> bool:
         host = ctrl.write(device, node.id)
     if host is None:
         return False
-    node.host_slots = copy_slots(host)
+    node.host_value = host  # a fresh tensor from the host pool: stored without another copy
     cache._host_size += n
     cache.inc_lock_ref(node)
     cache._writing[node.id] = node
