@@ -50,6 +50,10 @@ class ReqToTokenPool:
         self._used.difference_update(rows)
         self._free.extend(rows)
 
+    def is_allocated(self, idx: int) -> bool:
+        """Whether row ``idx`` is handed out (allocated and not yet freed)."""
+        return idx in self._used
+
     def write(self, indices: Any, values: torch.Tensor | int) -> None:
         """``req_to_token[indices] = values`` (any torch indexing: a row, ``(row, slice)``, ...)."""
         self.req_to_token[indices] = values

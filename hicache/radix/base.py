@@ -26,8 +26,10 @@ def check_int(name: str, value: Any, minimum: int) -> int:
 
 
 class SlotAllocator(Protocol):
-    """The slice of ``TokenToKVPoolAllocator`` the tree uses: it frees evicted slots."""
+    """The slice of ``TokenToKVPoolAllocator`` the tree uses: it frees evicted slots, and its
+    usable slots are ``page_size .. size + page_size - 1`` (slot 0's page is reserved)."""
 
+    size: int
     page_size: int
     device: torch.device
 
@@ -41,6 +43,7 @@ class ReqToTokenTable(Protocol):
 
     req_to_token: torch.Tensor
 
+    def is_allocated(self, idx: int) -> bool: ...
     def free(self, idx: int | list[int]) -> None: ...
     def write(self, indices: Any, values: torch.Tensor) -> None: ...
 

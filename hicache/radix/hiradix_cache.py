@@ -168,6 +168,15 @@ class HiRadixCache(RadixCache):
         return count
 
     def inc_lock_ref(self, node: TreeNode) -> int:
+        """As ``RadixCache.inc_lock_ref``; ``ValueError`` (no change) for a host-only node:
+        load it back (``init_load_back``) and lock the node that returns."""
+        if isinstance(node, TreeNode) and node.slots is None:
+            raise ValueError(f"inc_lock_ref: node {node.id} is host-only (evicted from the "
+                             "device); load it back with init_load_back first")
+        return self._lock(node)
+
+    def _lock(self, node: TreeNode) -> int:
+        """``inc_lock_ref`` without the device check: a load-back locks host-only nodes."""
         moved = super().inc_lock_ref(node)
         current: TreeNode | None = node
         while current is not None and current is not self.root and current.slots is None:

@@ -121,7 +121,7 @@ def load_chain(cache: HiRadixCache, chain: list[TreeNode]) -> torch.Tensor | Non
     evictions) when the device cannot make room."""
     last = chain[-1]
     need = sum(len(node.key) for node in chain)
-    cache.inc_lock_ref(last)  # the chain and the nodes above it stay put while we evict
+    cache._lock(last)  # the chain and the nodes above it stay put while we evict
     try:
         short = need - cache.token_to_kv_pool_allocator.available_size()
         if short > 0:

@@ -31,6 +31,8 @@ class TreeNode:
     extra_key : namespace shared by the whole root-to-node path.
     child_key : the key of this node in ``parent.children`` (None until linked).
     lock_ref : locks held on this node or a descendant; locked nodes are never evicted.
+    own_lock_ref : locks taken on this node itself (``inc_lock_ref(node)`` calls not yet undone);
+        ``lock_ref == own_lock_ref + sum(child.lock_ref)`` below the root.
     hit_count : matches and inserts that reached this node after it was created.
     last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
     priority : max priority of the inserts that reached it; the ``priority`` policy evicts the
@@ -48,6 +50,7 @@ class TreeNode:
         "extra_key",
         "child_key",
         "lock_ref",
+        "own_lock_ref",
         "hit_count",
         "last_access_time",
         "creation_time",
@@ -73,6 +76,7 @@ class TreeNode:
         self.extra_key = extra_key
         self.child_key: ChildKey | None = None
         self.lock_ref = 0
+        self.own_lock_ref = 0
         self.hit_count = 0
         self.last_access_time = tick
         self.creation_time = tick

@@ -44,7 +44,8 @@ from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
 from hicache.radix.slots import Slots, check_value, concat_slots, copy_slots
-from hicache.radix.walk import walk
+from hicache.radix.ownership import check_pages, check_unowned
+from hicache.radix.walk import device_prefix_len, walk
 
 _PRIORITY_MIN = -(2**63)
 
@@ -119,8 +120,14 @@ class RadixCache(BasePrefixCache):
             raise ValueError("value is required: this cache frees its values to an allocator")
         if type(priority) is not int or priority < _PRIORITY_MIN:
             check_int("priority", priority, minimum=_PRIORITY_MIN)
+        allocator = self.token_to_kv_pool_allocator
+        if value is not None and allocator is not None:
+            check_pages(value, "value", allocator)
         if self.disable:
             return 0
+        if value is not None:
+            end = len(key) - len(key) % self.page_size
+            check_unowned(value[device_prefix_len(self, key):end], "value", self)
         present, _ = self._insert(key, value, priority)
         return present
 
@@ -147,12 +154,18 @@ class RadixCache(BasePrefixCache):
                 moved += size
                 self._evictable.discard(n)
             n.lock_ref += 1
+        if node is not self.root:
+            node.own_lock_ref += 1
         return moved
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         path = self._path_to_root(node)
-        if path and path[0].lock_ref <= 0:
-            raise ValueError(f"dec_lock_ref: node {node.id} is not locked")
+        if path and node.own_lock_ref <= 0:
+            held = "only through a locked descendant" if node.lock_ref > 0 else "at all"
+            raise ValueError(f"dec_lock_ref: node {node.id} is not locked {held}; "
+                             "call it once per inc_lock_ref on the same node")
+        if path:
+            node.own_lock_ref -= 1
         moved = 0
         for n in path:
             n.lock_ref -= 1

@@ -19,6 +19,7 @@ in its last page, which ``cache_finished_req`` frees by passing those slots to t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from hicache.radix.base import check_int
 from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import concat_slots, copy_slots
+from hicache.radix.ownership import check_pages, check_unowned
+from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.walk import device_prefix_len, peek
 
 if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
@@ -96,49 +100,109 @@ def kv_key(req: Any) -> RadixKey:
     return RadixKey._trusted(ids, req.extra_key)
 
 
-def _row_and_key(cache: RadixCache, req: Any) -> tuple[torch.Tensor, RadixKey, int]:
-    """Validate ``req`` (no state change) and return its int64 row copy, key and aligned length."""
+def _row_id(cache: RadixCache, req: Any) -> int:
+    """``req.req_pool_idx`` as a row id the request pool has handed out (no state change)."""
+    idx = req.req_pool_idx
+    if idx is None:
+        raise ValueError("req.req_pool_idx is None: the request holds no row (never scheduled, "
+                         "or already finished: cache_finished_req releases the row)")
+    if isinstance(idx, (bool, np.bool_)):
+        raise TypeError(f"req.req_pool_idx must be an int row id, got {idx!r}")
+    try:
+        idx = operator.index(idx)
+    except TypeError:
+        raise TypeError(f"req.req_pool_idx must be an int row id, got "
+                        f"{type(req.req_pool_idx).__name__}") from None
+    pool = cache.req_to_token_pool
+    rows = pool.req_to_token.shape[0]
+    if not 0 <= idx < rows:
+        raise IndexError(f"req.req_pool_idx must be in [0, {rows}), got {idx}")
+    if not pool.is_allocated(idx):
+        raise ValueError(f"req.req_pool_idx={idx} is not an allocated row (a stale row id, or "
+                         "the request was already finished)")
+    return idx
+
+
+def _check_lock(cache: RadixCache, req: Any, key: RadixKey) -> None:
+    """``req.last_node`` is locked and on ``key``'s path, and ``cache_protected_len`` (a page
+    multiple) does not go past it."""
+    protected, node = req.cache_protected_len, req.last_node
+    check_int("req.cache_protected_len", protected, minimum=0)
+    if protected % cache.page_size:
+        raise ValueError(f"req.cache_protected_len must be a multiple of page_size="
+                         f"{cache.page_size}, got {protected}")
+    depth = 0
+    if node is not None and node is not cache.root:
+        path = cache._path_to_root(node)  # ValueError unless it is in this tree
+        if node.own_lock_ref <= 0:
+            raise ValueError(f"req.last_node (node {node.id}) is not locked")
+        depth = sum(len(n.key) for n in path)
+        on_path = peek(cache, key.token_ids[:depth], key.extra_key)[0]
+        if node.slots is None or not on_path or on_path[-1] is not node:
+            raise ValueError(f"req.last_node (node {node.id}) does not hold a prefix of the "
+                             "request's tokens on the device")
+    if protected > depth:
+        raise ValueError(f"req.cache_protected_len={protected} exceeds the {depth} tokens "
+                         "req.last_node keeps locked")
+
+
+def _row_and_key(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
+    """Validate ``req`` (no state change): its row id, an int64 copy of its slots, its key and
+    the key's page-aligned length. The request's own slots (positions ``[cache_protected_len,
+    kv_len)``) are checked like ``insert``'s ``value`` (``radix.ownership``)."""
     if cache.req_to_token_pool is None:
         raise ValueError("cache_*_req needs a req_to_token_pool")
+    idx = _row_id(cache, req)
     key = kv_key(req)
-    if req.last_node is not None and req.last_node is not cache.root:
-        cache._path_to_root(req.last_node)  # ValueError unless it is in this tree
-        if req.last_node.lock_ref <= 0:
-            raise ValueError(f"req.last_node (node {req.last_node.id}) is not locked")
-    row = copy_slots(cache.req_to_token_pool.req_to_token[req.req_pool_idx, : len(key)])
-    return row, key, len(key) - len(key) % cache.page_size
+    table = cache.req_to_token_pool.req_to_token
+    if len(key) > table.shape[1]:
+        raise ValueError(f"req.kv_len={len(key)} exceeds the request pool's max_context_len="
+                         f"{table.shape[1]}")
+    check_int("req.priority", req.priority, minimum=-(2**63))
+    _check_lock(cache, req, key)
+    row = copy_slots(table[idx, : len(key)])
+    own = row[req.cache_protected_len :]
+    check_pages(own, "req_to_token row (positions cache_protected_len..kv_len)",
+                cache.token_to_kv_pool_allocator)
+    check_unowned(own, "req_to_token row (positions cache_protected_len..kv_len)", cache)
+    return idx, row, key, len(key) - len(key) % cache.page_size
 
 
-def cache_finished(cache: RadixCache, req: Any) -> None:
-    """``RadixCache.cache_finished_req`` (contract in ``BasePrefixCache``)."""
-    row, key, aligned = _row_and_key(cache, req)
-    protected = req.cache_protected_len
-    if cache.disable:
-        cache._free_device([row])
-    else:
-        present, _ = cache._insert(key[:aligned], row, req.priority)
-        assert present >= protected, "a locked prefix left the tree"
-        cache._free_device([row[protected:present], row[aligned:]])
-    cache.req_to_token_pool.free(req.req_pool_idx)
+def _release(cache: RadixCache, req: Any, idx: int) -> None:
+    cache.req_to_token_pool.free(idx)
+    req.req_pool_idx = None
     if req.last_node is not None:
         cache.dec_lock_ref(req.last_node)
         req.last_node = None
 
 
+def cache_finished(cache: RadixCache, req: Any) -> None:
+    """``RadixCache.cache_finished_req`` (contract in ``BasePrefixCache``). Everything that can
+    fail (validation, then the allocator's free of the duplicate and tail slots) happens before
+    the tree changes."""
+    idx, row, key, aligned = _row_and_key(cache, req)
+    protected = req.cache_protected_len
+    if cache.disable:
+        cache._free_device([row])
+    else:
+        present = device_prefix_len(cache, key[:aligned])
+        cache._free_device([row[protected:present], row[aligned:]])
+        cache._insert(key[:aligned], row, req.priority)
+    _release(cache, req, idx)
+
+
 def cache_unfinished(cache: RadixCache, req: Any) -> None:
     """``RadixCache.cache_unfinished_req`` (contract in ``BasePrefixCache``)."""
-    row, key, aligned = _row_and_key(cache, req)
+    idx, row, key, aligned = _row_and_key(cache, req)
     if cache.disable:
-        req.prefix_indices = row
+        req.prefix_indices = as_tensor(row)
         return
     protected = req.cache_protected_len
-    present, path = cache._insert(key[:aligned], row, req.priority)
-    assert present >= protected, "a locked prefix left the tree"
+    present = device_prefix_len(cache, key[:aligned])
     cache._free_device([row[protected:present]])
+    _, path = cache._insert(key[:aligned], row, req.priority)
     tree_indices = cache._path_indices(path)
-    cache.req_to_token_pool.write(
-        (req.req_pool_idx, slice(protected, aligned)), tree_indices[protected:]
-    )
+    cache.req_to_token_pool.write((idx, slice(protected, aligned)), tree_indices[protected:])
     new_last = path[-1] if path else cache.root
     cache.inc_lock_ref(new_last)
     if req.last_node is not None:

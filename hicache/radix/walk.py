@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hicache.radix.key import BYTES_COMPARE_MAX, common_prefix_len, edge_ids
+from hicache.radix.key import BYTES_COMPARE_MAX, RadixKey, common_prefix_len, edge_ids
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.slots import head_slots
 
@@ -92,3 +92,34 @@ def child_key(cache: RadixCache, parent: TreeNode, child: TreeNode) -> ChildKey:
     ``extra_key`` under the root)."""
     first = child.key[: cache.page_size].tobytes()
     return (child.extra_key, first) if parent is cache.root else first
+
+
+def peek(
+    cache: RadixCache, ids: np.ndarray, extra_key: Hashable | None
+) -> tuple[list[TreeNode], TreeNode | None, int]:
+    """Read-only ``walk``: the nodes whose whole key matches the whole pages of ``ids``, the
+    node the match ends inside (or None) and how many of its tokens match. Splits nothing."""
+    page = cache.page_size
+    n = len(ids) - len(ids) % page
+    path: list[TreeNode] = []
+    pos = 0
+    child = cache.root.children.get((extra_key, ids[:page].tobytes())) if n else None
+    while child is not None:
+        matched = common_prefix_len(child.key, ids[pos:n], page)
+        if matched < len(child.key):
+            return path, (child if matched else None), matched
+        path.append(child)
+        pos += matched
+        child = child.children.get(ids[pos : pos + page].tobytes()) if pos < n else None
+    return path, None, 0
+
+
+def device_prefix_len(cache: RadixCache, key: RadixKey) -> int:
+    """Leading tokens of ``key`` whose slots the tree holds on the device (read-only)."""
+    path, partial, matched = peek(cache, key.token_ids, key.extra_key)
+    length = 0
+    for node in path:
+        if node.slots is None:
+            return length
+        length += len(node.key)
+    return length + (matched if partial is not None and partial.slots is not None else 0)

@@ -60,6 +60,9 @@ class FakeReqToTokenPool:
             raise ValueError(f"row {idx} is not allocated")
         self._free.append(idx)
 
+    def is_allocated(self, idx: int) -> bool:
+        return 0 <= idx < self.req_to_token.shape[0] and idx not in self._free
+
     def write(self, indices, values) -> None:
         self.req_to_token[indices] = values
 

@@ -1,0 +1,102 @@
+"""Checks that slots handed to the tree are the caller's to give, before the tree takes them.
+
+Two levels (the cost of each is what decides which):
+
+* **Always** (O(n) vectorised numpy, plus a sort of the page ids): every slot lies in the
+  allocator's usable range ``[page_size, size + page_size)`` (so never the reserved slot 0's
+  page, never negative), the slots come in whole aligned pages (page ``k`` holds
+  ``k * page_size .. k * page_size + page_size - 1`` in order; a trailing partial page is its
+  first slots), and no page (hence no slot) appears twice. CPU slots are always checked; slots
+  on a CUDA device only with ``HICACHE_CHECK_DEVICE_INDICES=1`` (the check copies them to the
+  host, a device sync).
+* **Debug** (``HICACHE_CHECK_OWNERSHIP=1``; O(tree + allocator) per call): slots the tree is
+  about to own are allocated in the allocator (not free) and held by no node of the tree. Needs
+  an allocator with ``free_slots()`` (hicache's ``TokenToKVPoolAllocator`` has it).
+
+Everything raises ``ValueError`` naming the argument, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from hicache import env
+from hicache.radix.invariants import iter_nodes
+from hicache.radix.slots import Slots
+
+if TYPE_CHECKING:
+    from hicache.radix.radix_cache import RadixCache
+
+
+def slot_bounds(allocator: Any) -> tuple[int, int]:
+    """``[lo, hi)`` of the slots ``allocator`` hands out: slot 0's page is reserved."""
+    return allocator.page_size, allocator.size + allocator.page_size
+
+
+def _host_view(slots: Slots) -> np.ndarray | None:
+    """``slots`` as a CPU numpy array, or None when they live on a device and checking device
+    indices is off."""
+    if isinstance(slots, np.ndarray):
+        return slots
+    if slots.is_cpu:
+        return slots.numpy()
+    if not env.ENV.check_device_indices:
+        return None
+    return slots.detach().to("cpu", torch.int64).numpy()
+
+
+def _fail(name: str, what: str) -> None:
+    raise ValueError(f"{name} {what}")
+
+
+def check_pages(slots: Slots, name: str, allocator: Any) -> None:
+    """``ValueError`` unless ``slots`` (int ``[n]``) are in range, in whole aligned pages (the
+    last page may be partial) and each page at most once. See the module docstring."""
+    ids = _host_view(slots)
+    if ids is None or ids.size == 0:
+        return
+    page = allocator.page_size
+    lo, hi = slot_bounds(allocator)
+    low, high = int(ids.min()), int(ids.max())
+    if low < lo or high >= hi:
+        _fail(name, f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
+                    f"got values in [{low}, {high}]")
+    if page == 1:
+        firsts = ids
+    else:
+        whole = ids.size - ids.size % page
+        rows = ids[:whole].reshape(-1, page)
+        tail = ids[whole:]
+        firsts = np.concatenate([rows[:, 0], tail[:1]])
+        lanes = np.arange(page)
+        if (firsts % page).any() or not np.array_equal(rows, rows[:, :1] + lanes) or (
+            tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size])
+        ):
+            _fail(name, f"must come in whole aligned pages of {page} consecutive slots "
+                        "(a page's slots may not straddle two pages)")
+    ordered = np.sort(firsts)
+    if ordered.size > 1 and not (ordered[1:] != ordered[:-1]).all():
+        _fail(name, "holds a slot more than once")
+
+
+def check_unowned(slots: Slots, name: str, cache: RadixCache) -> None:
+    """Debug check (``HICACHE_CHECK_OWNERSHIP=1``, else a no-op): ``ValueError`` unless every
+    slot of ``slots`` is allocated in ``cache``'s allocator and held by no node of ``cache``."""
+    allocator = cache.token_to_kv_pool_allocator
+    if not env.ENV.check_ownership or allocator is None:
+        return
+    ids = _to_host(slots)
+    if ids.size == 0:
+        return
+    if np.isin(ids, allocator.free_slots().numpy()).any():
+        _fail(name, "holds slots that are free in the allocator (not allocated to the caller)")
+    owned = [_to_host(n.slots) for n in iter_nodes(cache) if n.slots is not None]
+    if owned and np.isin(ids, np.concatenate(owned)).any():
+        _fail(name, "holds slots that a tree node already owns")
+
+
+def _to_host(slots: Slots) -> np.ndarray:
+    return slots if isinstance(slots, np.ndarray) else slots.detach().to("cpu").numpy()
