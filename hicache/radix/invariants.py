@@ -68,8 +68,9 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
         if node.host_slots is not None and parent.host_slots is None:
             _fail(f"node {node.id} is backed up but its parent is not")
     below = sum(child.lock_ref for child in node.children.values())
-    if node.lock_ref < below:
-        _fail(f"node {node.id}: lock_ref {node.lock_ref} < its children's total {below}")
+    if node.own_lock_ref < 0 or node.lock_ref != node.own_lock_ref + below:
+        _fail(f"node {node.id}: lock_ref {node.lock_ref} is not its own locks "
+              f"{node.own_lock_ref} plus its children's {below}")
     member = node in cache._evictable
     if member != cache._is_evictable_leaf(node):
         _fail(f"node {node.id}: evictable-set membership {member} is wrong")

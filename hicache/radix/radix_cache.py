@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache import env
 from hicache.radix import invariants
 from hicache.radix.base import (
     BasePrefixCache,
@@ -45,7 +46,7 @@ from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
 from hicache.radix.slots import Slots, check_value, concat_slots, copy_slots
 from hicache.radix.ownership import check_pages, check_unowned
-from hicache.radix.walk import device_prefix_len, walk
+from hicache.radix.walk import device_prefix, walk
 
 _PRIORITY_MIN = -(2**63)
 
@@ -123,11 +124,11 @@ class RadixCache(BasePrefixCache):
         allocator = self.token_to_kv_pool_allocator
         if value is not None and allocator is not None:
             check_pages(value, "value", allocator)
+            if env.ENV.check_ownership:
+                end = len(key) - len(key) % self.page_size
+                check_unowned(value[device_prefix(self, key)[0] : end], "value", self)
         if self.disable:
             return 0
-        if value is not None:
-            end = len(key) - len(key) % self.page_size
-            check_unowned(value[device_prefix_len(self, key):end], "value", self)
         present, _ = self._insert(key, value, priority)
         return present
 

@@ -32,7 +32,7 @@ from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import check_pages, check_unowned
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
-from hicache.radix.walk import device_prefix_len, peek
+from hicache.radix.walk import device_prefix
 
 if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
@@ -123,9 +123,9 @@ def _row_id(cache: RadixCache, req: Any) -> int:
     return idx
 
 
-def _check_lock(cache: RadixCache, req: Any, key: RadixKey) -> None:
-    """``req.last_node`` is locked and on ``key``'s path, and ``cache_protected_len`` (a page
-    multiple) does not go past it."""
+def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
+    """``req.last_node`` is locked and one of ``on_device`` (the device nodes along the
+    request's tokens), and ``cache_protected_len`` (a page multiple) does not go past it."""
     protected, node = req.cache_protected_len, req.last_node
     check_int("req.cache_protected_len", protected, minimum=0)
     if protected % cache.page_size:
@@ -136,20 +136,20 @@ def _check_lock(cache: RadixCache, req: Any, key: RadixKey) -> None:
         path = cache._path_to_root(node)  # ValueError unless it is in this tree
         if node.own_lock_ref <= 0:
             raise ValueError(f"req.last_node (node {node.id}) is not locked")
-        depth = sum(len(n.key) for n in path)
-        on_path = peek(cache, key.token_ids[:depth], key.extra_key)[0]
-        if node.slots is None or not on_path or on_path[-1] is not node:
+        if node not in on_device:
             raise ValueError(f"req.last_node (node {node.id}) does not hold a prefix of the "
                              "request's tokens on the device")
+        depth = sum(len(n.key) for n in path)
     if protected > depth:
         raise ValueError(f"req.cache_protected_len={protected} exceeds the {depth} tokens "
                          "req.last_node keeps locked")
 
 
-def _row_and_key(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
-    """Validate ``req`` (no state change): its row id, an int64 copy of its slots, its key and
-    the key's page-aligned length. The request's own slots (positions ``[cache_protected_len,
-    kv_len)``) are checked like ``insert``'s ``value`` (``radix.ownership``)."""
+def _validate(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
+    """Validate ``req`` (no state change). Returns its row id, an int64 copy of its row, the
+    key of its whole pages and how many leading tokens of it the tree holds on the device.
+    The request's own slots (positions ``[cache_protected_len, kv_len)``) are checked like
+    ``insert``'s ``value`` (``radix.ownership``)."""
     if cache.req_to_token_pool is None:
         raise ValueError("cache_*_req needs a req_to_token_pool")
     idx = _row_id(cache, req)
@@ -159,13 +159,15 @@ def _row_and_key(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int
         raise ValueError(f"req.kv_len={len(key)} exceeds the request pool's max_context_len="
                          f"{table.shape[1]}")
     check_int("req.priority", req.priority, minimum=-(2**63))
-    _check_lock(cache, req, key)
+    aligned = key[: len(key) - len(key) % cache.page_size]
+    present, on_device = device_prefix(cache, aligned)
+    _check_lock(cache, req, on_device)
     row = copy_slots(table[idx, : len(key)])
     own = row[req.cache_protected_len :]
     check_pages(own, "req_to_token row (positions cache_protected_len..kv_len)",
                 cache.token_to_kv_pool_allocator)
     check_unowned(own, "req_to_token row (positions cache_protected_len..kv_len)", cache)
-    return idx, row, key, len(key) - len(key) % cache.page_size
+    return idx, row, aligned, present
 
 
 def _release(cache: RadixCache, req: Any, idx: int) -> None:
@@ -180,27 +182,25 @@ def cache_finished(cache: RadixCache, req: Any) -> None:
     """``RadixCache.cache_finished_req`` (contract in ``BasePrefixCache``). Everything that can
     fail (validation, then the allocator's free of the duplicate and tail slots) happens before
     the tree changes."""
-    idx, row, key, aligned = _row_and_key(cache, req)
+    idx, row, key, present = _validate(cache, req)
     protected = req.cache_protected_len
     if cache.disable:
         cache._free_device([row])
     else:
-        present = device_prefix_len(cache, key[:aligned])
-        cache._free_device([row[protected:present], row[aligned:]])
-        cache._insert(key[:aligned], row, req.priority)
+        cache._free_device([row[protected:present], row[len(key):]])
+        cache._insert(key, row, req.priority)
     _release(cache, req, idx)
 
 
 def cache_unfinished(cache: RadixCache, req: Any) -> None:
     """``RadixCache.cache_unfinished_req`` (contract in ``BasePrefixCache``)."""
-    idx, row, key, aligned = _row_and_key(cache, req)
+    idx, row, key, present = _validate(cache, req)
     if cache.disable:
         req.prefix_indices = as_tensor(row)
         return
-    protected = req.cache_protected_len
-    present = device_prefix_len(cache, key[:aligned])
+    protected, aligned = req.cache_protected_len, len(key)
     cache._free_device([row[protected:present]])
-    _, path = cache._insert(key[:aligned], row, req.priority)
+    _, path = cache._insert(key, row, req.priority)
     tree_indices = cache._path_indices(path)
     cache.req_to_token_pool.write((idx, slice(protected, aligned)), tree_indices[protected:])
     new_last = path[-1] if path else cache.root

@@ -114,12 +114,15 @@ def peek(
     return path, None, 0
 
 
-def device_prefix_len(cache: RadixCache, key: RadixKey) -> int:
-    """Leading tokens of ``key`` whose slots the tree holds on the device (read-only)."""
+def device_prefix(cache: RadixCache, key: RadixKey) -> tuple[int, list[TreeNode]]:
+    """Read-only: how many leading tokens of ``key`` the tree holds on the device, and the
+    device nodes whose whole key is among them (root side first)."""
     path, partial, matched = peek(cache, key.token_ids, key.extra_key)
     length = 0
-    for node in path:
+    for i, node in enumerate(path):
         if node.slots is None:
-            return length
+            return length, path[:i]
         length += len(node.key)
-    return length + (matched if partial is not None and partial.slots is not None else 0)
+    if partial is not None and partial.slots is not None:
+        length += matched
+    return length, path

@@ -82,10 +82,11 @@ def tree_prefixes(cache: RadixCache) -> dict[tuple, tuple[int, ...]]:
     stack = [(child, (child.extra_key,)) for child in cache.root.children.values()]
     while stack:
         node, prefix = stack.pop()
-        ids, slots = node.key.tolist(), node.value.tolist()
+        ids = node.key.tolist()
+        slots = [] if node.value is None else node.value.tolist()
         for i in range(0, len(ids), p):
             prefix = prefix + tuple(ids[i : i + p])
-            out[prefix] = tuple(slots[i : i + p])
+            out[prefix] = tuple(slots[i : i + p])  # () on a host-only node
         stack.extend((child, prefix) for child in node.children.values())
     return out
 
@@ -101,7 +102,8 @@ def snapshot(cache: RadixCache) -> tuple:
 
 def tree_pages(cache: RadixCache) -> list[int]:
     page = cache.page_size
-    return [s // page for n in iter_nodes(cache) for s in n.value.tolist()[::page]]
+    return [s // page for n in iter_nodes(cache) if n.value is not None
+            for s in n.value.tolist()[::page]]
 
 
 def req_pages(req: Req, table: torch.Tensor, page_size: int) -> set[int]:
