@@ -112,6 +112,13 @@ class BasePrefixCache(ABC):
             of the stored part. Positions already cached are never overwritten: the caller
             still owns ``value[:returned]`` (duplicates to free) and the trailing partial page.
         priority : raises the priority of every node on the path to at least this.
+
+        Raises ``ValueError`` (no change) when, with an allocator, ``value`` holds a slot
+        outside the allocator's usable range (slot 0's page is reserved), a page's slots out of
+        order or straddling two pages, or a slot twice (always checked for CPU slots; CUDA slots
+        under ``HICACHE_CHECK_DEVICE_INDICES=1``), or, under the debug switch
+        ``HICACHE_CHECK_OWNERSHIP=1``, a slot the tree would take that is free in the allocator
+        or owned by a node (see ``radix.ownership``).
         """
 
     @abstractmethod
@@ -133,7 +140,8 @@ class BasePrefixCache(ABC):
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Undo one ``inc_lock_ref``; returns tokens moved from protected to evictable.
 
-        The root is a no-op. ``ValueError`` (no change) if ``node`` is not locked.
+        The root is a no-op. ``ValueError`` (no change) unless ``node`` holds a lock of its own
+        (an ``inc_lock_ref(node)`` not yet undone; a lock on a descendant does not count).
         """
 
     @abstractmethod
@@ -155,8 +163,17 @@ class BasePrefixCache(ABC):
         Row ``req.req_pool_idx`` holds the slots of the first ``req.kv_len`` tokens of
         ``origin_input_ids + output_ids``. Its whole pages are inserted; the slots at positions
         ``[req.cache_protected_len, prefix)`` that the tree already held are duplicates and freed,
-        as is the unaligned tail ``[aligned, kv_len)``. Then the row is freed and
-        ``req.last_node`` unlocked. Slots past ``kv_len`` are not touched.
+        as is the unaligned tail ``[aligned, kv_len)``. Then the row is freed,
+        ``req.req_pool_idx`` set to None and ``req.last_node`` unlocked (and set to None). Slots
+        past ``kv_len`` are not touched.
+
+        Validated before any change (``TypeError``/``ValueError``/``IndexError`` naming the
+        field): ``req_pool_idx`` is an int row the request pool has allocated (None: never
+        scheduled or already finished, so finishing twice raises); ``kv_len`` fits the row;
+        ``last_node`` is in this tree, locked by an ``inc_lock_ref`` of its own and a device
+        node on the path of the request's tokens; ``cache_protected_len`` is a page multiple no
+        deeper than ``last_node``; the request's own slots (row positions
+        ``[cache_protected_len, kv_len)``) pass the checks ``insert`` applies to ``value``.
         """
 
     @abstractmethod
@@ -167,7 +184,7 @@ class BasePrefixCache(ABC):
         row stays: its duplicate positions are rewritten to the tree's slots, the lock moves to
         the new last node, ``req.prefix_indices`` becomes the tree's slots plus the request's
         unaligned tail (still owned by the request), and ``req.cache_protected_len`` the aligned
-        length.
+        length. Validated as ``cache_finished_req``.
         """
 
     @abstractmethod

@@ -25,7 +25,9 @@ import torch
 
 from hicache import env
 from hicache.radix.invariants import iter_nodes
-from hicache.radix.slots import Slots
+from hicache.radix.key import RadixKey
+from hicache.radix.slots import Slots, check_value
+from hicache.radix.walk import device_prefix
 
 if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
@@ -96,6 +98,22 @@ def check_unowned(slots: Slots, name: str, cache: RadixCache) -> None:
     owned = [_to_host(n.slots) for n in iter_nodes(cache) if n.slots is not None]
     if owned and np.isin(ids, np.concatenate(owned)).any():
         _fail(name, "holds slots that a tree node already owns")
+
+
+def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
+    """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
+    required with an allocator; its slots then pass ``check_pages`` and, under the debug
+    switch, the slots the insert would take (past the cached device prefix) ``check_unowned``."""
+    check_value(value, len(key))
+    allocator = cache.token_to_kv_pool_allocator
+    if allocator is None:
+        return
+    if value is None:
+        raise ValueError("value is required: this cache frees its values to an allocator")
+    check_pages(value, "value", allocator)
+    if env.ENV.check_ownership:
+        end = len(key) - len(key) % cache.page_size
+        check_unowned(value[device_prefix(cache, key)[0] : end], "value", cache)
 
 
 def _to_host(slots: Slots) -> np.ndarray:

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache import env
 from hicache.radix import invariants
 from hicache.radix.base import (
     BasePrefixCache,
@@ -44,9 +43,9 @@ from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, edge_ids
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
-from hicache.radix.slots import Slots, check_value, concat_slots, copy_slots
-from hicache.radix.ownership import check_pages, check_unowned
-from hicache.radix.walk import device_prefix, walk
+from hicache.radix.slots import Slots, concat_slots, copy_slots
+from hicache.radix.ownership import check_insert_value
+from hicache.radix.walk import walk
 
 _PRIORITY_MIN = -(2**63)
 
@@ -116,17 +115,9 @@ class RadixCache(BasePrefixCache):
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
         key = as_radix_key(key)
-        check_value(value, len(key.token_ids))
-        if value is None and self.token_to_kv_pool_allocator is not None:
-            raise ValueError("value is required: this cache frees its values to an allocator")
+        check_insert_value(self, key, value)
         if type(priority) is not int or priority < _PRIORITY_MIN:
             check_int("priority", priority, minimum=_PRIORITY_MIN)
-        allocator = self.token_to_kv_pool_allocator
-        if value is not None and allocator is not None:
-            check_pages(value, "value", allocator)
-            if env.ENV.check_ownership:
-                end = len(key) - len(key) % self.page_size
-                check_unowned(value[device_prefix(self, key)[0] : end], "value", self)
         if self.disable:
             return 0
         present, _ = self._insert(key, value, priority)
