@@ -56,32 +56,36 @@ def _fail(name: str, what: str) -> None:
 
 def check_pages(slots: Slots, name: str, allocator: Any) -> None:
     """``ValueError`` unless ``slots`` (int ``[n]``) are in range, in whole aligned pages (the
-    last page may be partial) and each page at most once. See the module docstring."""
+    last page may be partial) and each page at most once. See the module docstring. One sort
+    of the page starts settles both the range and the repeats."""
     ids = _host_view(slots)
     if ids is None or ids.size == 0:
         return
     page = allocator.page_size
+    starts = ids if page == 1 else _page_starts(ids, name, page)
+    ordered = np.sort(starts)
     lo, hi = slot_bounds(allocator)
-    low, high = int(ids.min()), int(ids.max())
+    low, high = int(ordered[0]), int(ordered[-1]) + page - 1
     if low < lo or high >= hi:
         _fail(name, f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
-                    f"got values in [{low}, {high}]")
-    if page == 1:
-        firsts = ids
-    else:
-        whole = ids.size - ids.size % page
-        rows = ids[:whole].reshape(-1, page)
-        tail = ids[whole:]
-        firsts = np.concatenate([rows[:, 0], tail[:1]])
-        lanes = np.arange(page)
-        if (firsts % page).any() or not np.array_equal(rows, rows[:, :1] + lanes) or (
-            tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size])
-        ):
-            _fail(name, f"must come in whole aligned pages of {page} consecutive slots "
-                        "(a page's slots may not straddle two pages)")
-    ordered = np.sort(firsts)
-    if ordered.size > 1 and not (ordered[1:] != ordered[:-1]).all():
+                    f"got pages spanning [{low}, {high}]")
+    if ordered.size > 1 and (ordered[1:] == ordered[:-1]).any():
         _fail(name, "holds a slot more than once")
+
+
+def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
+    """The first slot of each page of ``ids``; ``ValueError`` unless every page is aligned and
+    consecutive (the last one may be partial)."""
+    whole = ids.size - ids.size % page
+    rows, tail = ids[:whole].reshape(-1, page), ids[whole:]
+    starts = np.concatenate([rows[:, 0], tail[:1]])
+    lanes = np.arange(page)
+    if (starts % page).any() or not np.array_equal(rows, rows[:, :1] + lanes) or (
+        tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size])
+    ):
+        _fail(name, f"must come in whole aligned pages of {page} consecutive slots "
+                    "(a page's slots may not straddle two pages)")
+    return starts
 
 
 def check_unowned(slots: Slots, name: str, cache: RadixCache) -> None:
