@@ -106,7 +106,7 @@ def check_unowned(slots: Slots, name: str, cache: RadixCache) -> None:
 
 def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
     """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
-    required with an allocator; its slots then pass ``check_pages`` and, under the debug
+    required with an allocator and then on its device; its slots then pass ``check_pages`` and, under the debug
     switch, the slots the insert would take (past the cached device prefix) ``check_unowned``."""
     check_value(value, len(key))
     allocator = cache.token_to_kv_pool_allocator
@@ -114,6 +114,9 @@ def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
         return
     if value is None:
         raise ValueError("value is required: this cache frees its values to an allocator")
+    if value.device != cache.device:
+        raise ValueError(f"value must be on the allocator's device {cache.device}, "
+                         f"got {value.device}")
     check_pages(value, "value", allocator)
     if env.ENV.check_ownership:
         end = len(key) - len(key) % cache.page_size

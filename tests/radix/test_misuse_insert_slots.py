@@ -111,3 +111,12 @@ def test_row_repeating_a_slot_is_refused_always(rig):
     with pytest.raises(ValueError, match="more than once"):
         rig.cache.cache_finished_req(req)
     assert rig.state() == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+def test_insert_of_slots_on_another_device(rig):
+    value = _fresh(rig).cuda()
+    before = rig.state()
+    with pytest.raises(ValueError, match="device"):
+        rig.cache.insert(list(range(30, 38)), value)
+    assert rig.state() == before
