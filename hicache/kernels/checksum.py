@@ -163,11 +163,15 @@ def _tl_mix(x, A: tl.constexpr, B: tl.constexpr):
 @triton.jit(do_not_specialize=["n_pages", "num_slots", "store_addr"])
 def _checksum_kernel(slots_ptr, rows_ptr, table_ptr, flags_ptr, store_addr, n_pages, num_layers,
                      num_slots, NUM_KV: tl.constexpr, PAGE: tl.constexpr, WORDS: tl.constexpr,
-                     ITEM_BYTES: tl.constexpr, WORD_TY: tl.constexpr, UWORD_TY: tl.constexpr, ROWS: tl.constexpr,
-                     COLS: tl.constexpr, VERIFY: tl.constexpr):
+                     ITEM_BYTES: tl.constexpr, WORD_TY: tl.constexpr, UWORD_TY: tl.constexpr,
+                     ROWS: tl.constexpr, COLS: tl.constexpr, VERIFY: tl.constexpr):
     """Work item ``w`` is (page ``w // num_layers``, layer ``w % num_layers``); records its
-    checksum at ``store[rows[page], layer]`` or, with VERIFY, writes ``flags[w] = differs``."""
-    t_in = tl.arange(0, ROWS)[:, None]
+    checksum at ``store[rows[page], layer]`` or, with VERIFY, writes ``flags[w] = differs``.
+
+    Tile rows are (part, position) pairs ``r = kv * PAGE + t``, so K and V of a small page load
+    together; columns are words of an item.
+    """
+    r_in = tl.arange(0, ROWS)[:, None]
     j_in = tl.arange(0, COLS)[None, :]
     store = store_addr.to(tl.int64).to(tl.pointer_type(tl.int64))
     for w in range(tl.program_id(0), n_pages * num_layers, tl.num_programs(0)):
@@ -175,24 +179,24 @@ def _checksum_kernel(slots_ptr, rows_ptr, table_ptr, flags_ptr, store_addr, n_pa
         layer = w - page * num_layers
         acc1 = tl.zeros([ROWS, COLS], dtype=tl.int64)
         acc2 = tl.zeros([ROWS, COLS], dtype=tl.int64)
-        for kv in tl.static_range(NUM_KV):
-            base = tl.load(table_ptr + kv * num_layers + layer)
-            for t0 in range(0, PAGE, ROWS):
-                t = t0 + t_in
-                slot = tl.load(slots_ptr + page * PAGE + t, mask=t < PAGE, other=0)
-                s_ok = (t < PAGE) & (slot >= 0) & (slot < num_slots)
-                row = (base + tl.where(s_ok, slot, 0) * ITEM_BYTES)
-                row = row.to(tl.pointer_type(WORD_TY))
-                for j0 in range(0, WORDS, COLS):
-                    j = j0 + j_in
-                    ok = s_ok & (j < WORDS)
-                    raw = tl.load(row + j, mask=ok, other=0)
-                    word = raw.to(UWORD_TY, bitcast=True).to(tl.uint32)
-                    key = ((kv * PAGE + t) * WORDS + j).to(tl.uint32) * KEY_MUL
-                    h1 = _tl_mix(word ^ key, A1, B1)
-                    h2 = _tl_mix(word ^ (key + KEY_ADD), A2, B2)
-                    acc1 += tl.where(ok, h1, 0).to(tl.int64)
-                    acc2 += tl.where(ok, h2, 0).to(tl.int64)
+        for r0 in range(0, NUM_KV * PAGE, ROWS):
+            r = r0 + r_in
+            live = r < NUM_KV * PAGE
+            kv = r // PAGE
+            slot = tl.load(slots_ptr + page * PAGE + (r - kv * PAGE), mask=live, other=0)
+            base = tl.load(table_ptr + kv * num_layers + layer, mask=live, other=0)
+            s_ok = live & (slot >= 0) & (slot < num_slots)
+            row = (base + tl.where(s_ok, slot, 0) * ITEM_BYTES).to(tl.pointer_type(WORD_TY))
+            for j0 in range(0, WORDS, COLS):
+                j = j0 + j_in
+                ok = s_ok & (j < WORDS)
+                word = tl.load(row + j, mask=ok, other=0).to(UWORD_TY, bitcast=True)
+                word = word.to(tl.uint32)
+                key = (r * WORDS + j).to(tl.uint32) * KEY_MUL
+                h1 = _tl_mix(word ^ key, A1, B1)
+                h2 = _tl_mix(word ^ (key + KEY_ADD), A2, B2)
+                acc1 += tl.where(ok, h1, 0).to(tl.int64)
+                acc2 += tl.where(ok, h2, 0).to(tl.int64)
         value = tl.sum(acc1) % 4294967296 + (tl.sum(acc2) % 2147483648) * 4294967296
         target = store + tl.load(rows_ptr + page) * num_layers + layer
         if VERIFY:
@@ -218,11 +222,13 @@ def _launch(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: t
     assert geo.device.type == "cuda" or env.ENV.triton_interpret, (
         "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
     pages, (_, word_ty, uword_ty) = rows.numel(), _WORDS[geo.word]
+    if pages == 0:
+        return
     cuda = geo.device.type == "cuda"
     words = geo.item_bytes // geo.word
     assert geo.parts * page_size * words < 2**31, "word positions overflow int32"
     cols = min(triton.next_power_of_2(words), TILE_WORDS)
-    tile_rows = max(1, min(triton.next_power_of_2(page_size), TILE_WORDS // cols))
+    tile_rows = max(1, min(triton.next_power_of_2(geo.parts * page_size), TILE_WORDS // cols))
     rows_dev = rows.pin_memory().to(geo.device, non_blocking=True) if cuda else rows
     grid = (min(max_programs, pages * geo.layers),)
     with torch.cuda.device(geo.device) if cuda else contextlib.nullcontext():
@@ -237,7 +243,8 @@ def _launch(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: t
 
 # ---- public ops ----------------------------------------------------------------------------------
 
-def _backend(geo: _Geometry, backend: str | None) -> str:
+def _backend(geo: _Geometry, backend: str | None, max_programs: object) -> str:
+    check_int("max_programs", max_programs, low=1)
     if backend not in (None, "reference", "triton"):
         raise ValueError(f"backend must be None, 'reference' or 'triton', got {backend!r}")
     return backend or ("triton" if geo.device.type == "cuda" else "reference")
@@ -257,7 +264,7 @@ def page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tens
     """
     geo = _check_layers(layers)
     pages = _check_indices(geo, indices, page_size)
-    if _backend(geo, backend) == "reference":
+    if _backend(geo, backend, max_programs) == "reference":
         return _reference(geo, layers, indices, page_size)
     store = torch.empty((pages, geo.layers), dtype=torch.int64)
     store = store.pin_memory() if geo.device.type == "cuda" else store
@@ -279,9 +286,9 @@ def record_page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: tor
     geo = _check_layers(layers)
     pages = _check_indices(geo, indices, page_size)
     _check_store(geo, store, rows, pages)
-    if _backend(geo, backend) == "reference":
+    if _backend(geo, backend, max_programs) == "reference":
         store[rows] = _reference(geo, layers, indices, page_size).to(store.device)
-    elif pages:
+    else:
         _launch(geo, layers, indices, page_size, store, rows, None, max_programs)
 
 
@@ -295,13 +302,12 @@ def verify_page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: tor
     geo = _check_layers(layers)
     pages = _check_indices(geo, indices, page_size)
     _check_store(geo, store, rows, pages)
-    if _backend(geo, backend) == "reference":
+    if _backend(geo, backend, max_programs) == "reference":
         expected = store[rows].to(geo.device)
         bad = (_reference(geo, layers, indices, page_size) != expected).any(1)
     else:
         flags = torch.zeros(pages * geo.layers, dtype=torch.int8, device=geo.device)
-        if pages:
-            _launch(geo, layers, indices, page_size, store, rows, flags, max_programs)
+        _launch(geo, layers, indices, page_size, store, rows, flags, max_programs)
         bad = flags.view(pages, geo.layers).any(1)
     count = bad.sum()
     first = bad.to(torch.int8).argmax() if pages else count

@@ -124,6 +124,7 @@ def test_record_then_verify_reports_the_first_bad_page_and_the_count() -> None:
     assert verify_page_checksums(layers, idx, 2, store, rows).tolist() == [3, 2]
     empty = torch.empty(0, dtype=torch.int64)
     assert verify_page_checksums(layers, empty, 2, store, empty).tolist() == [0, 0]
+    assert page_checksums(layers, empty, 2).shape == (0, 3)
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
@@ -141,6 +142,7 @@ def test_record_then_verify_reports_the_first_bad_page_and_the_count() -> None:
     ({"layers": []}, TypeError, "layers"),
     ({"layers": "kv"}, TypeError, "layers"),
     ({"backend": "cuda"}, ValueError, "backend"),
+    ({"max_programs": 0}, ValueError, "max_programs"),
 ])
 def test_bad_arguments_raise_before_anything_is_written(kwargs, error, match) -> None:
     layers = make_layers(2, 2, 16, (1, 4), torch.float16)
