@@ -53,10 +53,11 @@ def balanced(cache) -> bool:
 
 
 def offloaded(kind="mha", io_backend="kernel", layout="layer_first", page_size=2,
-              verify="all", **kwargs):
+              verify="all", device="cpu", **kwargs):
     """Tokens ``a`` (3 pages) and ``b`` (a's first 2 pages + 2 more) backed up, then evicted:
     host-only nodes A1 (2 pages) -> A2 (1 page) and A1 -> B2 (2 pages)."""
-    cache = make_cache(kind, io_backend, layout, page_size, pages=8, verify=verify, **kwargs)
+    cache = make_cache(kind, io_backend, layout, page_size, pages=8, verify=verify,
+                       device=device, **kwargs)
     a = tokens_of(3 * page_size, seed=1)
     b = a[: 2 * page_size] + tokens_of(2 * page_size, seed=2)
     put(cache, a)
@@ -65,6 +66,8 @@ def offloaded(kind="mha", io_backend="kernel", layout="layer_first", page_size=2
         for _ in range(2):
             cache.match_prefix(RadixKey(a))
             cache.match_prefix(RadixKey(b))
+    if device == "cuda":
+        torch.cuda.synchronize()  # the backups land, so their acks pop and the nodes unlock
     cache.check_hicache_events()
     cache.evict(cache.total_size())
     scramble_free(cache)
@@ -192,20 +195,40 @@ def test_bad_verify_settings_are_refused_before_anything_is_built(settings, erro
         CacheSpec(kind="hiradix", **settings)
 
 
-def test_the_engine_recomputes_what_verification_drops() -> None:
+def engine_recomputes_what_verification_drops(device: str, cfg: ModelConfig, **tolerance):
     """Every host page corrupted between two runs of the same chats (the device emptied): the
     host hits of the second run fail verification and are recomputed, and every logit matches a
     cache-free forward pass."""
-    engine, _ = hi_engine(ModelConfig(attention="mha", num_layers=2), verify="all")
+    engine, _ = hi_engine(cfg, device, verify="all")
     chat(engine, users=3, rounds=2, seed=4)
+    if device == "cuda":
+        torch.cuda.synchronize()  # the last backups land; their acks pop
+        engine.cache.check_hicache_events()
     engine.cache.evict(engine.cache.total_size())  # every cached prefix now on the host only
     host = engine.cache.cache_controller.mem_pool_host
     host.kv_buffer.view(torch.int32).bitwise_xor_(1 << 20)
     reqs = chat(engine, users=3, rounds=2, seed=4)
     assert engine.cache.integrity_failures > 0
-    assert_matches_reference(engine, reqs, atol=1e-5)
+    assert_matches_reference(engine, reqs, **tolerance)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        engine.cache.check_hicache_events()
     assert_no_leak(engine)
     engine.cache.check_invariants()
+
+
+def test_the_engine_recomputes_what_verification_drops() -> None:
+    engine_recomputes_what_verification_drops("cpu", ModelConfig(attention="mha", num_layers=2),
+                                              atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_the_engine_recomputes_what_verification_drops_on_cuda(attention: str) -> None:
+    """bf16 tolerances as ``test_engine_hiradix.test_bf16_cuda_matches_reference_...``."""
+    cfg = ModelConfig(attention=attention, num_layers=4, num_heads=8, head_dim=64,
+                      num_kv_heads=2 if attention == "mha" else 1, dtype=torch.bfloat16)
+    engine_recomputes_what_verification_drops("cuda", cfg, atol=0.1, margin=0.2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -213,14 +236,14 @@ def test_the_engine_recomputes_what_verification_drops() -> None:
 def test_a_corrupt_page_is_never_served_on_cuda(kind, io_backend, layout) -> None:
     cache, a, b = offloaded(kind, io_backend, layout, page_size=16, device="cuda")
     b2 = cache.match_prefix(RadixKey(b)).last_host_node
-    torch.cuda.synchronize()
+    a1 = b2.parent
     corrupt(cache, int(b2.host_value[16]), layer=1)
     _, loaded, node = load_back(cache, b)
     torch.cuda.synchronize()
-    assert node is b2.parent and len(loaded) == 32 and cache.integrity_failures == 1
+    assert node is a1 and len(loaded) == 32 and cache.integrity_failures == 1
     assert_kv(device_pool(cache), loaded, b[:32])
     _, loaded, _ = load_back(cache, a)
     torch.cuda.synchronize()
     assert len(loaded) == 16 and cache.integrity_failures == 1
-    assert_kv(device_pool(cache), torch.cat([cache.match_prefix(RadixKey(a)).device_indices]), a)
+    assert_kv(device_pool(cache), cache.match_prefix(RadixKey(a)).device_indices, a)
     assert balanced(cache)
