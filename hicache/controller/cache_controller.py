@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from hicache.controller.config import ControllerConfig, check_indices, check_pools
+from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.devices import current_stream, new_event, new_stream, stream_scope
@@ -45,6 +46,8 @@ class HiCacheController:
         (kernel: layer_first, page_first, page_head; direct: layer_first, page_first_direct).
         The direct ops plan their copies on the CPU, so on CUDA each direct batch costs one
         blocking device-to-host copy of its device indices.
+    verify, verify_sample_period : page integrity (``"off"``, ``"sample"``, ``"all"``; see
+        :mod:`hicache.controller.integrity`): backups record checksums, ``verify_load`` checks.
 
     Attributes
     ----------
@@ -55,6 +58,7 @@ class HiCacheController:
     ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
     write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU.
+    integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
 
     Raises
     ------
@@ -72,6 +76,8 @@ class HiCacheController:
         load_cache_event: Any = None,
         write_policy: str = "write_through",
         io_backend: str = "kernel",
+        verify: str = "off",
+        verify_sample_period: int = 8,
     ) -> None:
         self.config = ControllerConfig(page_size, write_policy, io_backend, mem_pool_host.layout)
         device_pool = token_to_kv_pool_allocator.get_kvcache()
@@ -88,6 +94,8 @@ class HiCacheController:
         self.load_stream = new_stream(self.device)
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
+        self.integrity = PageIntegrity.build(device_pool, mem_pool_host, verify,
+                                             verify_sample_period)
         self.write_queue: list[CacheOperation] = []
         self.load_queue: list[CacheOperation] = []
         self.ack_write_queue: list[HiCacheAck] = []
@@ -179,6 +187,8 @@ class HiCacheController:
             self.mem_pool_host.backup_from_device_all_layer(
                 self.mem_pool_device, host, device, self.io_backend
             )
+            if self.integrity is not None:
+                self.integrity.record(op.host_indices, op.device_indices)
             finish.record(self.write_stream)
         self.write_queue.clear()
         self.ack_write_queue.append(HiCacheAck(start, finish, op.node_ids))
@@ -211,6 +221,13 @@ class HiCacheController:
         if self.load_cache_event is not None:
             self.load_cache_event.set()
         return producer
+
+    def verify_load(self, host_indices: torch.Tensor, device_indices: torch.Tensor) -> int | None:
+        """Check issued loads against their backup checksums (``PageIntegrity.first_mismatch``)
+        on the load stream, after everything issued on it; blocks until the result is read."""
+        assert self.integrity is not None, "verify_load needs verify='sample' or 'all'"
+        with stream_scope(self.load_stream):
+            return self.integrity.first_mismatch(host_indices, device_indices)
 
     def evict_device(self, device_indices: torch.Tensor) -> int:
         """Free device slots through the allocator; returns how many were given.

@@ -40,6 +40,8 @@ class CacheSpec:
     io_backend: str = "kernel"
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
+    verify: str = "off"
+    verify_sample_period: int = 8
 
     def __post_init__(self) -> None:
         if self.kind not in CACHE_KINDS:

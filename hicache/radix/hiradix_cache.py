@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hicache.controller import HiCacheController
-from hicache.radix import host_io
+from hicache.radix import host_io, verified_load
 from hicache.radix.base import MatchResult, ReqToTokenTable, check_int
 from hicache.radix.host_tier import HiCacheConfig, build_host_pool, check_host_tier
 from hicache.radix.invariants import iter_nodes
@@ -43,8 +43,8 @@ class HiRadixCache(RadixCache):
     req_to_token_pool, page_size, eviction_policy : as ``RadixCache``.
     token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` whose ``get_kvcache()`` is an
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
-    hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold :
-        see ``HiCacheConfig``.
+    hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold,
+    verify, verify_sample_period : see ``HiCacheConfig`` (page integrity: ``verified_load``).
 
     Attributes
     ----------
@@ -68,9 +68,12 @@ class HiRadixCache(RadixCache):
         mem_layout: str = "layer_first",
         eviction_policy: str = "lru",
         load_back_threshold: int = 10,
+        verify: str = "off",
+        verify_sample_period: int = 8,
     ) -> None:
         self.hi_config = HiCacheConfig(hicache_ratio, hicache_size_gb, write_policy, io_backend,
-                                       mem_layout, load_back_threshold)
+                                       mem_layout, load_back_threshold, verify,
+                                       verify_sample_period)
         self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
         self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
         super().__init__(req_to_token_pool, token_to_kv_pool_allocator, page_size,
@@ -78,7 +81,8 @@ class HiRadixCache(RadixCache):
         host_pool = build_host_pool(token_to_kv_pool_allocator, page_size, self.hi_config)
         self.cache_controller = HiCacheController(
             token_to_kv_pool_allocator, host_pool, page_size,
-            write_policy=write_policy, io_backend=io_backend,
+            write_policy=write_policy, io_backend=io_backend, verify=verify,
+            verify_sample_period=verify_sample_period,
         )
 
     def _init_tree(self) -> None:
@@ -89,6 +93,12 @@ class HiRadixCache(RadixCache):
     @property
     def write_policy(self) -> str:
         return self.hi_config.write_policy
+
+    @property
+    def integrity_failures(self) -> int:
+        """Host pages found corrupt at load-back (and dropped) so far; 0 with verify='off'."""
+        integrity = self.cache_controller.integrity
+        return 0 if integrity is None else integrity.failures
 
     # ---- queries and updates ---------------------------------------------------------------
 
@@ -209,6 +219,8 @@ class HiRadixCache(RadixCache):
         empty tensor and the deepest device node above it when nothing was loaded (below the
         threshold, over ``mem_quota``, or the device short even after evicting). The bytes are
         there for a forward pass that waits on ``ready_to_load_host_cache()``'s producer index.
+        A load-back that ``verify`` selects is issued and checked here (blocking); a corrupt
+        page and everything after it are not returned (``verified_load``).
 
         Raises ``TypeError``/``ValueError`` (no change) for a node not in this tree or not backed
         up, or a bad ``host_hit_length``/``mem_quota``.
@@ -223,7 +235,9 @@ class HiRadixCache(RadixCache):
         if not chain or too_big or host_hit_length < self.hi_config.load_back_threshold:
             return self._no_indices(), above
         device = host_io.load_chain(self, chain)
-        return (self._no_indices(), above) if device is None else (device, last_host_node)
+        if device is None:
+            return self._no_indices(), above
+        return verified_load.check_load(self, chain, device)
 
     def ready_to_load_host_cache(self) -> int:
         """Issue the queued loads (layer by layer); the producer index to ``set_consumer``, or

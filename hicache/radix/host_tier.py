@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hicache.controller import WRITE_POLICIES
+from hicache.controller.integrity import check_verify
 from hicache.pools import (
     IO_BACKENDS,
     LAYOUTS,
@@ -49,6 +50,10 @@ class HiCacheConfig:
     io_backend : ``kernel`` or ``direct``.
     mem_layout : host layout, supported by ``io_backend`` (``hicache.pools.SUPPORTED_PAIRS``).
     load_back_threshold : host hits shorter than this many tokens are recomputed, not loaded.
+    verify : page integrity, ``off`` (default), ``sample`` or ``all``: checksums taken at
+        backup, checked on the GPU at load-back; a corrupt page is never served but dropped
+        from the host tier and recomputed (``hicache.controller.integrity``).
+    verify_sample_period : under ``sample``, one load-back in this many is verified.
     """
 
     hicache_ratio: float = 2.0
@@ -57,6 +62,8 @@ class HiCacheConfig:
     io_backend: str = "kernel"
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
+    verify: str = "off"
+    verify_sample_period: int = 8
 
     def __post_init__(self) -> None:
         _check_number("hicache_ratio", self.hicache_ratio)
@@ -75,6 +82,7 @@ class HiCacheConfig:
                 f"{self.io_backend!r}; it supports {SUPPORTED_PAIRS[self.io_backend]}"
             )
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
+        check_verify(self.verify, self.verify_sample_period)
 
     @property
     def backup_hits(self) -> int | None:
