@@ -92,9 +92,12 @@ def _from_sequence(ids: Sequence[Any]) -> np.ndarray:
 
 def _reject_bools(ids: Sequence[Any], arr: np.ndarray) -> None:
     """``TypeError`` if an item of ``ids`` is a bool. A bool became 0 or 1 in ``arr``, so only
-    those positions are looked at (C-level ``map``; usually a handful per request)."""
-    at = np.flatnonzero(arr <= 1).tolist()
-    if bool in set(map(type, map(ids.__getitem__, at))):
+    those positions are looked at (usually a handful per request), or every item in one C-level
+    pass when they are many (an eighth or more)."""
+    small = arr <= 1
+    count = int(np.count_nonzero(small))
+    items = ids if count * 8 >= len(arr) else map(ids.__getitem__, np.flatnonzero(small).tolist())
+    if bool in set(map(type, items)):
         raise TypeError("token_ids must be a sequence of ints, got a bool (True/False are not "
                         "token ids)")
 
