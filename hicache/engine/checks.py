@@ -51,14 +51,15 @@ def check_parts(
     if config is not None and not isinstance(config, EngineConfig):
         raise TypeError(f"config must be an EngineConfig or None, got {type(config).__name__}")
     check_model(model)
-    for name, part in (("req_to_token_pool", req_to_token_pool), ("allocator", allocator)):
-        attr = "token_to_kv_pool_allocator" if name == "allocator" else name
+    for name, attr, part in (("req_to_token_pool", "req_to_token_pool", req_to_token_pool),
+                             ("allocator", "token_to_kv_pool_allocator", allocator)):
         if getattr(cache, attr, None) is not part:
             raise ValueError(f"cache must run over the engine's {name} (cache.{attr})")
     _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
 
 
 def check_model(model: Any) -> None:
+    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type)."""
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
 

@@ -18,8 +18,10 @@ def check_real(
     when ``finite``, or below the minimum."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if isinstance(value, float) and (math.isnan(value) or (finite and math.isinf(value))):
-        raise ValueError(f"{name} must be a finite number, got {value}")
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError(f"{name} must be a number, got nan")
+    if finite and isinstance(value, float) and math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {value}")
     if value < minimum or (value == minimum and not inclusive):
         raise ValueError(f"{name} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
     return value
@@ -47,5 +49,6 @@ class EngineConfig:
         check_int("max_running_requests", self.max_running_requests, minimum=1)
         check_int("max_prefill_tokens", self.max_prefill_tokens, minimum=1)
         if not isinstance(self.record_logits, bool):
-            raise TypeError(f"record_logits must be a bool, got {type(self.record_logits).__name__}")
+            kind = type(self.record_logits).__name__
+            raise TypeError(f"record_logits must be a bool, got {kind}")
         check_real("stall_timeout_s", self.stall_timeout_s, inclusive=False, finite=False)
