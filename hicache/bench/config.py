@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -10,6 +9,7 @@ import psutil
 import torch
 
 from hicache.engine import CacheSpec, EngineConfig
+from hicache.engine.config import check_real
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 
@@ -71,21 +71,16 @@ class BenchConfig:
     out_dir: str = "bench_out"
 
     def __post_init__(self) -> None:
-        positive = ("users", "rounds", "prompt_len", "answer_len", "layers", "heads", "kv_heads",
-                    "head_dim", "intermediate", "vocab", "device_tokens", "max_running",
-                    "max_prefill_tokens", "page_size")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
-        for name in ("system_len", "arrival_rate", "load_back_threshold"):
-            if not getattr(self, name) >= 0 or not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
-        if not 1 < self.host_ratio < math.inf:
-            raise ValueError("--host-ratio must be a finite number > 1 (the host pool is the "
-                             f"larger tier), got {self.host_ratio}")
-        if self.threads is not None and self.threads <= 0:
-            raise ValueError(f"--threads must be positive, got {self.threads}")
-        if self.dtype not in DTYPES:
+        for name in _POSITIVE:
+            _check_count(name, getattr(self, name), minimum=1)
+        for name in ("system_len", "load_back_threshold", "seed"):
+            _check_count(name, getattr(self, name), minimum=0)
+        if self.threads is not None:
+            _check_count("threads", self.threads, minimum=1)
+        check_real(_flag("arrival_rate"), self.arrival_rate)
+        # The host pool is the larger tier.
+        check_real(_flag("host_ratio"), self.host_ratio, minimum=1, inclusive=False)
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         _check_device(self.device)
         # Build the component configs now, so their checks run before any work starts.
@@ -144,6 +139,20 @@ class BenchConfig:
             raise ValueError(f"--device-tokens {tokens}: the device pool needs "
                              f"{device_bytes / 1e9:.1f} GB, {self.device} has {free / 1e9:.1f} GB")
         check_ram(host_bytes if cuda else host_bytes + device_bytes)
+
+
+_POSITIVE = ("users", "rounds", "prompt_len", "answer_len", "layers", "heads", "kv_heads",
+             "head_dim", "intermediate", "vocab", "device_tokens", "max_running",
+             "max_prefill_tokens", "page_size")
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    """``TypeError`` unless an int (not bool), ``ValueError`` below ``minimum`` (0 or 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{_flag(name)} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f">= {minimum}"
+        raise ValueError(f"{_flag(name)} must be {bound}, got {value}")
 
 
 def _flag(field_name: str) -> str:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
+from hicache.engine.checks import check_parts, check_submission
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
@@ -36,6 +37,9 @@ class Engine:
     ----------
     model : the transformer; its KV pool is ``allocator.get_kvcache()``.
     cache : ``RadixCache`` or ``HiRadixCache`` over ``req_to_token_pool`` and ``allocator``.
+    config : batching settings (default ``EngineConfig()``).
+
+    ``TypeError``/``ValueError`` when the parts do not fit together (``checks.check_parts``).
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class Engine:
         allocator: TokenToKVPoolAllocator,
         config: EngineConfig | None = None,
     ) -> None:
+        check_parts(model, cache, req_to_token_pool, allocator, config)
         self.model, self.cache, self.config = model, cache, config or EngineConfig()
         self.req_to_token_pool, self.allocator = req_to_token_pool, allocator
         self.kv_pool = allocator.get_kvcache()
@@ -59,21 +64,28 @@ class Engine:
         self,
         prompt: Sequence[int],
         max_new_tokens: int,
-        extra_key: str | None = None,
+        extra_key: Hashable | None = None,
         arrival: float | None = None,
     ) -> Request:
-        """Queue a request. Raises ``ValueError`` on an empty prompt, a token outside the
-        vocabulary or ``max_new_tokens < 1``; a request too long for the pools is returned
-        ``REJECTED`` (with ``error`` set) by the next ``step`` and serving goes on.
-        ``arrival`` (``time.perf_counter()`` seconds, default now) is the TTFT origin."""
-        prompt = [int(t) for t in prompt]
-        vocab = self.model.cfg.vocab_size
-        if not prompt or min(prompt) < 0 or max(prompt) >= vocab:
-            raise ValueError(f"prompt must be a non-empty list of token ids in [0, {vocab})")
-        if type(max_new_tokens) is not int or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        now = time.perf_counter() if arrival is None else arrival
-        req = Request(next(self._rids), prompt, max_new_tokens, extra_key, arrival=now)
+        """Queue a request; nothing changes when an argument is refused.
+
+        Parameters
+        ----------
+        prompt : non-empty sequence of ints (or integer numpy array / tensor) in ``[0, vocab)``.
+        max_new_tokens : int ``>= 1``.
+        extra_key : namespace of the request's cache entries (see ``RadixKey``).
+        arrival : ``time.perf_counter()`` seconds, the TTFT origin (default now).
+
+        Raises ``TypeError`` for an argument of the wrong type (bools, floats or strings as
+        token ids, a float ``max_new_tokens``, an ``extra_key`` outside ``check_extra_key``'s
+        types) and ``ValueError`` for one out of range, naming it. A request too long for the
+        pools is returned ``REJECTED`` (with ``error`` set) by the next ``step``.
+        """
+        args = check_submission(prompt, max_new_tokens, extra_key, arrival,
+                                self.model.cfg.vocab_size)
+        now = time.perf_counter() if args.arrival is None else args.arrival
+        req = Request(next(self._rids), args.prompt, args.max_new_tokens, args.extra_key,
+                      arrival=now)
         self.scheduler.submit(req)
         return req
 

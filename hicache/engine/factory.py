@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
 from hicache.model import TinyTransformer, make_kv_pool
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import HiCacheConfig, RadixCacheConfig
+from hicache.radix.base import check_int
 
 CACHE_KINDS = ("radix", "hiradix")
 
@@ -47,28 +49,34 @@ class CacheSpec:
         if self.kind not in CACHE_KINDS:
             raise ValueError(f"kind must be one of {CACHE_KINDS}, got {self.kind!r}")
         for name in ("device_tokens", "page_size", "max_context_len", "max_requests"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, getattr(self, name), minimum=1)
         if self.device_tokens % self.page_size:
             raise ValueError(
                 f"device_tokens ({self.device_tokens}) must be a multiple of page_size "
                 f"({self.page_size})"
             )
-        if self.hicache_ratio < 1:
-            raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache_ratio}")
-        # The caches' own frozen configs validate the policies, sizes and the layout/backend pair.
+        # The caches' own frozen configs validate the policies, the sizes (finite numbers) and
+        # the layout/backend pair.
         RadixCacheConfig(self.page_size, self.eviction_policy)
         HiCacheConfig(**self.host_options())
+        if self.hicache_ratio < 1:
+            raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache_ratio}")
 
     def host_options(self) -> dict[str, Any]:
         """The ``HiRadixCache`` host-tier keyword arguments (``HiCacheConfig``'s fields)."""
         return {f.name: getattr(self, f.name) for f in fields(HiCacheConfig)}
 
+
+def _check_spec(spec: Any) -> None:
+    if not isinstance(spec, CacheSpec):
+        raise TypeError(f"spec must be a CacheSpec, got {type(spec).__name__}")
+
+
 def build_cache(
     spec: CacheSpec, req_pool: ReqToTokenPool, allocator: TokenToKVPoolAllocator
 ) -> Any:
     """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``."""
+    _check_spec(spec)
     if spec.kind == "radix":
         from hicache.radix import RadixCache
 
@@ -87,6 +95,8 @@ def build_engine(
     model: TinyTransformer, spec: CacheSpec, config: EngineConfig | None = None
 ) -> Engine:
     """Fresh pools on ``model.device``, the cache ``spec`` names, and an engine over them."""
+    check_model(model)
+    _check_spec(spec)
     kv_pool = make_kv_pool(model.cfg, spec.device_tokens, spec.page_size, model.device)
     allocator = TokenToKVPoolAllocator(spec.device_tokens, spec.page_size, model.device, kv_pool)
     # A row holds whole pages: a request of max_context_len tokens may need up to a page more.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ class Request:
     rid: int
     origin_input_ids: list[int]
     max_new_tokens: int
-    extra_key: str | None = None
+    extra_key: Hashable | None = None
     priority: int = 0
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None

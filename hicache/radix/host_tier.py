@@ -5,6 +5,7 @@ Kept apart from ``hiradix_cache`` so the cache module holds only tree logic.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +31,21 @@ if TYPE_CHECKING:
     from hicache.radix.hiradix_cache import HiRadixCache
 
 
+# Bound of hicache_ratio and hicache_size_gb: far past any RAM (an exabyte), and low enough that
+# the host pool's size arithmetic never overflows a float; past RAM the pool refuses anyway.
+_NUMBER_MAX = 1e9
+
+
 def _check_number(name: str, value: Any) -> None:
+    """``TypeError`` unless an int or float (not bool); ``ValueError`` for NaN, an infinity or
+    a value outside ``[0, 1e9]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if not 0 <= value <= _NUMBER_MAX:
+        shown = f"{value:.6g}" if abs(value) < 1e300 else "a number past 1e300"
+        raise ValueError(f"{name} must be in [0, {_NUMBER_MAX:g}], got {shown}")
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,9 @@ class HiCacheConfig:
 
     Attributes
     ----------
-    hicache_ratio : host slots = ratio * device slots (when ``hicache_size_gb`` is 0).
-    hicache_size_gb : host pool size in GB (1e9 bytes) when > 0.
+    hicache_ratio : host slots = ratio * device slots (when ``hicache_size_gb`` is 0); a finite
+        number in ``[0, 1e9]``.
+    hicache_size_gb : host pool size in GB (1e9 bytes) when > 0; a finite number in ``[0, 1e9]``.
     write_policy : ``write_through`` (back up on insert), ``write_through_selective`` (back up
         on the 2nd hit) or ``write_back`` (back up when evicted from the device).
     io_backend : ``kernel`` or ``direct``.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from hicache.radix.key import TOKEN_DTYPE
+from hicache.radix.key import TOKEN_DTYPE, check_extra_key
 from hicache.radix.node import TreeNode
 from hicache.radix.slots import Slots, concat_slots
 from hicache.radix.walk import child_key
@@ -43,6 +43,14 @@ def _check_slots(name: str, node: TreeNode, slots: Slots | None) -> None:
               f"got {slots.dtype} {tuple(slots.shape)}")
 
 
+def _valid_namespace(extra_key: object) -> bool:
+    try:
+        check_extra_key(extra_key)
+    except TypeError:
+        return False
+    return True
+
+
 def _check_node(cache: RadixCache, node: TreeNode) -> None:
     parent, page = node.parent, cache.page_size
     if parent is None or parent.children.get(child_key(cache, parent, node)) is not node:
@@ -60,6 +68,8 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
     _check_slots("host_value", node, node.host_slots)
     if node.slots is None and node.host_slots is None:
         _fail(f"node {node.id} holds neither device nor host slots")
+    if parent is cache.root and not _valid_namespace(node.extra_key):
+        _fail(f"node {node.id}: extra_key {node.extra_key!r:.60} is not a valid namespace")
     if parent is not cache.root:
         if node.extra_key != parent.extra_key:
             _fail(f"node {node.id}: extra_key differs from its parent's")

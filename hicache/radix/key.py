@@ -2,12 +2,17 @@
 
 Token ids are held as one read-only, contiguous int32 numpy array (token ids are vocabulary
 indices, far below 2**31), validated once when the key is built. The tree compares pages of these
-arrays with vectorised numpy, so building a key from a Python list (about 15 ns per token) is the
-only per-token Python cost, paid once per request.
+arrays with vectorised numpy, so building a key from a Python list (one C-level pass through
+``array.array``) is the only per-token Python cost, paid once per request.
+
+Nothing is converted silently: bools, floats (even integral ones), strings, objects and nested
+sequences raise ``TypeError``; negative or too large ids and arrays that are not 1-D raise
+``ValueError``.
 """
 
 from __future__ import annotations
 
+import array
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -16,39 +21,106 @@ import torch
 
 TOKEN_DTYPE = np.int32
 _TOKEN_MAX = int(np.iinfo(TOKEN_DTYPE).max)
+_RANGE = f"token_ids must be in [0, {_TOKEN_MAX}]"
+_INT32_CODE = "i"  # array.array's C int: 4 bytes on every platform numpy and torch support
+assert array.array(_INT32_CODE).itemsize == np.dtype(TOKEN_DTYPE).itemsize
+# Sequences whose items are not token ids (array.array would read bytes-likes as raw bytes).
+_NOT_ID_SEQUENCES = (str, bytes, bytearray, memoryview)
+# Namespace atoms: exact built-in types, whose equality and hash are by value and never mix
+# (bool, float and subclasses such as enums or numpy scalars may equal an int of another meaning).
+_EXTRA_KEY_ATOMS = (str, bytes, int, type(None))
+_EXTRA_KEY_RULE = ("extra_key must be hashable: None, a str, bytes, an int (not bool) or a tuple "
+                   "of those")
+
+
+def check_extra_key(extra_key: Any) -> Hashable | None:
+    """``extra_key`` itself if it is a valid namespace, else ``TypeError`` naming ``extra_key``.
+
+    Valid: None, ``str``, ``bytes``, ``int`` (not ``bool``) and tuples of valid namespaces
+    (nested to any depth), all of exactly these built-in types. ``1``, ``"1"``, ``b"1"`` and
+    ``(1,)`` are four namespaces; equal values are one namespace. O(1) for an atom, O(items)
+    for a tuple.
+    """
+    if type(extra_key) in _EXTRA_KEY_ATOMS:
+        return extra_key
+    stack = [extra_key]
+    while stack:
+        item = stack.pop()
+        if type(item) is tuple:
+            stack.extend(item)
+        elif type(item) not in _EXTRA_KEY_ATOMS:
+            raise TypeError(f"{_EXTRA_KEY_RULE}; got {type(item).__name__} {item!r:.60}")
+    return extra_key
 
 
 def _from_numpy(ids: np.ndarray) -> np.ndarray:
+    if ids.ndim != 1:
+        raise ValueError(f"token_ids must be 1-D, got shape {ids.shape}")
     if ids.size == 0:
         return np.empty(0, dtype=TOKEN_DTYPE)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"token_ids must be integers, got dtype {ids.dtype}")
-    if ids.ndim != 1:
-        raise ValueError(f"token_ids must be 1-D, got shape {ids.shape}")
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high > _TOKEN_MAX:
-        raise ValueError(f"token_ids must be in [0, {_TOKEN_MAX}], got values in [{low}, {high}]")
+        raise ValueError(f"{_RANGE}, got values in [{low}, {high}]")
     return np.array(ids, dtype=TOKEN_DTYPE)  # always a private copy
+
+
+def _from_tensor(ids: torch.Tensor) -> np.ndarray:
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"token_ids must be integers, got dtype {ids.dtype}")
+    return _from_numpy(ids.detach().cpu().numpy())
+
+
+def _from_sequence(ids: Sequence[Any]) -> np.ndarray:
+    """One C-level pass (``array.array``) that takes ints and integer scalars (``__index__``)
+    and refuses floats, strings, None and nested sequences; then vectorised range checks."""
+    try:
+        arr = np.frombuffer(array.array(_INT32_CODE, ids), dtype=TOKEN_DTYPE)
+    except TypeError as exc:
+        raise TypeError(f"token_ids must be a sequence of ints: {exc}") from None
+    except OverflowError:
+        raise ValueError(f"{_RANGE}, got a value outside int32") from None
+    if len(arr):
+        low = int(arr.min())
+        if low < 0:
+            raise ValueError(f"{_RANGE}, got {low}")
+        if low <= 1:
+            _reject_bools(ids, arr)
+    return arr
+
+
+def _reject_bools(ids: Sequence[Any], arr: np.ndarray) -> None:
+    """``TypeError`` if an item of ``ids`` is a bool. A bool became 0 or 1 in ``arr``, so only
+    those positions are looked at (usually a handful per request), or every item in one C-level
+    pass when they are many (an eighth or more)."""
+    small = arr <= 1
+    count = int(np.count_nonzero(small))
+    items = ids if count * 8 >= len(arr) else map(ids.__getitem__, np.flatnonzero(small).tolist())
+    if bool in set(map(type, items)):
+        raise TypeError("token_ids must be a sequence of ints, got a bool (True/False are not "
+                        "token ids)")
 
 
 def as_token_array(token_ids: Any) -> np.ndarray:
     """Validate ``token_ids`` and return a private read-only 1-D int32 copy.
 
-    Accepts a sequence of ints, an integer numpy array or an integer torch tensor (any device).
-    Raises ``TypeError`` for non-integer ids (floats, bools, strings, objects) and ``ValueError``
-    for negative ids or a non-1-D input.
+    Accepts a sequence of ints (or integer scalars), an integer numpy array or an integer torch
+    tensor (any device; a CUDA tensor is copied to the CPU). Raises ``TypeError`` for non-integer
+    ids (bools, floats even when integral, strings, None, objects, nested sequences) and
+    ``ValueError`` for ids outside ``[0, 2**31 - 1]`` or an array that is not 1-D (also when
+    it is empty, e.g. shape ``(0, 3)``).
     """
     if isinstance(token_ids, RadixKey):
         return token_ids.token_ids
     if isinstance(token_ids, torch.Tensor):
-        if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex:
-            raise TypeError(f"token_ids must be integers, got dtype {token_ids.dtype}")
-        if token_ids.dtype == torch.bool:
-            raise TypeError("token_ids must be integers, got dtype torch.bool")
-        token_ids = token_ids.detach().cpu().numpy()
-    elif isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, (Sequence, np.ndarray)):
+        arr = _from_tensor(token_ids)
+    elif isinstance(token_ids, np.ndarray):
+        arr = _from_numpy(token_ids)
+    elif isinstance(token_ids, Sequence) and not isinstance(token_ids, _NOT_ID_SEQUENCES):
+        arr = _from_sequence(token_ids)
+    else:
         raise TypeError(f"token_ids must be a sequence of ints, got {type(token_ids).__name__}")
-    arr = _from_numpy(np.asarray(token_ids))
     arr.flags.writeable = False
     return arr
 
@@ -96,8 +168,12 @@ class RadixKey:
     ----------
     token_ids : sequence of non-negative ints, integer numpy array or integer tensor; copied into
         a read-only int32 numpy array ``[len]`` on the CPU.
-    extra_key : hashable namespace (LoRA id, tenant salt) or None. Keys with different
-        ``extra_key`` never share a tree node, not even their first page.
+    extra_key : namespace (LoRA id, tenant salt) or None: None, ``str``, ``bytes``, ``int``
+        (not ``bool``) or a tuple of these, nested to any depth, all of exactly these built-in
+        types; anything else (float, bool, enums, numpy scalars, lists) raises ``TypeError``
+        (``check_extra_key``). Namespaces are equal when their values are equal: ``1``,
+        ``"1"``, ``b"1"`` and ``(1,)`` are four namespaces. Keys with different ``extra_key``
+        never share a tree node, not even their first page.
 
     Slicing (``key[a:b]``) returns a RadixKey viewing the same ids in the same namespace.
     """
@@ -105,20 +181,16 @@ class RadixKey:
     __slots__ = ("token_ids", "extra_key")
 
     def __init__(self, token_ids: Any, extra_key: Hashable | None = None) -> None:
-        try:
-            hash(extra_key)
-        except TypeError:
-            raise TypeError(
-                f"extra_key must be hashable, got {type(extra_key).__name__}"
-            ) from None
+        self.extra_key = check_extra_key(extra_key)
         self.token_ids: np.ndarray = as_token_array(token_ids)
-        self.extra_key = extra_key
 
     @classmethod
     def _trusted(cls, token_ids: np.ndarray, extra_key: Hashable | None) -> RadixKey:
-        """A key over an already validated read-only int32 array (no copy, no checks)."""
+        """A key over an already validated read-only int32 array (no copy). Only the namespace
+        is checked (``check_extra_key``, O(1) for an atom): callers such as ``kv_key`` pass a
+        request's ``extra_key`` here unvalidated."""
         key = cls.__new__(cls)
-        key.token_ids, key.extra_key = token_ids, extra_key
+        key.token_ids, key.extra_key = token_ids, check_extra_key(extra_key)
         return key
 
     def __len__(self) -> int:

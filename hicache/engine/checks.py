@@ -1,0 +1,82 @@
+"""Checks of the engine's public input, run before any state changes (nothing is converted).
+
+``TypeError`` for a value of the wrong type, ``ValueError`` for one out of range; every message
+names the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from hicache.devices import canonical_device
+from hicache.engine.config import EngineConfig, check_real
+from hicache.model import TinyTransformer
+from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
+from hicache.radix.base import check_int
+from hicache.radix.key import as_token_array, check_extra_key
+
+
+class Submission(NamedTuple):
+    """``Engine.submit``'s arguments, validated."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    extra_key: Any
+    arrival: float | None
+
+
+def check_submission(
+    prompt: Any, max_new_tokens: Any, extra_key: Any, arrival: Any, vocab_size: int
+) -> Submission:
+    """Validate ``Engine.submit``'s arguments (see there); the prompt comes back as a list."""
+    try:
+        ids = as_token_array(prompt)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"prompt: {exc}") from None
+    if len(ids) == 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"prompt must be a non-empty sequence of token ids in [0, {vocab_size})")
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
+    check_extra_key(extra_key)
+    if arrival is not None:
+        check_real("arrival", arrival, minimum=-math.inf)
+    return Submission(ids.tolist(), max_new_tokens, extra_key, arrival)
+
+
+def check_parts(
+    model: Any, cache: Any, req_to_token_pool: Any, allocator: Any, config: Any
+) -> None:
+    """``Engine.__init__``'s arguments fit together: the cache runs over these two pools, and
+    the allocator's KV pool has the model's KV geometry, dtype and device."""
+    if config is not None and not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig or None, got {type(config).__name__}")
+    check_model(model)
+    for name, attr, part in (("req_to_token_pool", "req_to_token_pool", req_to_token_pool),
+                             ("allocator", "token_to_kv_pool_allocator", allocator)):
+        if getattr(cache, attr, None) is not part:
+            raise ValueError(f"cache must run over the engine's {name} (cache.{attr})")
+    _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
+
+
+def check_model(model: Any) -> None:
+    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type)."""
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+
+
+def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:
+    cfg = model.cfg
+    if cfg.attention == "mla":
+        kind: type = MLATokenToKVPool
+        shape = {"kv_lora_rank": cfg.kv_lora_rank, "qk_rope_head_dim": cfg.qk_rope_head_dim}
+    else:
+        kind, shape = MHATokenToKVPool, {"head_num": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+    if not isinstance(pool, kind):
+        raise TypeError(f"allocator.get_kvcache() must be an {kind.__name__} for the model's "
+                        f"{cfg.attention} attention, got {type(pool).__name__}")
+    want = {**shape, "layer_num": cfg.num_layers, "dtype": cfg.dtype,
+            "device": canonical_device(model.device)}
+    got = {name: getattr(pool, name) for name in want}
+    if got != want:
+        raise ValueError(f"allocator.get_kvcache() does not fit the model: it has {got}, "
+                         f"the model needs {want}")

@@ -1,0 +1,73 @@
+"""Misuse: engine, cache-spec and bench settings of the wrong type or not finite (bools for
+ints, floats for counts, NaN, infinities, strings). Each frozen config refuses them in
+``__post_init__`` with a TypeError/ValueError naming the field; nothing is converted."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+
+from hicache.bench import BenchConfig
+from hicache.engine import CacheSpec, EngineConfig
+
+NAN, INF = float("nan"), float("inf")
+TINY = {"users": 3, "rounds": 3, "system_len": 24, "prompt_len": 16, "answer_len": 3,
+        "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 32,
+        "vocab": 64, "device_tokens": 96, "max_running": 2, "device": "cpu"}
+
+ENGINE = [
+    ("max_running_requests", 2.0, TypeError), ("max_running_requests", True, TypeError),
+    ("max_running_requests", 0, ValueError), ("max_prefill_tokens", "8", TypeError),
+    ("record_logits", "no", TypeError), ("record_logits", 1, TypeError),
+    ("stall_timeout_s", NAN, ValueError), ("stall_timeout_s", 0, ValueError),
+    ("stall_timeout_s", -INF, ValueError), ("stall_timeout_s", True, TypeError),
+    ("stall_timeout_s", "30", TypeError),
+]
+SPEC = [
+    ("device_tokens", True, TypeError), ("device_tokens", 64.0, TypeError),
+    ("page_size", 0, ValueError), ("max_requests", None, TypeError),
+    ("hicache_ratio", INF, ValueError), ("hicache_ratio", NAN, ValueError),
+    ("hicache_ratio", "2", TypeError), ("hicache_ratio", 0.5, ValueError),
+    ("hicache_size_gb", INF, ValueError), ("hicache_size_gb", NAN, ValueError),
+    ("load_back_threshold", 2.5, TypeError),
+]
+BENCH = [
+    ("users", 2.5, TypeError), ("users", True, TypeError), ("rounds", 0, ValueError),
+    ("system_len", NAN, TypeError), ("system_len", -1, ValueError), ("seed", 1.5, TypeError),
+    ("seed", -1, ValueError), ("threads", 1.5, TypeError), ("threads", 0, ValueError),
+    ("arrival_rate", NAN, ValueError), ("arrival_rate", INF, ValueError),
+    ("arrival_rate", True, TypeError), ("arrival_rate", "1", TypeError),
+    ("host_ratio", NAN, ValueError), ("host_ratio", INF, ValueError),
+    ("host_ratio", True, TypeError), ("host_ratio", 1, ValueError),
+    ("dtype", ["float32"], ValueError),
+]
+
+
+def _ids(value: Any) -> str:
+    return repr(value)[:20]
+
+
+@pytest.mark.parametrize("name, value, error", ENGINE, ids=_ids)
+def test_engine_config_names_the_bad_field(name: str, value: Any, error: type) -> None:
+    with pytest.raises(error, match=name):
+        EngineConfig(**{name: value})
+
+
+def test_engine_config_takes_an_infinite_stall_timeout() -> None:
+    assert EngineConfig(stall_timeout_s=math.inf).stall_timeout_s == math.inf
+
+
+@pytest.mark.parametrize("name, value, error", SPEC, ids=_ids)
+def test_cache_spec_names_the_bad_field(name: str, value: Any, error: type) -> None:
+    with pytest.raises(error, match=name):
+        CacheSpec(**{name: value})
+
+
+@pytest.mark.parametrize("name, value, error", BENCH, ids=_ids)
+def test_bench_config_names_the_bad_flag(name: str, value: Any, error: type) -> None:
+    with pytest.raises(error, match=re.escape("--" + name.replace("_", "-"))):
+        BenchConfig.from_args({**TINY, name: value})
+    assert BenchConfig.from_args(TINY).users == TINY["users"]
