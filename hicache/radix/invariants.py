@@ -102,7 +102,7 @@ def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
 
 
 def check_tree(cache: RadixCache) -> None:
-    """Raise ``RuntimeError`` naming the first broken invariant (see DESIGN.md)."""
+    """Raise ``RuntimeError`` naming the first broken invariant (see docs/design.md)."""
     root = cache.root
     if root.parent is not None or len(root.key) or root.lock_ref != 1 or root in cache._evictable:
         _fail("the root must have no parent, an empty key, lock_ref 1 and never be evictable")
