@@ -285,6 +285,8 @@ class HiRadixCache(RadixCache):
         else:
             self._evictable_size += size
         node.slots = value
+        if value is not None:
+            self.slot_owners.take(value)
         self._sync(node)
         assert node.parent is not None
         self._sync(node.parent)

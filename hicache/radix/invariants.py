@@ -96,6 +96,9 @@ def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
     slots = concat_slots(values, cache.device).cpu()
     if slots.unique().numel() != slots.numel():
         _fail("a device slot is owned by two tree positions")
+    held = cache.slot_owners.held()
+    if held is not None and not np.array_equal(held, np.sort(slots.numpy())):
+        _fail("slot_owners disagrees with the slots the nodes hold")
     free_slots = getattr(allocator, "free_slots", None)
     if free_slots is not None and bool(torch.isin(slots, free_slots().cpu()).any()):
         _fail("a device slot is both in the tree and free in the allocator")

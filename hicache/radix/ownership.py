@@ -9,9 +9,12 @@ Two levels (the cost of each is what decides which):
   first slots), and no page (hence no slot) appears twice. CPU slots are always checked; slots
   on a CUDA device only with ``HICACHE_CHECK_DEVICE_INDICES=1`` (the check copies them to the
   host, a device sync).
-* **Debug** (``HICACHE_CHECK_OWNERSHIP=1``; O(tree + allocator) per call): slots the tree is
-  about to own are allocated in the allocator (not free) and held by no node of the tree. Needs
-  an allocator with ``free_slots()`` (hicache's ``TokenToKVPoolAllocator`` has it).
+* **Always, where tracked** (one gather per call, ``SlotOwners``): slots the tree is about to
+  take are held by no node already (CPU slots; CUDA slots with ``HICACHE_CHECK_DEVICE_INDICES=1``
+  set when the cache is built).
+* **Debug** (``HICACHE_CHECK_OWNERSHIP=1``; O(allocator) per call): those slots are allocated
+  in the allocator (not free). Needs an allocator with ``free_slots()`` (hicache's
+  ``TokenToKVPoolAllocator`` has it).
 
 Everything raises ``ValueError`` naming the argument, and changes nothing.
 """
@@ -24,7 +27,6 @@ import numpy as np
 import torch
 
 from hicache import env
-from hicache.radix.invariants import iter_nodes
 from hicache.radix.key import RadixKey
 from hicache.radix.slots import Slots, check_value
 from hicache.radix.walk import device_prefix
@@ -88,26 +90,58 @@ def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
     return starts
 
 
-def check_unowned(slots: Slots, name: str, cache: RadixCache) -> None:
+class SlotOwners:
+    """Which device slots the tree's nodes hold: one bool per slot of the allocator, kept in
+    step by the cache (``take`` when a node gets device slots, ``release`` when slots go back
+    to the allocator), so "owned by another node" is one gather per call.
+
+    Kept for CPU slots always; for CUDA slots only when ``HICACHE_CHECK_DEVICE_INDICES=1`` at
+    construction (every update then copies the slots to the host, a sync); otherwise (and for a
+    pure index, without an allocator) every method is a no-op.
+    """
+
+    def __init__(self, allocator: Any) -> None:
+        on = allocator is not None and (
+            torch.device(allocator.device).type == "cpu" or env.ENV.check_device_indices)
+        self._held = np.zeros(slot_bounds(allocator)[1], dtype=bool) if on else None
+
+    def take(self, slots: Slots) -> None:
+        if self._held is not None:
+            self._held[_to_host(slots)] = True
+
+    def release(self, slots: Slots) -> None:
+        if self._held is not None:
+            self._held[_to_host(slots)] = False
+
+    @property
+    def active(self) -> bool:
+        return self._held is not None
+
+    def held(self) -> np.ndarray | None:
+        """The slots marked held, ascending (None when not tracked)."""
+        return None if self._held is None else np.flatnonzero(self._held)
+
+    def check(self, slots: Slots, name: str) -> None:
+        """``ValueError`` if a node holds any of ``slots`` (in range: ``check_pages`` first)."""
+        if self._held is not None and self._held[_to_host(slots)].any():
+            _fail(name, "holds slots that a tree node already owns")
+
+
+def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
     """Debug check (``HICACHE_CHECK_OWNERSHIP=1``, else a no-op): ``ValueError`` unless every
-    slot of ``slots`` is allocated in ``cache``'s allocator and held by no node of ``cache``."""
-    allocator = cache.token_to_kv_pool_allocator
+    slot of ``slots`` is allocated (not free) in ``allocator``; O(allocator) per call."""
     if not env.ENV.check_ownership or allocator is None:
         return
     ids = _to_host(slots)
-    if ids.size == 0:
-        return
-    if np.isin(ids, allocator.free_slots().numpy()).any():
+    if ids.size and np.isin(ids, allocator.free_slots().numpy()).any():
         _fail(name, "holds slots that are free in the allocator (not allocated to the caller)")
-    owned = [_to_host(n.slots) for n in iter_nodes(cache) if n.slots is not None]
-    if owned and np.isin(ids, np.concatenate(owned)).any():
-        _fail(name, "holds slots that a tree node already owns")
 
 
-def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
+def check_insert_value(cache: RadixCache, key: RadixKey, value: Any, owners: SlotOwners) -> None:
     """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
-    required with an allocator and then on its device; its slots then pass ``check_pages`` and, under the debug
-    switch, the slots the insert would take (past the cached device prefix) ``check_unowned``."""
+    required with an allocator and then on its device; its slots then pass ``check_pages``, and
+    the slots the insert would take (past the cached device prefix) are held by no node and,
+    under the debug switch, allocated."""
     check_value(value, len(key))
     allocator = cache.token_to_kv_pool_allocator
     if allocator is None:
@@ -118,9 +152,11 @@ def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
         raise ValueError(f"value must be on the allocator's device {cache.device}, "
                          f"got {value.device}")
     check_pages(value, "value", allocator)
-    if env.ENV.check_ownership:
+    if owners.active or env.ENV.check_ownership:
         end = len(key) - len(key) % cache.page_size
-        check_unowned(value[device_prefix(cache, key)[0] : end], "value", cache)
+        new = value[device_prefix(cache, key)[0] : end]
+        owners.check(new, "value")
+        check_allocated(new, "value", allocator)
 
 
 def _to_host(slots: Slots) -> np.ndarray:

@@ -44,7 +44,7 @@ from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
 from hicache.radix.slots import Slots, concat_slots, copy_slots
-from hicache.radix.ownership import check_insert_value
+from hicache.radix.ownership import SlotOwners, check_insert_value
 from hicache.radix.walk import walk
 
 _PRIORITY_MIN = -(2**63)
@@ -87,6 +87,7 @@ class RadixCache(BasePrefixCache):
         self.device = torch.device("cpu") if allocator is None else torch.device(allocator.device)
         self._clock = itertools.count(1)
         self._scratch = np.empty(0, dtype=bool)  # reused by common_prefix_len
+        self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self._init_tree()
 
     def _init_tree(self) -> None:
@@ -115,7 +116,7 @@ class RadixCache(BasePrefixCache):
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
         key = as_radix_key(key)
-        check_insert_value(self, key, value)
+        check_insert_value(self, key, value, self.slot_owners)
         if type(priority) is not int or priority < _PRIORITY_MIN:
             check_int("priority", priority, minimum=_PRIORITY_MIN)
         if self.disable:
@@ -246,6 +247,7 @@ class RadixCache(BasePrefixCache):
                   child_key: ChildKey) -> TreeNode:
         """Link a new leaf under ``parent`` at ``child_key`` (``walk.child_key`` of the leaf)."""
         leaf = TreeNode(ids, value, parent, extra_key, tick, priority)
+        self.slot_owners.take(value)
         leaf.child_key = child_key
         parent.children[child_key] = leaf
         self._evictable_size += len(ids)
@@ -300,6 +302,7 @@ class RadixCache(BasePrefixCache):
         merged = concat_slots(slots, self.device)
         if merged.numel():
             self.token_to_kv_pool_allocator.free(merged)
+            self.slot_owners.release(merged)
 
     def _device_len(self, node: TreeNode) -> int:
         return 0 if node.slots is None else len(node.key)

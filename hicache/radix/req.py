@@ -30,7 +30,7 @@ import torch
 from hicache.radix.base import check_int
 from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
-from hicache.radix.ownership import check_pages, check_unowned
+from hicache.radix.ownership import check_allocated, check_pages
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.walk import device_prefix
 
@@ -164,9 +164,10 @@ def _validate(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
     _check_lock(cache, req, on_device)
     row = copy_slots(table[idx, : len(key)])
     own = row[req.cache_protected_len :]
-    check_pages(own, "req_to_token row (positions cache_protected_len..kv_len)",
-                cache.token_to_kv_pool_allocator)
-    check_unowned(own, "req_to_token row (positions cache_protected_len..kv_len)", cache)
+    name = "req_to_token row (positions cache_protected_len..kv_len)"
+    check_pages(own, name, cache.token_to_kv_pool_allocator)
+    cache.slot_owners.check(own, name)
+    check_allocated(own, name, cache.token_to_kv_pool_allocator)
     return idx, row, aligned, present
 
 
