@@ -4,7 +4,9 @@ Each check raises before anything is written: ``TypeError`` for a wrong type or 
 ``ValueError`` for a wrong value, shape or device, ``IndexError`` for an item index or layer id out
 of range. Messages name the argument. Index ranges are checked whenever the indices are on the CPU;
 CUDA index tensors are checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync), and the
-kernels themselves skip out-of-range items so that memory is never corrupted.
+kernels themselves skip out-of-range items so that memory is never corrupted. The one bound no
+check knows is the item count behind a pointer table's addresses: the ``*_items_per_layer``
+keywords of the all-layer ops give it; without them only negative indices are caught there.
 """
 
 from __future__ import annotations
@@ -76,17 +78,22 @@ def check_indices(src_indices: object, dst_indices: object) -> int:
 
 
 def _range_is_checkable(tensor: torch.Tensor) -> bool:
-    return tensor.numel() > 0 and (tensor.device.type == "cpu" or env.ENV.check_device_indices)
+    return tensor.numel() > 0 and (tensor.device.type == "cpu"
+                                   or env.device_indices_checked())
 
 
-def check_index_range(name: str, indices: torch.Tensor, limit: int) -> None:
-    """Every index in ``[0, limit)`` (checked on CPU; on CUDA when the env flag asks)."""
+def check_index_range(name: str, indices: torch.Tensor, limit: int | None) -> None:
+    """Every index in ``[0, limit)``, or ``>= 0`` when ``limit`` is None (an unknown size).
+
+    Checked on CPU; on CUDA when ``HICACHE_CHECK_DEVICE_INDICES`` asks (one device sync).
+    """
     if not _range_is_checkable(indices):
         return
-    low, high = int(indices.min()), int(indices.max())
-    if low < 0 or high >= limit:
-        bad = low if low < 0 else high
-        raise IndexError(f"{name} holds {bad}, outside [0, {limit})")
+    low, high = (int(v) for v in torch.aminmax(indices))
+    if limit is None and low < 0:
+        raise IndexError(f"{name} holds {low}; item indices must be >= 0")
+    if limit is not None and (low < 0 or high >= limit):
+        raise IndexError(f"{name} holds {low if low < 0 else high}, outside [0, {limit})")
 
 
 def check_data(named: dict[str, object], row_bytes: int) -> None:
