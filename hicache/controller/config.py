@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from hicache.env import ENV
+from hicache import env
 from hicache.pools import SUPPORTED_PAIRS
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -88,7 +88,7 @@ def check_indices(name: str, indices: Any, page_size: int, device_type: str, lim
         )
     if indices.device.type != device_type:
         raise ValueError(f"{name} must be on {device_type}, got {indices.device}")
-    if indices.device.type == "cpu" or ENV.check_device_indices:
+    if indices.device.type == "cpu" or env.device_indices_checked():
         low, high = int(indices.min()), int(indices.max())
         if low < 0 or high >= limit:
             raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import torch
 
 from hicache.devices import canonical_device
-from hicache.env import ENV
+from hicache import env
 from hicache.pools._validate import check_int
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -101,7 +101,7 @@ class KVPool:
             raise TypeError(
                 f"loc must be a 1-D int64 (or int32) tensor, got {loc.dtype} {tuple(loc.shape)}"
             )
-        if loc.numel() == 0 or (loc.device.type != "cpu" and not ENV.check_device_indices):
+        if loc.numel() == 0 or (loc.device.type != "cpu" and not env.device_indices_checked()):
             return
         lo, hi = int(loc.min()), int(loc.max())
         if lo < 0 or hi >= self.num_slots:

@@ -16,6 +16,7 @@ import math
 
 import psutil
 
+from hicache import env
 from hicache.env import ENV
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -94,11 +95,11 @@ def host_slots(
 
 def check_ram(nbytes: int) -> None:
     """``ValueError`` when ``nbytes`` exceeds available RAM minus ``ENV.host_ram_reserve_gb``."""
-    reserve = ENV.host_ram_reserve_gb * _GB
-    usable = psutil.virtual_memory().available - reserve
+    reserve_gb = env.require(ENV.host_ram_reserve_gb)
+    usable = psutil.virtual_memory().available - reserve_gb * _GB
     if nbytes > usable:
         raise ValueError(
             f"the host pool needs {nbytes / _GB:.2f} GB but only {max(usable, 0) / _GB:.2f} GB of "
             f"RAM is available after keeping HICACHE_HOST_RAM_RESERVE_GB="
-            f"{ENV.host_ram_reserve_gb:g} GB free: lower host_size_gb or host_to_device_ratio"
+            f"{reserve_gb:g} GB free: lower host_size_gb or host_to_device_ratio"
         )

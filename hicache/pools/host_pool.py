@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
-from hicache.env import ENV
+from hicache import env
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
 from hicache.pools.host_layouts import (
@@ -232,7 +232,7 @@ def _check_range(name: str, indices: torch.Tensor, limit: int) -> None:
     """``IndexError`` unless every index is in ``[0, limit)``: the all-layer ops address
     layer_first buffers through pointer tables and cannot bound-check them. CUDA indices are
     checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync)."""
-    if indices.numel() == 0 or (indices.device.type != "cpu" and not ENV.check_device_indices):
+    if indices.numel() == 0 or (indices.device.type != "cpu" and not env.device_indices_checked()):
         return
     low, high = int(indices.min()), int(indices.max())
     if low < 0 or high >= limit:
