@@ -77,8 +77,9 @@ def host_slots(
         ("host_to_device_ratio", host_to_device_ratio),
         ("host_size_gb", host_size_gb),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
     if host_size_gb > 0:
         slots = int(host_size_gb * _GB // bytes_per_slot)
     else:
