@@ -13,6 +13,10 @@ from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
+_INTEGER_DTYPES = frozenset(
+    {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
+     torch.uint64}
+)  # fmt: skip
 Columns = slice | int | torch.Tensor
 
 
@@ -72,13 +76,15 @@ class ReqToTokenPool:
         are checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync).
         """
         row, cols, count = self._target(indices)
-        self.req_to_token[row, cols] = _slot_values(values, count, self.req_to_token)
+        values = _slot_values(values, count)
+        if isinstance(cols, torch.Tensor) and isinstance(values, torch.Tensor):
+            values = values.to(self.device, torch.int32)  # index_put_ needs the table's dtype
+        self.req_to_token[row, cols] = values
 
     def clear(self) -> None:
         """Every row free."""
         self._free: list[int] = list(range(self.size))
         self._used: set[int] = set()
-
 
     def _target(self, indices: Any) -> tuple[int, Columns, int]:
         """``(row, cols, number of entries selected)`` of checked ``indices``."""
@@ -90,7 +96,7 @@ class ReqToTokenPool:
         if isinstance(cols, slice):
             return row, cols, len(range(*cols.indices(width)))
         if isinstance(cols, torch.Tensor) and cols.dim() > 0:
-            if cols.dtype == torch.bool or cols.dtype.is_floating_point or cols.dim() != 1:
+            if cols.dtype not in _INTEGER_DTYPES or cols.dim() != 1:
                 raise TypeError(f"indices: cols must be a 1-D integer tensor, got {cols.dtype} "
                                 f"{tuple(cols.shape)}")
             _check_range("indices", "cols", cols, width, IndexError)
@@ -116,16 +122,16 @@ def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: 
         raise error(f"{name}: {what} must lie in [0, {limit}), got values in [{low}, {high}]")
 
 
-def _slot_values(values: Any, count: int, table: torch.Tensor) -> torch.Tensor | int:
-    """Checked ``values`` of a write of ``count`` entries (a tensor: on ``table``'s device and
-    dtype, a lossless cast once checked)."""
+def _slot_values(values: Any, count: int) -> torch.Tensor | int:
+    """``values`` once checked as the slot ids of a write of ``count`` entries (any cast to the
+    int32 table is then lossless)."""
     if isinstance(values, torch.Tensor):
-        if values.dtype == torch.bool or values.dtype.is_floating_point or values.dtype.is_complex:
+        if values.dtype not in _INTEGER_DTYPES:
             raise TypeError(f"values must be an integer tensor of slot ids, got {values.dtype}")
-        if values.numel() != count or values.dim() > 1:
+        if values.dim() > 1 or values.numel() != count:
             raise ValueError(f"values has shape {tuple(values.shape)}; indices select {count}")
         _check_range("values", "slot ids", values, SLOT_LIMIT, ValueError)
-        return values.to(table.device, table.dtype)
+        return values
     if isinstance(values, bool) or not isinstance(values, int):
         raise TypeError(f"values must be an int or an integer tensor, got {type(values).__name__}")
     if not 0 <= values < SLOT_LIMIT:
