@@ -164,6 +164,8 @@ class PageAllocator:
             raise TypeError(f"indices must be an integer tensor, got dtype {dtype}")
         if indices.dim() != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
+        if indices.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"indices must be on the CPU or a CUDA device, got {indices.device}")
         slots = indices.to(_CPU, torch.int64).numpy()
         if slots.size == 0:
             return _empty_pages()

@@ -13,10 +13,7 @@ from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
-_INTEGER_DTYPES = frozenset(
-    {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-     torch.uint64}
-)  # fmt: skip
+_INTEGER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 Columns = slice | int | torch.Tensor
 
 
@@ -96,9 +93,9 @@ class ReqToTokenPool:
         if isinstance(cols, slice):
             return row, cols, len(range(*cols.indices(width)))
         if isinstance(cols, torch.Tensor) and cols.dim() > 0:
-            if cols.dtype not in _INTEGER_DTYPES or cols.dim() != 1:
-                raise TypeError(f"indices: cols must be a 1-D integer tensor, got {cols.dtype} "
-                                f"{tuple(cols.shape)}")
+            _check_integer_tensor("indices: cols", cols)
+            if cols.dim() != 1:
+                raise TypeError(f"indices: cols must be 1-D, got shape {tuple(cols.shape)}")
             _check_range("indices", "cols", cols, width, IndexError)
             return row, cols.to(self.device, torch.int64), cols.numel()
         return row, _bounded("indices", "col", cols, width), 1
@@ -110,6 +107,15 @@ def _bounded(name: str, what: str, value: Any, limit: int) -> int:
     if not 0 <= index < limit:
         raise IndexError(f"{name}: {what} {index} is outside [0, {limit})")
     return index
+
+
+def _check_integer_tensor(name: str, tensor: torch.Tensor) -> None:
+    """``TypeError`` unless an int8/16/32/64 or uint8 tensor; ``ValueError`` unless on the CPU
+    or a CUDA device."""
+    if tensor.dtype not in _INTEGER_DTYPES:
+        raise TypeError(f"{name} must be an int8/16/32/64 or uint8 tensor, got {tensor.dtype}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be on the CPU or a CUDA device, got {tensor.device}")
 
 
 def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: type) -> None:
@@ -126,8 +132,7 @@ def _slot_values(values: Any, count: int) -> torch.Tensor | int:
     """``values`` once checked as the slot ids of a write of ``count`` entries (any cast to the
     int32 table is then lossless)."""
     if isinstance(values, torch.Tensor):
-        if values.dtype not in _INTEGER_DTYPES:
-            raise TypeError(f"values must be an integer tensor of slot ids, got {values.dtype}")
+        _check_integer_tensor("values", values)
         if values.dim() > 1 or values.numel() != count:
             raise ValueError(f"values has shape {tuple(values.shape)}; indices select {count}")
         _check_range("values", "slot ids", values, SLOT_LIMIT, ValueError)

@@ -32,6 +32,8 @@ BAD_VALUES = [
     (torch.tensor([1, 2, 3]), ValueError),  # three values for two entries
     (torch.tensor([[1, 2]]), ValueError),
     (torch.tensor([1]), ValueError),  # no broadcasting of a tensor
+    (torch.tensor([1, 2], dtype=torch.uint64), TypeError),  # was torch's NotImplementedError
+    (torch.zeros(2, dtype=torch.int64, device="meta"), ValueError),
     ([1, 2], TypeError),
     (np.array([1, 2]), TypeError),
     (1.5, TypeError),
@@ -69,6 +71,7 @@ BAD_INDICES = [
     ((0, 8), IndexError),
     ((0, torch.tensor([1, 8])), IndexError),
     ((0, torch.tensor([-1])), IndexError),
+    ((0, torch.zeros(2, dtype=torch.int64, device="meta")), ValueError),
 ]
 
 
