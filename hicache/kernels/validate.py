@@ -141,6 +141,8 @@ def check_devices(src: Operand, dst: Operand, indices: dict[str, torch.Tensor]) 
     that device.
     """
     named = src.named() + dst.named()
+    for name, tensor in named:
+        check_device_type(name, tensor)
     cuda = {t.device for _, t in named if t.device.type == "cuda"}
     if len(cuda) > 1:
         raise ValueError(f"buffers span several CUDA devices: {sorted(map(str, cuda))}")
@@ -152,6 +154,12 @@ def check_devices(src: Operand, dst: Operand, indices: dict[str, torch.Tensor]) 
         if idx.device not in (device, torch.device("cpu")):
             raise ValueError(f"{name} is on {idx.device}; use the CPU or {device}")
     return device
+
+
+def check_device_type(name: str, tensor: torch.Tensor) -> None:
+    """``ValueError`` unless ``tensor`` is on the CPU or a CUDA device (not ``meta`` etc.)."""
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} is on {tensor.device}; use the CPU or a CUDA device")
 
 
 def _check_cuda_operand(operand: Operand, device: torch.device) -> None:

@@ -246,3 +246,17 @@ def test_direct_op_rejects_zero_dim_tensors():
     with pytest.raises(ValueError, match=r"src_layers\[0\]"):
         K.transfer_kv_direct(**{**kwargs, "src_layers": src, "dst_layers": dst})
 
+
+@pytest.mark.parametrize("name", ["transfer_kv_per_layer", "transfer_kv_direct"])
+@pytest.mark.parametrize("side", ["src", "dst"])
+def test_buffers_off_cpu_and_cuda_are_rejected(name, side):
+    """A ``meta`` buffer was silently "copied" into, or failed inside torch."""
+    live, meta = torch.zeros(8, 2, 4, dtype=CFG.dtype), torch.zeros(8, 2, 4, dtype=CFG.dtype,
+                                                                   device="meta")
+    src, dst = (meta, live) if side == "src" else (live, meta)
+    idx = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match=f"{side}.* is on meta"):
+        if name == "transfer_kv_direct":
+            K.transfer_kv_direct([src], [dst], idx, idx, 1)
+        else:
+            K.transfer_kv_per_layer(src, dst, src, dst, idx, idx, 16)
