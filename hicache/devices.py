@@ -37,15 +37,37 @@ class CompletedEvent:
         return None
 
 
-def canonical_device(device: torch.device | str) -> torch.device:
-    """``device`` with its index made explicit: ``"cuda"`` becomes ``cuda:<current>``.
+def canonical_device(device: torch.device | str, name: str = "device") -> torch.device:
+    """``device`` checked and with its index made explicit: ``"cuda"`` becomes
+    ``cuda:<current>``, ``"cpu:0"`` plain ``cpu``.
 
     Pools store this form so that ``tensor.device == pool.device`` compares like with like.
+    Raises ``TypeError`` unless ``device`` is a str or ``torch.device``, and ``ValueError``
+    (naming the argument ``name``) for an unknown device string, a device type other than CPU
+    or CUDA, or a CUDA device this machine does not have (no CUDA at all, or too few GPUs).
     """
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name} must be a str or torch.device, got {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name}={device!r} is not a device (e.g. 'cpu', 'cuda:0')") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise ValueError(f"{name} must be 'cpu' or a CUDA device, got {str(device)!r}")
+    return torch.device("cuda", _cuda_index(device, name))
+
+
+def _cuda_index(device: torch.device, name: str) -> int:
+    if not torch.cuda.is_available():
+        raise ValueError(f"{name}={str(device)!r} but CUDA is not available on this machine; "
+                         "use device='cpu'")
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"{name}={str(device)!r} but this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
+    return index
 
 
 def is_cuda(device: torch.device | str) -> bool:

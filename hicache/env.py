@@ -1,45 +1,103 @@
-"""Every environment variable hicache reads, read in this one place."""
+"""Every environment variable hicache reads, read in this one place.
+
+Reading never fails, so a bad value cannot break ``import hicache``: a HICACHE_ variable that
+cannot be parsed is kept as an :class:`Invalid`, and :func:`require` raises its ``ValueError``
+(naming the variable) where the setting is used.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
-def _flag(name: str, default: bool) -> bool:
+@dataclass(frozen=True)
+class Invalid:
+    """A setting whose environment variable held an unusable value; ``message`` says why."""
+
+    message: str
+
+
+def require(value: T | Invalid) -> T:
+    """``value`` itself, or the ``ValueError`` of an :class:`Invalid` setting."""
+    if isinstance(value, Invalid):
+        raise ValueError(value.message)
+    return value
+
+
+def _triton_flag(name: str) -> bool:
+    """Triton's own reading of its flags (anything unrecognised is off)."""
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def _flag(name: str, default: bool) -> bool | Invalid:
     raw = os.environ.get(name)
     if raw is None:
         return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    value = raw.strip().lower()
+    if value in _TRUE | _FALSE:
+        return value in _TRUE
+    return Invalid(f"{name}={raw!r} is not a flag: use one of 1/0, true/false, yes/no, on/off")
+
+
+def _gigabytes(name: str, default: float) -> float | Invalid:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        return Invalid(f"{name}={raw!r} must be a finite, non-negative number of GB")
+    return value
 
 
 @dataclass(frozen=True)
 class Env:
-    """Process-wide settings.
+    """Process-wide settings; read a setting that may be :class:`Invalid` through ``require``.
 
     Attributes
     ----------
-    triton_interpret : ``TRITON_INTERPRET`` — Triton kernels run in the CPU interpreter.
+    triton_interpret : ``TRITON_INTERPRET`` — Triton kernels run in the CPU interpreter
+        (parsed as Triton parses it).
     check_device_indices : ``HICACHE_CHECK_DEVICE_INDICES`` — range-check CUDA index tensors
         too (costs a device sync per op; CPU index tensors are always checked).
-    host_ram_reserve_gb : ``HICACHE_HOST_RAM_RESERVE_GB`` — RAM a host pool must leave free.
-    check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: check that slots handed to the radix
-        tree are allocated and owned by no node (O(tree) per insert; see ``radix.ownership``).
+    host_ram_reserve_gb : ``HICACHE_HOST_RAM_RESERVE_GB`` — RAM (GB, finite, >= 0; default 2) a
+        host pool must leave free.
+    check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: slots handed to the radix tree must
+        be allocated in the allocator (O(allocator) per call; see ``radix.ownership``).
     """
 
     triton_interpret: bool
-    check_device_indices: bool
-    host_ram_reserve_gb: float
-    check_ownership: bool = False
+    check_device_indices: bool | Invalid
+    host_ram_reserve_gb: float | Invalid
+    check_ownership: bool | Invalid = False
 
     @classmethod
     def read(cls) -> Env:
         return cls(
-            triton_interpret=_flag("TRITON_INTERPRET", False),
+            triton_interpret=_triton_flag("TRITON_INTERPRET"),
             check_device_indices=_flag("HICACHE_CHECK_DEVICE_INDICES", False),
-            host_ram_reserve_gb=float(os.environ.get("HICACHE_HOST_RAM_RESERVE_GB", "2")),
+            host_ram_reserve_gb=_gigabytes("HICACHE_HOST_RAM_RESERVE_GB", 2.0),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
         )
 
 
 ENV = Env.read()
+
+
+def device_indices_checked() -> bool:
+    """Whether CUDA index tensors are range-checked (``HICACHE_CHECK_DEVICE_INDICES``)."""
+    return require(ENV.check_device_indices)
+
+
+def ownership_checked() -> bool:
+    """Whether the radix tree checks slots against the allocator (``HICACHE_CHECK_OWNERSHIP``)."""
+    return require(ENV.check_ownership)

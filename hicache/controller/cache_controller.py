@@ -22,11 +22,20 @@ from typing import Any
 
 import torch
 
-from hicache.controller.config import ControllerConfig, check_indices, check_pools
+from hicache.controller.config import (
+    ControllerConfig,
+    check_host_pool,
+    check_indices,
+    check_node_id,
+    check_pools,
+)
 from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.devices import current_stream, new_event, new_stream, stream_scope
+
+
+_CPU = torch.device("cpu")
 
 
 class HiCacheController:
@@ -64,8 +73,10 @@ class HiCacheController:
     ------
     ValueError / TypeError
         Unknown ``write_policy`` or ``io_backend``, a host layout that does not support
-        ``io_backend``, a ``page_size`` or layer count that disagrees with the pools, an allocator
-        without a device pool, or a ``load_cache_event`` without ``set()``.
+        ``io_backend``, a ``page_size`` that disagrees with the pools, a host pool built for
+        another device pool geometry (kind, layers, heads, dims, dtype, device: the message
+        names each difference), an allocator without a device pool, or a ``load_cache_event``
+        without ``set()``.
     """
 
     def __init__(
@@ -79,9 +90,9 @@ class HiCacheController:
         verify: str = "off",
         verify_sample_period: int = 8,
     ) -> None:
+        check_host_pool(mem_pool_host)
         self.config = ControllerConfig(page_size, write_policy, io_backend, mem_pool_host.layout)
-        device_pool = token_to_kv_pool_allocator.get_kvcache()
-        check_pools(token_to_kv_pool_allocator, device_pool, mem_pool_host, page_size)
+        device_pool = check_pools(token_to_kv_pool_allocator, mem_pool_host, page_size)
         if load_cache_event is not None and not callable(getattr(load_cache_event, "set", None)):
             raise TypeError("load_cache_event must be None or have a set() method")
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
@@ -133,9 +144,10 @@ class HiCacheController:
             "device_indices",
             device_indices,
             self.page_size,
-            self.device.type,
+            self.device,
             self.mem_pool_device.num_slots,
         )
+        check_node_id(node_id)
         host_indices = self.mem_pool_host.alloc(device_indices.numel())
         if host_indices is None:
             return None
@@ -156,7 +168,8 @@ class HiCacheController:
         the allocator is short (nothing allocated, nothing queued). Their content is valid for a
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
-        check_indices("host_indices", host_indices, self.page_size, "cpu", self.mem_pool_host.size)
+        check_indices("host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size)
+        check_node_id(node_id)
         allocator, n = self.token_to_kv_pool_allocator, host_indices.numel()
         # The direct backend plans on the CPU: take the allocator's CPU copy when it offers one.
         alloc_pair = getattr(allocator, "alloc_pair", None) if self.io_backend == "direct" else None

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from hicache.env import ENV
-from hicache.pools import SUPPORTED_PAIRS
+from hicache import env
+from hicache.pools import SUPPORTED_PAIRS, HostKVPool
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
@@ -54,9 +54,22 @@ class ControllerConfig:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
 
 
-def check_pools(allocator: Any, device_pool: Any, host_pool: Any, page_size: int) -> None:
-    """``ValueError`` unless the allocator has a device pool and both pools agree with the
-    controller on ``page_size`` and the layer count."""
+def check_host_pool(host_pool: Any) -> None:
+    """``TypeError`` unless ``host_pool`` is a host KV pool (MHA or MLA)."""
+    if not isinstance(host_pool, HostKVPool):
+        raise TypeError(
+            f"mem_pool_host must be an MHATokenToKVPoolHost or MLATokenToKVPoolHost, "
+            f"got {type(host_pool).__name__}"
+        )
+
+
+def check_pools(allocator: Any, host_pool: HostKVPool, page_size: int) -> Any:
+    """The allocator's device pool, once it is known to fit: ``ValueError`` unless the allocator
+    has one, both pools agree with the controller on ``page_size``, and ``host_pool`` was built
+    for that device pool's whole geometry (kind, layers, heads and dims, dtype, device)."""
+    if not callable(getattr(allocator, "get_kvcache", None)):
+        raise TypeError("token_to_kv_pool_allocator must have get_kvcache()")
+    device_pool = allocator.get_kvcache()
     if device_pool is None:
         raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
     if allocator.page_size != page_size or host_pool.page_size != page_size:
@@ -64,15 +77,26 @@ def check_pools(allocator: Any, device_pool: Any, host_pool: Any, page_size: int
             f"page_size={page_size} must equal the allocator's ({allocator.page_size}) "
             f"and the host pool's ({host_pool.page_size})"
         )
-    if host_pool.layer_num != device_pool.layer_num:
+    differences = host_pool.mismatch(device_pool)
+    if differences:
         raise ValueError(
-            f"host pool has {host_pool.layer_num} layers, device pool {device_pool.layer_num}"
+            "mem_pool_host was built for a device pool of another geometry (kind, layers, heads, "
+            "dims, dtype, page size, device) than token_to_kv_pool_allocator's: "
+            + "; ".join(differences)
         )
+    return device_pool
 
 
-def check_indices(name: str, indices: Any, page_size: int, device_type: str, limit: int) -> None:
+def check_node_id(node_id: Any) -> None:
+    if isinstance(node_id, bool) or not isinstance(node_id, int):
+        raise TypeError(f"node_id must be an int, got {type(node_id).__name__}")
+
+
+def check_indices(
+    name: str, indices: Any, page_size: int, device: torch.device, limit: int
+) -> None:
     """``TypeError``/``ValueError`` naming ``name`` unless ``indices`` is a 1-D int64 tensor of a
-    positive multiple of ``page_size`` slots on a device of type ``device_type``; ``IndexError``
+    positive multiple of ``page_size`` slots on ``device``; ``IndexError``
     for a slot outside ``[0, limit)`` (CPU indices, or CUDA ones with
     ``HICACHE_CHECK_DEVICE_INDICES``): caught here, not when the queued batch is issued."""
     if not isinstance(indices, torch.Tensor):
@@ -86,9 +110,9 @@ def check_indices(name: str, indices: Any, page_size: int, device_type: str, lim
             f"{name} must hold a positive multiple of page_size={page_size} slots, "
             f"got {indices.numel()}"
         )
-    if indices.device.type != device_type:
-        raise ValueError(f"{name} must be on {device_type}, got {indices.device}")
-    if indices.device.type == "cpu" or ENV.check_device_indices:
+    if indices.device != device:
+        raise ValueError(f"{name} must be on {device}, got {indices.device}")
+    if indices.device.type == "cpu" or env.device_indices_checked():
         low, high = int(indices.min()), int(indices.max())
         if low < 0 or high >= limit:
             raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hicache.devices import EventLike, current_stream, new_event
+from hicache.devices import EventLike, canonical_device, current_stream, new_event
 
 RING_SIZE = 3
 """Load batches a :class:`LayerDoneCounter` tracks at once: one being consumed by the forward
@@ -26,12 +26,30 @@ def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def check_count(name: str, value: object) -> int:
+    """``value`` if an int (not a bool) ``>= 1``: ``TypeError`` / ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def check_layer(where: str, layer: object, num_layers: int) -> int:
+    """``layer`` if an int (not a bool) in ``[0, num_layers)``; errors name ``where`` and it."""
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"{where}: layer must be an int, got {type(layer).__name__}")
+    if not 0 <= layer < num_layers:
+        raise ValueError(f"{where}: layer must be in [0, {num_layers}), got {layer}")
+    return layer
+
+
 class LayerLoadingEvent:
     """The events of one load batch: one per layer, plus the start and end of the batch.
 
     Parameters
     ----------
-    num_layers : layers of the KV pool (>= 1).
+    num_layers : layers of the KV pool (int >= 1).
     device : device of the KV pool; CUDA gives ``torch.cuda.Event``s, CPU completed no-op events.
 
     Attributes
@@ -44,7 +62,8 @@ class LayerLoadingEvent:
     """
 
     def __init__(self, num_layers: int, device: torch.device | str) -> None:
-        self.device = torch.device(device)
+        self.num_layers = check_count("num_layers", num_layers)
+        self.device = canonical_device(device)
         self.load_events: list[EventLike] = [new_event(self.device) for _ in range(num_layers)]
         self.start_event: EventLike = new_event(self.device)
         self.finish_event: EventLike = new_event(self.device)
@@ -53,16 +72,19 @@ class LayerLoadingEvent:
         """Record layer ``layer``'s event on the current stream (the load stream).
 
         Call it right after issuing that layer's copy: the event then fires when the copy is done.
+        ``TypeError`` / ``ValueError`` unless ``layer`` is an int in ``[0, num_layers)``.
         """
-        self.load_events[layer].record(current_stream(self.device))
+        event = self.load_events[check_layer("complete", layer, self.num_layers)]
+        event.record(current_stream(self.device))
 
     def wait(self, layer: int) -> None:
         """Make the current stream (the compute stream) wait for layer ``layer``'s event.
 
         GPU-side only: the CPU returns at once and work queued afterwards on the current stream
-        runs after the layer has landed. A no-op on CPU.
+        runs after the layer has landed. A no-op on CPU. Checks ``layer`` as :meth:`complete`.
         """
-        self.load_events[layer].wait(current_stream(self.device))
+        event = self.load_events[check_layer("wait", layer, self.num_layers)]
+        event.wait(current_stream(self.device))
 
 
 class LayerDoneCounter:
@@ -77,7 +99,8 @@ class LayerDoneCounter:
     Parameters
     ----------
     num_layers : layers of the KV pool (int >= 1).
-    device : device of the KV pool. Default: CUDA when available, else CPU.
+    device : device of the KV pool (CPU or an existing CUDA device; ``ValueError`` otherwise).
+        Default: CUDA when available, else CPU.
 
     Attributes
     ----------
@@ -89,16 +112,12 @@ class LayerDoneCounter:
     Raises
     ------
     TypeError / ValueError
-        ``num_layers`` is not a positive int.
+        ``num_layers`` is not a positive int, or ``device`` is not a usable device.
     """
 
     def __init__(self, num_layers: int, device: torch.device | str | None = None) -> None:
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int):
-            raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        self.num_layers = num_layers
-        self.device = _default_device() if device is None else torch.device(device)
+        self.num_layers = check_count("num_layers", num_layers)
+        self.device = canonical_device(_default_device() if device is None else device)
         self.events = [LayerLoadingEvent(num_layers, self.device) for _ in range(RING_SIZE)]
         self._skip_wait_for_testing = False
         self.reset()
@@ -168,11 +187,10 @@ class LayerDoneCounter:
 
         Raises
         ------
-        ValueError
-            ``layer`` is not in ``[0, num_layers)``.
+        TypeError / ValueError
+            ``layer`` is not an int (bools and floats included) in ``[0, num_layers)``.
         """
-        if not 0 <= layer < self.num_layers:
-            raise ValueError(f"wait_until: layer must be in [0, {self.num_layers}), got {layer}")
+        check_layer("wait_until", layer, self.num_layers)
         if self._consumer == NO_CONSUMER or self._skip_wait_for_testing:
             return
         self.events[self._consumer].wait(layer)

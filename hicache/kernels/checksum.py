@@ -96,7 +96,7 @@ def _check_indices(geo: _Geometry, indices: object, page_size: object) -> int:
         raise ValueError(f"indices must be on {geo.device}, got {indices.device}")
     if indices.numel() % page_size:
         raise ValueError(f"indices ({indices.numel()}) must be whole pages of {page_size}")
-    if indices.numel() and (indices.is_cpu or env.ENV.check_device_indices):
+    if indices.numel() and (indices.is_cpu or env.device_indices_checked()):
         low, high = int(indices.min()), int(indices.max())
         if low < 0 or high >= geo.slots:
             raise IndexError(f"indices must lie in [0, {geo.slots}), got [{low}, {high}]")

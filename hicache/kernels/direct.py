@@ -113,6 +113,9 @@ def _tensors(name: str, value: object) -> list[torch.Tensor]:
     for j, tensor in enumerate(value):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name}[{j}] must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() == 0:
+            raise ValueError(f"{name}[{j}] must have a slot dimension, got a 0-d tensor")
+        check.check_device_type(f"{name}[{j}]", tensor)
     return list(value)
 
 

@@ -60,9 +60,9 @@ class Operand:
     """One side of a transfer: its K (and V) buffers and their geometry.
 
     ``buffers`` are contiguous data tensors, or (``is_table``) uint64 pointer tables with one
-    address per layer. ``num_items`` bounds the item index (``None`` for tables: the buffers behind
-    the addresses are unknown). ``first_layer`` is the layer walked first (``layer_id`` of the
-    per-layer ops).
+    address per layer. ``num_items`` bounds the item index (``None`` for a table whose caller did
+    not give ``*_items_per_layer``: the buffers behind the addresses are then unknown).
+    ``first_layer`` is the layer walked first (``layer_id`` of the per-layer ops).
     """
 
     names: tuple[str, ...]

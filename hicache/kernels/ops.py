@@ -11,6 +11,12 @@ Shared contract (every op)
   K and V of a side share dtype, shape and device.
 - ``*_layers`` arguments are uint64 pointer tables (``num_layers`` ``data_ptr()`` values, 8-byte
   aligned) on the device that runs the copy: the CUDA device when any buffer is on CUDA.
+  A table cannot tell how large the buffers behind its addresses are, so the all-layer ops take
+  ``src_items_per_layer`` / ``dst_items_per_layer`` (keyword-only, int >= 1): every address must
+  start a buffer of at least that many ``item_size`` items, and indices of that side must then
+  lie in ``[0, items_per_layer)`` (checked like a tensor side's). The pools always pass them.
+  Left as None, only negative indices are rejected on that side: an index past the end of a
+  layer is unchecked and reaches whatever memory follows it (the caller's responsibility).
 - With any CUDA buffer the copy is one Triton launch on the current stream (asynchronous); host
   buffers must then be pinned. Otherwise it runs synchronously with torch on the CPU.
 - ``block_quota``: at most this many thread blocks (a persistent grid), so the copy leaves the GPU
@@ -95,7 +101,9 @@ def transfer_kv_per_layer_ph_lf(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst
 def transfer_kv_all_layer(src_k_layers: Tensor, dst_k_layers: Tensor, src_v_layers: Tensor,
                           dst_v_layers: Tensor, src_indices: Tensor, dst_indices: Tensor,
                           item_size: int, num_layers: int, block_quota: int = 2,
-                          num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+                          num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
+                          src_items_per_layer: int | None = None,
+                          dst_items_per_layer: int | None = None) -> None:
     """Every layer, layer_first to layer_first.
 
     Parameters
@@ -103,11 +111,14 @@ def transfer_kv_all_layer(src_k_layers: Tensor, dst_k_layers: Tensor, src_v_laye
     src_k_layers, dst_k_layers, src_v_layers, dst_v_layers : uint64 ``[num_layers]`` pointer
         tables; entry ``l`` is the address of layer ``l``'s ``[items, ...]`` buffer.
     num_layers : int >= 1.
+    src_items_per_layer, dst_items_per_layer : items of each source / destination layer buffer;
+        None leaves indices past the end unchecked (see the module).
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
     plan = plans.all_layer({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
                            {"dst_k_layers": dst_k_layers, "dst_v_layers": dst_v_layers},
-                           src_indices, dst_indices, item_size, num_layers)
+                           src_indices, dst_indices, item_size, num_layers, src_items_per_layer,
+                           dst_items_per_layer)
     execute(plan, block_quota, num_warps_per_block)
 
 
@@ -115,7 +126,8 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
                                 dst_v: Tensor, src_indices: Tensor, dst_indices: Tensor,
                                 item_size: int, dst_layout_dim: int, num_layers: int,
                                 block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+                                num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
+                                src_items_per_layer: int | None = None) -> None:
     """Every layer from layer_first pointer tables into page_first.
 
     Parameters
@@ -124,11 +136,13 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
     dst_k, dst_v : ``[dst_items, num_layers, ...]`` page_first.
     dst_layout_dim : ``num_layers * item_size``.
     num_layers : int >= 1.
+    src_items_per_layer : items of each source layer buffer; None leaves source indices past
+        the end unchecked (see the module).
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
     plan = plans.all_layer_lf_pf({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
                                  {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 item_size, dst_layout_dim, num_layers)
+                                 item_size, dst_layout_dim, num_layers, src_items_per_layer)
     execute(plan, block_quota, num_warps_per_block)
 
 
@@ -136,7 +150,8 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
                                 dst_v: Tensor, src_indices: Tensor, dst_indices: Tensor,
                                 item_size: int, dst_layout_dim: int, num_layers: int,
                                 page_size: int, head_num: int, block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+                                num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
+                                src_items_per_layer: int | None = None) -> None:
     """Every layer from layer_first pointer tables into page_head.
 
     Parameters
@@ -146,11 +161,13 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
         :func:`transfer_kv_per_layer_ph_lf`.
     dst_layout_dim : ``num_layers * item_size``.
     num_layers, page_size, head_num : ints >= 1; ``head_num`` divides ``item_size``.
+    src_items_per_layer : as in :func:`transfer_kv_all_layer_lf_pf`.
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
     plan = plans.all_layer_lf_ph({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
                                  {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 item_size, dst_layout_dim, num_layers, page_size, head_num)
+                                 item_size, dst_layout_dim, num_layers, page_size, head_num,
+                                 src_items_per_layer)
     execute(plan, block_quota, num_warps_per_block)
 
 
@@ -175,18 +192,25 @@ def transfer_kv_per_layer_mla_pf_lf(src: Tensor, dst: Tensor, src_indices: Tenso
 def transfer_kv_all_layer_mla(src_layers: Tensor, dst_layers: Tensor, src_indices: Tensor,
                               dst_indices: Tensor, item_size: int, num_layers: int,
                               block_quota: int = 2,
-                              num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
-    """MLA :func:`transfer_kv_all_layer`: one pointer table per side."""
+                              num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
+                              src_items_per_layer: int | None = None,
+                              dst_items_per_layer: int | None = None) -> None:
+    """MLA :func:`transfer_kv_all_layer`: one pointer table per side (``*_items_per_layer``
+    as there)."""
     plan = plans.all_layer({"src_layers": src_layers}, {"dst_layers": dst_layers}, src_indices,
-                           dst_indices, item_size, num_layers)
+                           dst_indices, item_size, num_layers, src_items_per_layer,
+                           dst_items_per_layer)
     execute(plan, block_quota, num_warps_per_block)
 
 
 def transfer_kv_all_layer_mla_lf_pf(src_layers: Tensor, dst: Tensor, src_indices: Tensor,
                                     dst_indices: Tensor, item_size: int, dst_layout_dim: int,
                                     num_layers: int, block_quota: int = 2,
-                                    num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
-    """MLA :func:`transfer_kv_all_layer_lf_pf`: ``dst`` is ``[items, layers, 1, kv_dim]``."""
+                                    num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
+                                    src_items_per_layer: int | None = None) -> None:
+    """MLA :func:`transfer_kv_all_layer_lf_pf`: ``dst`` is ``[items, layers, 1, kv_dim]``
+    (``src_items_per_layer`` as there)."""
     plan = plans.all_layer_lf_pf({"src_layers": src_layers}, {"dst": dst}, src_indices,
-                                 dst_indices, item_size, dst_layout_dim, num_layers)
+                                 dst_indices, item_size, dst_layout_dim, num_layers,
+                                 src_items_per_layer)
     execute(plan, block_quota, num_warps_per_block)

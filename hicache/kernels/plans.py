@@ -28,10 +28,13 @@ def _tensor_side(named: Named, geometry: Geometry, first_layer: int = 0) -> Oper
                    first.shape[0] * geometry.page, first_layer)
 
 
-def _table_side(named: Named, geometry: Geometry, num_layers: int) -> Operand:
+def _table_side(named: Named, geometry: Geometry, num_layers: int, items_name: str,
+                items: object) -> Operand:
+    """A pointer-table side; ``items`` (argument ``items_name``) bounds its item index, or None:
+    the buffers behind the addresses are then unknown, and so is their item count."""
     check.check_tables(named, num_layers)
-    # The buffers behind the addresses are unknown, so their item count is too.
-    return Operand(tuple(named), tuple(named.values()), True, geometry, None)
+    limit = None if items is None else check.check_int(items_name, items, low=1)
+    return Operand(tuple(named), tuple(named.values()), True, geometry, limit)
 
 
 def _layout_dim(name: str, value: object, item_size: int) -> int:
@@ -58,8 +61,7 @@ def _plan(src: Operand, dst: Operand, src_indices: torch.Tensor, dst_indices: to
     device = check.check_devices(src, dst, {"src_indices": src_indices,
                                             "dst_indices": dst_indices})
     for name, idx, side in (("src_indices", src_indices, src), ("dst_indices", dst_indices, dst)):
-        if side.num_items is not None:
-            check.check_index_range(name, idx, side.num_items)
+        check.check_index_range(name, idx, side.num_items)
     return CopyPlan(src, dst, src_indices, dst_indices, num_layers, heads, item_size // heads,
                     device)
 
@@ -99,12 +101,15 @@ def per_layer_ph_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indic
 
 
 def all_layer(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-              item_size: object, num_layers: object) -> CopyPlan:
-    """layer_first -> layer_first for every layer; both sides are uint64 pointer tables."""
+              item_size: object, num_layers: object, src_items: object,
+              dst_items: object) -> CopyPlan:
+    """layer_first -> layer_first for every layer; both sides are uint64 pointer tables of
+    ``src_items`` / ``dst_items`` items per layer (None: unknown)."""
     size = check.check_item_size(item_size)
     layers = check.check_int("num_layers", num_layers, low=1)
     geometry = layer_first(size)
-    return _plan(_table_side(src, geometry, layers), _table_side(dst, geometry, layers),
+    return _plan(_table_side(src, geometry, layers, "src_items_per_layer", src_items),
+                 _table_side(dst, geometry, layers, "dst_items_per_layer", dst_items),
                  src_indices, dst_indices, layers, 1, size)
 
 
@@ -117,25 +122,29 @@ def _all_layer_dim(dst_layout_dim: object, size: int, layers: int) -> int:
 
 
 def all_layer_lf_pf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                    item_size: object, dst_layout_dim: object, num_layers: object) -> CopyPlan:
-    """layer_first pointer tables -> page_first ``[items, layers, ...]``, every layer."""
+                    item_size: object, dst_layout_dim: object, num_layers: object,
+                    src_items: object) -> CopyPlan:
+    """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_first
+    ``[items, layers, ...]``, every layer."""
     size = check.check_item_size(item_size)
     layers = check.check_int("num_layers", num_layers, low=1)
     layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
-    return _plan(_table_side(src, layer_first(size), layers),
+    return _plan(_table_side(src, layer_first(size), layers, "src_items_per_layer", src_items),
                  _tensor_side(dst, page_first(size, layout_dim)), src_indices, dst_indices,
                  layers, 1, size)
 
 
 def all_layer_lf_ph(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
                     item_size: object, dst_layout_dim: object, num_layers: object,
-                    page_size: object, head_num: object) -> CopyPlan:
-    """layer_first pointer tables -> page_head ``[pages, heads, page_size, layers, head_dim]``."""
+                    page_size: object, head_num: object, src_items: object) -> CopyPlan:
+    """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_head
+    ``[pages, heads, page_size, layers, head_dim]``."""
     size = check.check_item_size(item_size)
     layers = check.check_int("num_layers", num_layers, low=1)
     layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
     page = check.check_int("page_size", page_size, low=1)
     heads = _heads(head_num, size)
-    return _plan(_table_side(src, layer_first(size, heads), layers),
+    source = _table_side(src, layer_first(size, heads), layers, "src_items_per_layer", src_items)
+    return _plan(source,
                  _tensor_side(dst, page_head(size, layout_dim, page, heads)), src_indices,
                  dst_indices, layers, heads, size)

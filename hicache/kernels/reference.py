@@ -3,9 +3,9 @@
 Each K/V buffer of each layer is seen as a strided uint8 view ``[pages, page, heads, chunk]``
 (see :mod:`hicache.kernels.layouts`), so one layer of one buffer is a single vectorised gather on
 the source and a single ``index_put_`` on the destination. Pointer-table entries become byte views
-over the raw address, sized from the largest index: through ``__array_interface__`` (numpy) for a
-CPU table, ``__cuda_array_interface__`` for a CUDA one. A table's addresses must therefore be
-reachable from the table's device.
+over the raw address, sized from ``*_items_per_layer`` when given, else from the largest index:
+through ``__array_interface__`` (numpy) for a CPU table, ``__cuda_array_interface__`` for a CUDA
+one. A table's addresses must therefore be reachable from the table's device.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ class _Side:
         self.slot_of = indices % operand.geometry.page
         if operand.is_table:
             self.addresses = [t.view(torch.int64).tolist() for t in operand.buffers]
-            self.pages = int(self.page_of.max()) + 1
-        else:
-            assert operand.num_items is not None
+        if operand.num_items is not None:
             self.pages = operand.num_items // operand.geometry.page
+        else:  # a table of unknown size: as far as the largest (validated non-negative) index
+            self.pages = int(self.page_of.max()) + 1
 
     def view(self, kv: int, layer: int) -> torch.Tensor:
         """``[pages, page, heads, chunk]`` uint8 view of buffer ``kv`` at loop layer ``layer``."""

@@ -47,7 +47,7 @@ from hicache.kernels.layouts import CopyPlan, Operand
 ACCESSES_PER_THREAD = 4  # 16-byte loads in flight per thread: 64 KiB per 32-warp program
 THREADS_PER_WARP = 32
 LINE_BYTES = 128  # the narrowest segment a warp reads at once, where rows allow
-TABLE_LIMIT = 1 << 62  # the item bound of a pointer-table side: unknown, so unbounded
+TABLE_LIMIT = 1 << 62  # the item bound of a pointer-table side of unknown size: unbounded
 TABLE_CHUNK = tl.constexpr(64)  # pointer-table entries per load in the alignment check
 _WORD_TYPES = {8: tl.int64, 4: tl.int32, 2: tl.int16, 1: tl.int8}
 

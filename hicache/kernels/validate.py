@@ -4,7 +4,9 @@ Each check raises before anything is written: ``TypeError`` for a wrong type or 
 ``ValueError`` for a wrong value, shape or device, ``IndexError`` for an item index or layer id out
 of range. Messages name the argument. Index ranges are checked whenever the indices are on the CPU;
 CUDA index tensors are checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync), and the
-kernels themselves skip out-of-range items so that memory is never corrupted.
+kernels themselves skip out-of-range items so that memory is never corrupted. The one bound no
+check knows is the item count behind a pointer table's addresses: the ``*_items_per_layer``
+keywords of the all-layer ops give it; without them only negative indices are caught there.
 """
 
 from __future__ import annotations
@@ -76,17 +78,22 @@ def check_indices(src_indices: object, dst_indices: object) -> int:
 
 
 def _range_is_checkable(tensor: torch.Tensor) -> bool:
-    return tensor.numel() > 0 and (tensor.device.type == "cpu" or env.ENV.check_device_indices)
+    return tensor.numel() > 0 and (tensor.device.type == "cpu"
+                                   or env.device_indices_checked())
 
 
-def check_index_range(name: str, indices: torch.Tensor, limit: int) -> None:
-    """Every index in ``[0, limit)`` (checked on CPU; on CUDA when the env flag asks)."""
+def check_index_range(name: str, indices: torch.Tensor, limit: int | None) -> None:
+    """Every index in ``[0, limit)``, or ``>= 0`` when ``limit`` is None (an unknown size).
+
+    Checked on CPU; on CUDA when ``HICACHE_CHECK_DEVICE_INDICES`` asks (one device sync).
+    """
     if not _range_is_checkable(indices):
         return
-    low, high = int(indices.min()), int(indices.max())
-    if low < 0 or high >= limit:
-        bad = low if low < 0 else high
-        raise IndexError(f"{name} holds {bad}, outside [0, {limit})")
+    low, high = (int(v) for v in torch.aminmax(indices))
+    if limit is None and low < 0:
+        raise IndexError(f"{name} holds {low}; item indices must be >= 0")
+    if limit is not None and (low < 0 or high >= limit):
+        raise IndexError(f"{name} holds {low if low < 0 else high}, outside [0, {limit})")
 
 
 def check_data(named: dict[str, object], row_bytes: int) -> None:
@@ -134,6 +141,8 @@ def check_devices(src: Operand, dst: Operand, indices: dict[str, torch.Tensor]) 
     that device.
     """
     named = src.named() + dst.named()
+    for name, tensor in named:
+        check_device_type(name, tensor)
     cuda = {t.device for _, t in named if t.device.type == "cuda"}
     if len(cuda) > 1:
         raise ValueError(f"buffers span several CUDA devices: {sorted(map(str, cuda))}")
@@ -145,6 +154,12 @@ def check_devices(src: Operand, dst: Operand, indices: dict[str, torch.Tensor]) 
         if idx.device not in (device, torch.device("cpu")):
             raise ValueError(f"{name} is on {idx.device}; use the CPU or {device}")
     return device
+
+
+def check_device_type(name: str, tensor: torch.Tensor) -> None:
+    """``ValueError`` unless ``tensor`` is on the CPU or a CUDA device (not ``meta`` etc.)."""
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} is on {tensor.device}; use the CPU or a CUDA device")
 
 
 def _check_cuda_operand(operand: Operand, device: torch.device) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from hicache import env
+
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
     """``value`` if an int ``>= minimum``: ``TypeError`` for a non-int, else ``ValueError``."""
@@ -12,3 +16,21 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def check_slot_indices(name: str, indices: Any, limit: int) -> torch.Tensor:
+    """``indices`` if a 1-D int64 tensor of slots in ``[0, limit)``: ``TypeError`` /
+    ``ValueError``, or ``IndexError`` for a slot out of range, naming ``name``. The range is
+    checked on CPU tensors, on CUDA ones only with ``HICACHE_CHECK_DEVICE_INDICES`` (a sync)."""
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(indices).__name__}")
+    if indices.dtype != torch.int64:
+        raise TypeError(f"{name} must be int64, got {indices.dtype}")
+    if indices.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(indices.shape)}")
+    if indices.numel() == 0 or (indices.device.type != "cpu" and not env.device_indices_checked()):
+        return indices
+    low, high = (int(v) for v in torch.aminmax(indices))
+    if low < 0 or high >= limit:
+        raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
+    return indices

@@ -159,10 +159,13 @@ class PageAllocator:
     def _pages_to_free(self, indices: Any) -> torch.Tensor:
         if not isinstance(indices, torch.Tensor):
             raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
-        if indices.dtype.is_floating_point or indices.dtype in (torch.bool, torch.complex64):
-            raise TypeError(f"indices must be an integer tensor, got dtype {indices.dtype}")
+        dtype = indices.dtype
+        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+            raise TypeError(f"indices must be an integer tensor, got dtype {dtype}")
         if indices.dim() != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
+        if indices.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"indices must be on the CPU or a CUDA device, got {indices.device}")
         slots = indices.to(_CPU, torch.int64).numpy()
         if slots.size == 0:
             return _empty_pages()
@@ -203,6 +206,19 @@ class PageAllocator:
         return first // size
 
 
+def _check_kvcache(kvcache: Any, size: int, page_size: int, device: torch.device) -> None:
+    """``ValueError`` unless ``kvcache`` has this ``size``, ``page_size`` and (where it has one)
+    ``device``."""
+    if (kvcache.size, kvcache.page_size) != (size, page_size):
+        raise ValueError(
+            f"kvcache has size={kvcache.size}, page_size={kvcache.page_size}; "
+            f"the allocator needs size={size}, page_size={page_size}"
+        )
+    pool_device = getattr(kvcache, "device", None)
+    if pool_device is not None and canonical_device(pool_device, "kvcache.device") != device:
+        raise ValueError(f"kvcache is on {pool_device}, the allocator on {device}")
+
+
 class TokenToKVPoolAllocator(PageAllocator):
     """Allocator of device KV slots in whole pages; slot 0's page is reserved for padding.
 
@@ -212,8 +228,8 @@ class TokenToKVPoolAllocator(PageAllocator):
         ``page_size .. size + page_size - 1``.
     page_size : slots per page; 1 gives the token allocator.
     device : where ``alloc`` returns its indices (the KV pool's device).
-    kvcache : the device KV pool these slots index (``get_kvcache()``); its ``size`` and
-        ``page_size`` must match.
+    kvcache : the device KV pool these slots index (``get_kvcache()``); its ``size``,
+        ``page_size`` and (where it has one) ``device`` must match.
     """
 
     def __init__(
@@ -227,14 +243,11 @@ class TokenToKVPoolAllocator(PageAllocator):
         check_int("size", size)
         if size % page_size:
             raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
-        if kvcache is not None and (kvcache.size, kvcache.page_size) != (size, page_size):
-            raise ValueError(
-                f"kvcache has size={kvcache.size}, page_size={kvcache.page_size}; "
-                f"the allocator needs size={size}, page_size={page_size}"
-            )
+        self.device = canonical_device(device)
+        if kvcache is not None:
+            _check_kvcache(kvcache, size, page_size, self.device)
         super().__init__(size // page_size, page_size, reserved_pages=1)
         self.size = size
-        self.device = canonical_device(device)
         self._kvcache = kvcache
 
     def get_kvcache(self) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import torch
 
 from hicache.devices import canonical_device
-from hicache.env import ENV
+from hicache import env
 from hicache.pools._validate import check_int
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -41,11 +41,15 @@ class KVPool:
     page_size, layer_num, device : as given.
     dtype : the KV dtype the model sees; ``store_dtype`` what buffers hold (uint8 for fp8).
     item_size : bytes of one token in one layer (the transfer ops' ``item_size``).
+    geometry : what a host pool must agree on to back this pool up: kind (``"MHA"``/``"MLA"``),
+        layers, heads and dims, dtype, page size and device (a dict, in that order).
 
     Getters (``get_key_buffer`` etc.) first call the registered counter's ``wait_until(layer)``
     so attention on layer ``l`` never reads KV still being loaded; they return views in
     ``dtype``. ``set_kv_buffer`` validates shapes, dtypes, device and slot range before writing.
     """
+
+    kind: str  # "MHA" or "MLA"
 
     def __init__(
         self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
@@ -64,13 +68,25 @@ class KVPool:
         self.device = canonical_device(device)
         self.layer_transfer_counter: LayerTransferCounter | None = None
 
+    def _dims(self) -> dict[str, int]:
+        raise NotImplementedError
+
     @property
     def num_slots(self) -> int:
         """Rows of each layer buffer: ``size + page_size``."""
         return self.size + self.page_size
 
+    @property
+    def geometry(self) -> dict[str, object]:
+        return {"kind": self.kind, "layer_num": self.layer_num, **self._dims(),
+                "dtype": self.dtype, "page_size": self.page_size, "device": self.device}
+
     def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
-        """Make every getter wait on ``counter.wait_until(layer)`` first."""
+        """Make every getter wait on ``counter.wait_until(layer)`` first (``TypeError`` unless
+        ``counter`` has a callable ``wait_until``)."""
+        if not callable(getattr(counter, "wait_until", None)):
+            raise TypeError(f"counter must have a wait_until(layer_id) method, got "
+                            f"{type(counter).__name__}")
         self.layer_transfer_counter = counter
 
     def _new_layers(self, shape: tuple[int, ...]) -> list[torch.Tensor]:
@@ -101,7 +117,7 @@ class KVPool:
             raise TypeError(
                 f"loc must be a 1-D int64 (or int32) tensor, got {loc.dtype} {tuple(loc.shape)}"
             )
-        if loc.numel() == 0 or (loc.device.type != "cpu" and not ENV.check_device_indices):
+        if loc.numel() == 0 or (loc.device.type != "cpu" and not env.device_indices_checked()):
             return
         lo, hi = int(loc.min()), int(loc.max())
         if lo < 0 or hi >= self.num_slots:
@@ -129,6 +145,8 @@ class MHATokenToKVPool(KVPool):
     ``device``; ``item_size = head_num * head_dim * elem_size`` bytes.
     """
 
+    kind = "MHA"
+
     def __init__(
         self,
         size: int,
@@ -150,6 +168,9 @@ class MHATokenToKVPool(KVPool):
     @property
     def item_size(self) -> int:
         return self.head_num * self.head_dim * self.store_dtype.itemsize
+
+    def _dims(self) -> dict[str, int]:
+        return {"head_num": self.head_num, "head_dim": self.head_dim}
 
     @property
     def part_buffers(self) -> list[list[torch.Tensor]]:
@@ -196,6 +217,8 @@ class MLATokenToKVPool(KVPool):
     ``kv_lora_rank`` channels; ``item_size = (kv_lora_rank + qk_rope_head_dim) * elem_size``.
     """
 
+    kind = "MLA"
+
     def __init__(
         self,
         size: int,
@@ -217,6 +240,9 @@ class MLATokenToKVPool(KVPool):
     @property
     def item_size(self) -> int:
         return self.kv_dim * self.store_dtype.itemsize
+
+    def _dims(self) -> dict[str, int]:
+        return {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim}
 
     @property
     def part_buffers(self) -> list[list[torch.Tensor]]:

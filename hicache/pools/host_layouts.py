@@ -16,6 +16,7 @@ import math
 
 import psutil
 
+from hicache import env
 from hicache.env import ENV
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -76,8 +77,9 @@ def host_slots(
         ("host_to_device_ratio", host_to_device_ratio),
         ("host_size_gb", host_size_gb),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
     if host_size_gb > 0:
         slots = int(host_size_gb * _GB // bytes_per_slot)
     else:
@@ -94,11 +96,11 @@ def host_slots(
 
 def check_ram(nbytes: int) -> None:
     """``ValueError`` when ``nbytes`` exceeds available RAM minus ``ENV.host_ram_reserve_gb``."""
-    reserve = ENV.host_ram_reserve_gb * _GB
-    usable = psutil.virtual_memory().available - reserve
+    reserve_gb = env.require(ENV.host_ram_reserve_gb)
+    usable = psutil.virtual_memory().available - reserve_gb * _GB
     if nbytes > usable:
         raise ValueError(
             f"the host pool needs {nbytes / _GB:.2f} GB but only {max(usable, 0) / _GB:.2f} GB of "
             f"RAM is available after keeping HICACHE_HOST_RAM_RESERVE_GB="
-            f"{ENV.host_ram_reserve_gb:g} GB free: lower host_size_gb or host_to_device_ratio"
+            f"{reserve_gb:g} GB free: lower host_size_gb or host_to_device_ratio"
         )

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
-from hicache.env import ENV
+from hicache.pools._validate import check_slot_indices
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
 from hicache.pools.host_layouts import (
@@ -48,7 +48,8 @@ class HostKVPool:
     host_size_gb : host pool size in GB (1e9 bytes) when > 0.
     page_size : must equal ``device_pool.page_size``; size is rounded up to whole pages.
     layout : one of ``layer_first``, ``page_first``, ``page_first_direct``, ``page_head`` (MHA).
-    pin_memory : page-lock the buffer (``cudaHostRegister``) when ``device_pool`` is on CUDA.
+    pin_memory : bool; page-lock the buffer (``cudaHostRegister``) when ``device_pool`` is on
+        CUDA.
     io_backend : optional ``"kernel"``/``"direct"``; when given, the (layout, io_backend) pair is
         checked here instead of at the first transfer.
 
@@ -72,8 +73,9 @@ class HostKVPool:
         *,
         io_backend: str | None = None,
     ) -> None:
-        self._check_args(device_pool, page_size, layout, io_backend)
+        self._check_args(device_pool, page_size, layout, pin_memory, io_backend)
         self.device_pool = device_pool
+        self.geometry = device_pool.geometry  # of the pool it was built for
         self.page_size, self.layout = page_size, layout
         self.layer_num, self.item_size = device_pool.layer_num, device_pool.item_size
         self.dtype, self.store_dtype = device_pool.dtype, device_pool.store_dtype
@@ -98,7 +100,12 @@ class HostKVPool:
 
     @classmethod
     def _check_args(
-        cls, device_pool: KVPool, page_size: int, layout: str, io_backend: str | None
+        cls,
+        device_pool: KVPool,
+        page_size: int,
+        layout: str,
+        pin_memory: bool,
+        io_backend: str | None,
     ) -> None:
         if not isinstance(device_pool, cls.device_pool_type):
             raise TypeError(
@@ -113,6 +120,8 @@ class HostKVPool:
         check_layout(layout, cls.layouts)
         if io_backend is not None:
             check_pair(layout, io_backend)
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}")
 
     def _allocate(self) -> torch.Tensor:
         shape = part_shape(
@@ -200,14 +209,13 @@ class HostKVPool:
             raise RuntimeError("this host pool is closed")
         check_pair(self.layout, io_backend)
         self._check_device_pool(device_pool)
-        limits = (
-            ("host_indices", host_indices, self.size),
-            ("device_indices", device_indices, device_pool.num_slots),
-        )
-        for name, idx, limit in limits:
-            if not isinstance(idx, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
-            _check_range(name, idx, limit)
+        check_slot_indices("host_indices", host_indices, self.size)
+        check_slot_indices("device_indices", device_indices, device_pool.num_slots)
+        if host_indices.numel() != device_indices.numel():
+            raise ValueError(
+                f"host_indices ({host_indices.numel()}) and device_indices "
+                f"({device_indices.numel()}) must be equally long"
+            )
         # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
         if io_backend == "kernel":
@@ -217,26 +225,30 @@ class HostKVPool:
             )
         return host_indices.to(_CPU), device_indices.to(_CPU)
 
-    def _check_device_pool(self, device_pool: Any) -> None:
+    def mismatch(self, device_pool: Any) -> list[str]:
+        """How ``device_pool`` differs from the pool this host pool was built for (a query):
+        entries like ``"head_dim: host pool 8, device pool 16"``, none when it fits (the same
+        ``geometry``: kind, layers, heads and dims, dtype, page size, device)."""
         if device_pool is self.device_pool:
-            return
-        mine = self.device_pool
-        fields = ("layer_num", "item_size", "store_dtype", "page_size", "head_num", "device")
-        if type(device_pool) is not type(mine) or any(
-            getattr(device_pool, f) != getattr(mine, f) for f in fields
-        ):
-            raise ValueError("device_pool does not match the pool this host pool was built for")
+            return []
+        if not isinstance(device_pool, KVPool):
+            theirs: dict[str, object] = {"kind": type(device_pool).__name__}
+        else:
+            theirs = device_pool.geometry
+        keys = list(self.geometry) + [k for k in theirs if k not in self.geometry]
+        return [
+            f"{k}: host pool {self.geometry.get(k, '-')}, device pool {theirs.get(k, '-')}"
+            for k in keys
+            if self.geometry.get(k) != theirs.get(k)
+        ]
 
-
-def _check_range(name: str, indices: torch.Tensor, limit: int) -> None:
-    """``IndexError`` unless every index is in ``[0, limit)``: the all-layer ops address
-    layer_first buffers through pointer tables and cannot bound-check them. CUDA indices are
-    checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync)."""
-    if indices.numel() == 0 or (indices.device.type != "cpu" and not ENV.check_device_indices):
-        return
-    low, high = int(indices.min()), int(indices.max())
-    if low < 0 or high >= limit:
-        raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
+    def _check_device_pool(self, device_pool: Any) -> None:
+        differences = self.mismatch(device_pool)
+        if differences:
+            raise ValueError(
+                "device_pool does not match the pool this host pool was built for: "
+                + "; ".join(differences)
+            )
 
 
 class MHATokenToKVPoolHost(HostKVPool):

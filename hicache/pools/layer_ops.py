@@ -4,7 +4,8 @@
 ``backup(host, dev, host_idx, dev_idx)`` copies every layer device -> host. ``host`` is a
 ``HostKVPool`` (``host_parts``: its K/V or latent buffers; ``host_ptr_tables``: per-part layer
 pointer tables for ``layer_first``), ``dev`` the matching device pool. Indices are already where
-the op wants them (the kernel's device, or the CPU for direct ops).
+the op wants them (the kernel's device, or the CPU for direct ops). Every all-layer op gets the
+item count behind each of its pointer tables (``*_items_per_layer``), so it bounds indices.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _mha_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mha_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     hk_ptrs, hv_ptrs = host.host_ptr_tables
     kernels.transfer_kv_all_layer(
-        dev.k_data_ptrs, hk_ptrs, dev.v_data_ptrs, hv_ptrs, d, h, host.item_size, host.layer_num
+        dev.k_data_ptrs, hk_ptrs, dev.v_data_ptrs, hv_ptrs, d, h, host.item_size, host.layer_num,
+        src_items_per_layer=dev.num_slots, dst_items_per_layer=host.size,
     )
 
 
@@ -73,7 +75,7 @@ def _mha_backup_pf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     hk, hv = host.host_parts
     kernels.transfer_kv_all_layer_lf_pf(
         dev.k_data_ptrs, hk, dev.v_data_ptrs, hv, d, h,
-        host.item_size, host.layout_dim, host.layer_num,
+        host.item_size, host.layout_dim, host.layer_num, src_items_per_layer=dev.num_slots,
     )  # fmt: skip
 
 
@@ -90,6 +92,7 @@ def _mha_backup_ph(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     kernels.transfer_kv_all_layer_lf_ph(
         dev.k_data_ptrs, hk, dev.v_data_ptrs, hv, d, h,
         host.item_size, host.layout_dim, host.layer_num, host.page_size, host.head_num,
+        src_items_per_layer=dev.num_slots,
     )  # fmt: skip
 
 
@@ -104,7 +107,8 @@ def _mla_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mla_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     (h_ptrs,) = host.host_ptr_tables
     kernels.transfer_kv_all_layer_mla(
-        dev.kv_data_ptrs, h_ptrs, d, h, host.item_size, host.layer_num
+        dev.kv_data_ptrs, h_ptrs, d, h, host.item_size, host.layer_num,
+        src_items_per_layer=dev.num_slots, dst_items_per_layer=host.size,
     )
 
 
@@ -118,7 +122,8 @@ def _mla_load_pf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mla_backup_pf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     (hkv,) = host.host_parts
     kernels.transfer_kv_all_layer_mla_lf_pf(
-        dev.kv_data_ptrs, hkv, d, h, host.item_size, host.layout_dim, host.layer_num
+        dev.kv_data_ptrs, hkv, d, h, host.item_size, host.layout_dim, host.layer_num,
+        src_items_per_layer=dev.num_slots,
     )
 
 

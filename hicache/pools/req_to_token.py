@@ -8,8 +8,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache import env
 from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
+
+SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
+_INTEGER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+Columns = slice | int | torch.Tensor
 
 
 class ReqToTokenPool:
@@ -55,26 +60,105 @@ class ReqToTokenPool:
         return idx in self._used
 
     def write(self, indices: Any, values: torch.Tensor | int) -> None:
-        """``req_to_token[indices] = values`` (any torch indexing: a row, ``(row, slice)``, ...)."""
-        self.req_to_token[indices] = values
+        """``req_to_token[indices] = values``, checked first; nothing is written on error.
+
+        Parameters
+        ----------
+        indices : a row id, or ``(row, cols)`` with ``cols`` a slice, a column id or a 1-D
+            integer tensor of column ids. Ids are ints (numpy / 0-d torch integers too, never
+            bools) in range: negative ids do not count from the end.
+        values : KV slot ids in ``[0, 2**31)``: an int (written to every selected entry) or an
+            integer tensor (any device, not bool) with exactly as many entries as ``indices``
+            selects, at most 1-D.
+
+        Raises ``TypeError`` for a non-integer (or bool) id or value, ``IndexError`` for a row or
+        column out of range, ``ValueError`` for a slot id out of range or a length mismatch.
+        Rows are not checked for being allocated. Ranges of CUDA tensors (``cols``, ``values``)
+        are checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync).
+        """
+        row, cols, count = self._target(indices)
+        values = _slot_values(values, count)
+        if isinstance(cols, torch.Tensor) and isinstance(values, torch.Tensor):
+            values = values.to(self.device, torch.int32)  # index_put_ needs the table's dtype
+        self.req_to_token[row, cols] = values
 
     def clear(self) -> None:
         """Every row free."""
         self._free: list[int] = list(range(self.size))
         self._used: set[int] = set()
 
+    def _target(self, indices: Any) -> tuple[int, Columns, int]:
+        """``(row, cols, number of entries selected)`` of checked ``indices``."""
+        if isinstance(indices, tuple) and len(indices) != 2:
+            raise TypeError(f"indices must be a row or (row, cols), got {len(indices)} items")
+        row, cols = indices if isinstance(indices, tuple) else (indices, slice(None))
+        row = _bounded("indices", "row", row, self.size)
+        width = self.max_context_len
+        if isinstance(cols, slice):
+            return row, cols, len(range(*cols.indices(width)))
+        if isinstance(cols, torch.Tensor) and cols.dim() > 0:
+            _check_integer_tensor("indices: cols", cols)
+            if cols.dim() != 1:
+                raise TypeError(f"indices: cols must be 1-D, got shape {tuple(cols.shape)}")
+            _check_range("indices", "cols", cols, width, IndexError)
+            return row, cols.to(self.device, torch.int64), cols.numel()
+        return row, _bounded("indices", "col", cols, width), 1
+
+
+def _bounded(name: str, what: str, value: Any, limit: int) -> int:
+    """``value`` as an int in ``[0, limit)``: ``TypeError`` / ``IndexError`` naming ``name``."""
+    index = _row_id(value, name)
+    if not 0 <= index < limit:
+        raise IndexError(f"{name}: {what} {index} is outside [0, {limit})")
+    return index
+
+
+def _check_integer_tensor(name: str, tensor: torch.Tensor) -> None:
+    """``TypeError`` unless an int8/16/32/64 or uint8 tensor; ``ValueError`` unless on the CPU
+    or a CUDA device."""
+    if tensor.dtype not in _INTEGER_DTYPES:
+        raise TypeError(f"{name} must be an int8/16/32/64 or uint8 tensor, got {tensor.dtype}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be on the CPU or a CUDA device, got {tensor.device}")
+
+
+def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: type) -> None:
+    """``error`` unless ``values`` lie in ``[0, limit)``: one ``aminmax``, skipped on CUDA
+    unless ``HICACHE_CHECK_DEVICE_INDICES``."""
+    if values.numel() == 0 or (values.device.type != "cpu" and not env.device_indices_checked()):
+        return
+    low, high = (int(v) for v in torch.aminmax(values))
+    if low < 0 or high >= limit:
+        raise error(f"{name}: {what} must lie in [0, {limit}), got values in [{low}, {high}]")
+
+
+def _slot_values(values: Any, count: int) -> torch.Tensor | int:
+    """``values`` once checked as the slot ids of a write of ``count`` entries (any cast to the
+    int32 table is then lossless)."""
+    if isinstance(values, torch.Tensor):
+        _check_integer_tensor("values", values)
+        if values.dim() > 1 or values.numel() != count:
+            raise ValueError(f"values has shape {tuple(values.shape)}; indices select {count}")
+        _check_range("values", "slot ids", values, SLOT_LIMIT, ValueError)
+        return values
+    if isinstance(values, bool) or not isinstance(values, int):
+        raise TypeError(f"values must be an int or an integer tensor, got {type(values).__name__}")
+    if not 0 <= values < SLOT_LIMIT:
+        raise ValueError(f"values must be a slot id in [0, {SLOT_LIMIT}), got {values}")
+    return values
+
 
 def _is_scalar(idx: Any) -> bool:
     return not isinstance(idx, (list, tuple, range)) and getattr(idx, "ndim", 0) == 0
 
 
-def _row_id(value: Any) -> int:
-    """``value`` as a Python int; ``TypeError`` for bools and non-integers."""
+def _row_id(value: Any, name: str = "idx") -> int:
+    """``value`` as a Python int; ``TypeError`` naming ``name`` for bools and non-integers."""
     if isinstance(value, (bool, np.bool_)) or (
         isinstance(value, torch.Tensor) and value.dtype == torch.bool
     ):
-        raise TypeError(f"idx must hold integer row ids, got {value!r}")
+        raise TypeError(f"{name} must hold integer ids, got {value!r}")
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"idx must hold integer row ids, got {value!r}") from None
+        raise TypeError(f"{name} must hold integer ids, got {value!r}") from None

@@ -47,7 +47,7 @@ def _host_view(slots: Slots) -> np.ndarray | None:
         return slots
     if slots.is_cpu:
         return slots.numpy()
-    if not env.ENV.check_device_indices:
+    if not env.device_indices_checked():
         return None
     return slots.detach().to("cpu", torch.int64).numpy()
 
@@ -102,7 +102,7 @@ class SlotOwners:
 
     def __init__(self, allocator: Any) -> None:
         on = allocator is not None and (
-            torch.device(allocator.device).type == "cpu" or env.ENV.check_device_indices)
+            torch.device(allocator.device).type == "cpu" or env.device_indices_checked())
         self._held = np.zeros(slot_bounds(allocator)[1], dtype=bool) if on else None
 
     def take(self, slots: Slots) -> None:
@@ -130,7 +130,7 @@ class SlotOwners:
 def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
     """Debug check (``HICACHE_CHECK_OWNERSHIP=1``, else a no-op): ``ValueError`` unless every
     slot of ``slots`` is allocated (not free) in ``allocator``; O(allocator) per call."""
-    if not env.ENV.check_ownership or allocator is None:
+    if not env.ownership_checked() or allocator is None:
         return
     ids = _to_host(slots)
     if ids.size and np.isin(ids, allocator.free_slots().numpy()).any():
@@ -152,7 +152,7 @@ def check_insert_value(cache: RadixCache, key: RadixKey, value: Any, owners: Slo
         raise ValueError(f"value must be on the allocator's device {cache.device}, "
                          f"got {value.device}")
     check_pages(value, "value", allocator)
-    if owners.active or env.ENV.check_ownership:
+    if owners.active or env.ownership_checked():
         end = len(key) - len(key) % cache.page_size
         new = value[device_prefix(cache, key)[0] : end]
         owners.check(new, "value")

@@ -41,6 +41,13 @@ SIGNATURES = {
     "transfer_kv_all_layer_direct_lf_pf": ["src_ptrs", "dst_ptrs"] + IDX + ["page_size"],
 }
 
+# Keyword-only additions (issue 12): the item count behind each pointer table, default None.
+BOTH_TABLES = ["src_items_per_layer", "dst_items_per_layer"]
+KEYWORD_ONLY = {"transfer_kv_all_layer": BOTH_TABLES, "transfer_kv_all_layer_mla": BOTH_TABLES,
+                "transfer_kv_all_layer_lf_pf": ["src_items_per_layer"],
+                "transfer_kv_all_layer_lf_ph": ["src_items_per_layer"],
+                "transfer_kv_all_layer_mla_lf_pf": ["src_items_per_layer"]}
+
 
 def test_all_thirteen_ops_are_exported():
     ops = {name for name in K.__all__ if name.startswith("transfer_kv")}
@@ -50,10 +57,12 @@ def test_all_thirteen_ops_are_exported():
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_signature(name):
     params = inspect.signature(getattr(K, name)).parameters
-    assert list(params) == SIGNATURES[name]
+    keyword_only = [k for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert [k for k in params if k not in keyword_only] == SIGNATURES[name]
+    assert keyword_only == KEYWORD_ONLY.get(name, [])
     defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
     assert defaults == ({"block_quota": 2, "num_warps_per_block": NW} if "block_quota" in params
-                        else {})
+                        else {}) | dict.fromkeys(keyword_only)
 
 
 def test_force_backend_rejects_unknown_names():

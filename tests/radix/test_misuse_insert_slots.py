@@ -1,7 +1,7 @@
 """insert (and cache_*_req rows) with slots the caller does not own.
 
-Always checked: range (never slot 0's reserved page), whole aligned pages, no slot twice.
-Under ``HICACHE_CHECK_OWNERSHIP``: allocated in the allocator, and held by no tree node.
+Always checked (CPU slots): range (never slot 0's reserved page), whole aligned pages, no slot
+twice, held by no tree node. Under ``HICACHE_CHECK_OWNERSHIP``: allocated in the allocator.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_insert_rejects_slots_it_cannot_own(rig, kind):
     rig.cache.check_invariants()
 
 
-def test_insert_of_a_nodes_slots_needs_the_debug_switch(rig, ownership):
+def test_insert_of_a_nodes_slots(rig):
     taken = rig.cache.match_prefix(list(range(1, 9))).device_indices
     before = rig.state()
     with pytest.raises(ValueError, match="tree node already owns"):
@@ -91,7 +91,7 @@ def test_duplicates_of_a_cached_prefix_are_still_accepted(rig, ownership):
     rig.check()
 
 
-def test_row_holding_tree_slots_past_the_lock(rig, ownership):
+def test_row_holding_tree_slots_past_the_lock(rig):
     """A request row claiming tree-owned slots as its own is refused in cache_finished_req."""
     req = rig.schedule(list(range(50, 62)))
     theirs = rig.cache.match_prefix(list(range(1, 9))).device_indices[: rig.page_size]

@@ -1,0 +1,39 @@
+"""Issue 12, HiCacheController.write / load arguments: rejected before any slot is allocated."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.controller.helpers import make_rig
+
+
+def counts(rig) -> tuple[int, int, int, int]:
+    ctrl = rig.controller
+    return (rig.allocator.available_size(), rig.host_pool.available_size(),
+            len(ctrl.write_queue), len(ctrl.load_queue))
+
+
+@pytest.mark.parametrize("node_id", [True, 1.0, "1", None], ids=repr)
+def test_write_and_load_reject_non_int_node_ids(node_id):
+    rig = make_rig()
+    slots = rig.allocator.alloc(2)
+    host = rig.host_pool.alloc(2)
+    before = counts(rig)
+    with pytest.raises(TypeError, match="node_id"):
+        rig.controller.write(slots, node_id)
+    with pytest.raises(TypeError, match="node_id"):
+        rig.controller.load(host, node_id)
+    assert counts(rig) == before
+    assert rig.controller.write(slots, 7) is not None
+
+
+def test_indices_on_another_device_name_the_device():
+    """The check compares whole devices (``meta`` is neither the pool's nor the CPU)."""
+    rig = make_rig()
+    before = counts(rig)
+    with pytest.raises(ValueError, match="device_indices must be on cpu"):
+        rig.controller.write(torch.zeros(2, dtype=torch.int64, device="meta"), 1)
+    with pytest.raises(ValueError, match="host_indices must be on cpu"):
+        rig.controller.load(torch.zeros(2, dtype=torch.int64, device="meta"), 1)
+    assert counts(rig) == before
