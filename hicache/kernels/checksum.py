@@ -151,6 +151,11 @@ def _reference(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices
 
 # ---- Triton ------------------------------------------------------------------------------------
 
+# Compiled kernels read globals only as constexpr (the interpreter is laxer).
+_TL_KEY_MUL, _TL_KEY_ADD = tl.constexpr(KEY_MUL), tl.constexpr(KEY_ADD)
+_TL_A1, _TL_B1 = tl.constexpr(A1), tl.constexpr(B1)
+_TL_A2, _TL_B2 = tl.constexpr(A2), tl.constexpr(B2)
+
 @triton.jit
 def _tl_mix(x, A: tl.constexpr, B: tl.constexpr):
     x = x ^ (x >> 16)
@@ -192,9 +197,9 @@ def _checksum_kernel(slots_ptr, rows_ptr, table_ptr, flags_ptr, store_addr, n_pa
                 ok = s_ok & (j < WORDS)
                 word = tl.load(row + j, mask=ok, other=0).to(UWORD_TY, bitcast=True)
                 word = word.to(tl.uint32)
-                key = (r * WORDS + j).to(tl.uint32) * KEY_MUL
-                h1 = _tl_mix(word ^ key, A1, B1)
-                h2 = _tl_mix(word ^ (key + KEY_ADD), A2, B2)
+                key = (r * WORDS + j).to(tl.uint32) * _TL_KEY_MUL
+                h1 = _tl_mix(word ^ key, _TL_A1, _TL_B1)
+                h2 = _tl_mix(word ^ (key + _TL_KEY_ADD), _TL_A2, _TL_B2)
                 acc1 += tl.where(ok, h1, 0).to(tl.int64)
                 acc2 += tl.where(ok, h2, 0).to(tl.int64)
         value = tl.sum(acc1) % 4294967296 + (tl.sum(acc2) % 2147483648) * 4294967296
