@@ -167,8 +167,9 @@ def test_mixed_layer_tensors_are_refused() -> None:
 
 
 def check_triton_matches_reference(parts, shape, dtype, page_size, device, max_programs=64):
-    layers = make_layers(parts, 2, 24, shape, dtype, seed=5, device=device)
-    idx = slots_of(3 * page_size, 24, seed=6).to(device)
+    num_slots = max(24, 6 * page_size)
+    layers = make_layers(parts, 2, num_slots, shape, dtype, seed=5, device=device)
+    idx = slots_of(3 * page_size, num_slots, seed=6).to(device)
     cpu_layers = [[t.cpu() for t in part] for part in layers]
     want = page_checksums(cpu_layers, idx.cpu(), page_size)
     got = page_checksums(layers, idx, page_size, backend="triton", max_programs=max_programs)
