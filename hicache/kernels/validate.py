@@ -61,16 +61,21 @@ def check_launch(block_quota: object, num_warps_per_block: object) -> None:
             f"num_warps_per_block must be a power of two in [1, {max_warps}], got {warps}")
 
 
+def check_index_tensor(name: str, idx: object) -> torch.Tensor:
+    """``idx`` if a 1-D int64 tensor: ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
+    if idx.dtype != torch.int64:
+        raise TypeError(f"{name} must be int64, got {idx.dtype}")
+    if idx.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(idx.shape)}")
+    return idx
+
+
 def check_indices(src_indices: object, dst_indices: object) -> int:
     """Both 1-D int64 tensors of the same length; returns that length."""
-    for name, idx in (("src_indices", src_indices), ("dst_indices", dst_indices)):
-        if not isinstance(idx, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
-        if idx.dtype != torch.int64:
-            raise TypeError(f"{name} must be int64, got {idx.dtype}")
-        if idx.dim() != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {tuple(idx.shape)}")
-    assert isinstance(src_indices, torch.Tensor) and isinstance(dst_indices, torch.Tensor)
+    src_indices = check_index_tensor("src_indices", src_indices)
+    dst_indices = check_index_tensor("dst_indices", dst_indices)
     if src_indices.numel() != dst_indices.numel():
         raise ValueError(f"src_indices and dst_indices differ in length: "
                          f"{src_indices.numel()} != {dst_indices.numel()}")

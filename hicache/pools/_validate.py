@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from hicache import env
+from hicache.kernels.validate import check_index_tensor
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -22,12 +23,7 @@ def check_slot_indices(name: str, indices: Any, limit: int) -> torch.Tensor:
     """``indices`` if a 1-D int64 tensor of slots in ``[0, limit)``: ``TypeError`` /
     ``ValueError``, or ``IndexError`` for a slot out of range, naming ``name``. The range is
     checked on CPU tensors, on CUDA ones only with ``HICACHE_CHECK_DEVICE_INDICES`` (a sync)."""
-    if not isinstance(indices, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(indices).__name__}")
-    if indices.dtype != torch.int64:
-        raise TypeError(f"{name} must be int64, got {indices.dtype}")
-    if indices.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(indices.shape)}")
+    indices = check_index_tensor(name, indices)
     if indices.numel() == 0 or (indices.device.type != "cpu" and not env.device_indices_checked()):
         return indices
     low, high = (int(v) for v in torch.aminmax(indices))
