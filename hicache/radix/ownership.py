@@ -35,9 +35,14 @@ if TYPE_CHECKING:
     from hicache.radix.radix_cache import RadixCache
 
 
-def slot_bounds(allocator: Any) -> tuple[int, int]:
-    """``[lo, hi)`` of the slots ``allocator`` hands out: slot 0's page is reserved."""
-    return allocator.page_size, allocator.size + allocator.page_size
+def slot_bounds(allocator: Any) -> tuple[int, int] | None:
+    """``[lo, hi)`` of the slots ``allocator`` hands out (slot 0's page is reserved), or None
+    for a duck-typed allocator (a test double) without integer ``size`` and ``page_size``: its
+    slots are then not range-checked or tracked."""
+    size, page = getattr(allocator, "size", None), getattr(allocator, "page_size", None)
+    if type(size) is not int or type(page) is not int:
+        return None
+    return page, size + page
 
 
 def _host_view(slots: Slots) -> np.ndarray | None:
@@ -63,10 +68,13 @@ def check_pages(slots: Slots, name: str, allocator: Any) -> None:
     ids = _host_view(slots)
     if ids is None or ids.size == 0:
         return
+    bounds = slot_bounds(allocator)
+    if bounds is None:
+        return
+    lo, hi = bounds
     page = allocator.page_size
     starts = ids if page == 1 else _page_starts(ids, name, page)
     ordered = np.sort(starts)
-    lo, hi = slot_bounds(allocator)
     low, high = int(ordered[0]), int(ordered[-1]) + page - 1
     if low < lo or high >= hi:
         _fail(name, f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
@@ -101,9 +109,10 @@ class SlotOwners:
     """
 
     def __init__(self, allocator: Any) -> None:
-        on = allocator is not None and (
+        bounds = None if allocator is None else slot_bounds(allocator)
+        on = bounds is not None and (
             torch.device(allocator.device).type == "cpu" or env.device_indices_checked())
-        self._held = np.zeros(slot_bounds(allocator)[1], dtype=bool) if on else None
+        self._held = np.zeros(bounds[1], dtype=bool) if on and bounds else None
 
     def take(self, slots: Slots) -> None:
         if self._held is not None:

@@ -7,11 +7,13 @@ twice, held by no tree node. Under ``HICACHE_CHECK_OWNERSHIP``: allocated in the
 from __future__ import annotations
 
 import dataclasses
+import unittest.mock
 
 import pytest
 import torch
 
 from hicache import env
+from hicache.radix import RadixCache
 
 from .req_rig import KINDS, Rig
 
@@ -119,3 +121,12 @@ def test_insert_of_slots_on_another_device(rig):
     with pytest.raises(ValueError, match="device"):
         rig.cache.insert(list(range(30, 38)), value)
     assert rig.state() == before
+
+
+def test_a_test_double_allocator_is_not_range_checked():
+    """An allocator without integer ``size``/``page_size`` (a mock) gets no slot checks."""
+    mock = unittest.mock.Mock()
+    mock.device, mock.page_size = torch.device("cpu"), 1
+    cache = RadixCache(None, mock, 1)
+    cache.insert([1, 2], torch.tensor([10, 20]))
+    assert cache.evict(2) == 2 and mock.free.called
