@@ -34,7 +34,6 @@ from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.devices import current_stream, new_event, new_stream, stream_scope
 
-
 _CPU = torch.device("cpu")
 
 

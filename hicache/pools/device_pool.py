@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import torch
 
-from hicache.devices import canonical_device
 from hicache import env
+from hicache.devices import canonical_device
 from hicache.pools._validate import check_int
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)

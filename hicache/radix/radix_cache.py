@@ -41,10 +41,10 @@ from hicache.radix.base import (
 )
 from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, edge_ids
 from hicache.radix.node import ChildKey, TreeNode
+from hicache.radix.ownership import SlotOwners, check_insert_value
 from hicache.radix.policies import LeafSet
 from hicache.radix.req import cache_finished, cache_unfinished
 from hicache.radix.slots import Slots, concat_slots, copy_slots
-from hicache.radix.ownership import SlotOwners, check_insert_value
 from hicache.radix.walk import walk
 
 _PRIORITY_MIN = -(2**63)
