@@ -21,6 +21,7 @@ from hicache.stress import checker
 from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
 from hicache.stress.faults import Faults, InjectedFault
 from hicache.stress.oracle import write_kv
+from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
 
 
@@ -60,6 +61,8 @@ class Driver:
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()
         self.violations: list[str] = []
+        self.tracker = Tracker(self.cache, self.stack.allocator, self.host_pool,
+                               self.stack.req_pool, self.all_device, self.all_host)
         self._install_faults()
 
     def _install_faults(self) -> None:
@@ -260,16 +263,27 @@ class Driver:
     def _expect(self, problems: list[str]) -> None:
         self.violations.extend(problems)
 
-    def check(self, sweep: bool) -> None:
-        """Invariants and slot ownership after an op; all KV bytes when ``sweep``."""
-        enabled, self.faults.enabled = self.faults.enabled, False
-        try:
-            self.cache.check_invariants()
-        except RuntimeError as err:
-            self.violations.append(f"check_invariants: {err}")
-        self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
-                                       [live.own() for live in self.live], self.all_device,
-                                       self.all_host))
-        if sweep:
+    def _held(self) -> tuple[list[torch.Tensor], Counter[int]]:
+        """(device slots each live request owns, node id -> locks the driver took on it)."""
+        nodes = [live.req.last_node for live in self.live] + self.locks
+        return [live.own() for live in self.live], Counter(n.id for n in nodes)
+
+    def check(self) -> None:
+        """After an op: what it changed (see :mod:`hicache.stress.tracker`)."""
+        with self.faults.paused():
+            self._expect(self.tracker.check(*self._held()))
+
+    def check_full(self) -> None:
+        """Everything: the cache's own ``check_invariants``, slot ownership from scratch, every
+        cached token's KV bytes, then the tracker re-based on (and checking) the whole tree."""
+        with self.faults.paused():
+            try:
+                self.cache.check_invariants()
+            except RuntimeError as err:
+                self.violations.append(f"check_invariants: {err}")
+            requests, locks = self._held()
+            self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
+                                           requests, self.all_device, self.all_host))
             self._expect(checker.sweep(self.cache))
-        self.faults.enabled = enabled
+            self.tracker.reset()
+            self._expect(self.tracker.check(requests, locks, verify=False))

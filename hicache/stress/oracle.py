@@ -5,17 +5,20 @@ with ``set_kv_buffer`` as the model does, and :func:`device_kv` / :func:`host_kv
 back from either tier in any host layout, so a checker can compare every cached token with the
 value it must hold. Values are small integers (exact in float32, float16 and bfloat16) hashed
 from the inputs channel by channel, so a slot holding another token's KV is caught with
-certainty in practice.
+certainty in practice. Lookups go through a table of every (salt, token, position) seen so far
+(one gather per batch instead of a dozen int64 ops per layer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 _P = 2147483647  # Lehmer modulus (2**31 - 1)
 _G = 48271
+_TABLE_CAP = 1 << 23  # most elements a table may hold; larger lookups are computed directly
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -25,14 +28,16 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def kv_values(tokens: torch.Tensor, positions: torch.Tensor, layer: int, part: int,
-              heads: int, dim: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
+              heads: int, dim: int, dtype: torch.dtype, salt: int | torch.Tensor = 0
+              ) -> torch.Tensor:
     """KV of part ``part`` (0 = K or the MLA latent, 1 = V) in ``layer`` for each token.
 
     Parameters
     ----------
     tokens, positions : int64 ``[n]`` (CPU): token ids and their positions in the sequence.
-    salt : the namespace (a LoRA adapter changes the KV of the same tokens): KV of one token
-        under two salts differs, so a hit across ``extra_key`` shows up as wrong bytes.
+    salt : the namespace (a LoRA adapter changes the KV of the same tokens), an int or an int64
+        ``[n]``: KV of one token under two salts differs, so a hit across ``extra_key`` shows
+        up as wrong bytes.
 
     Returns
     -------
@@ -53,14 +58,98 @@ def _shape(pool: Any) -> tuple[int, int]:
     return (pool.head_num, pool.head_dim) if _parts(pool) == 2 else (1, pool.kv_dim)
 
 
+class _Table:
+    """``kv_values`` of one pool geometry, memoised per (salt, token, position).
+
+    ``values`` is ``[salts * tokens * positions, layers * parts, heads, dim]`` (row
+    ``(salt * tokens + token) * positions + position``), a row computed the first time it is
+    asked for (``filled``); both grow by doubling when a lookup goes past ``bounds``. Index
+    arithmetic runs in numpy: a lookup is one torch gather.
+    """
+
+    def __init__(self, layers: int, parts: int, heads: int, dim: int, dtype: torch.dtype):
+        self.layers, self.parts, self.heads, self.dim, self.dtype = layers, parts, heads, dim, dtype
+        self.bounds = (0, 0, 0)
+        self.values = torch.empty(0, layers * parts, heads, dim, dtype=dtype)
+        self.filled = np.zeros(0, bool)
+
+    def direct(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
+               ) -> torch.Tensor:
+        t, p, s = (torch.from_numpy(x) for x in (tokens, positions, salts))
+        return torch.stack([kv_values(t, p, layer, part, self.heads, self.dim, self.dtype, s)
+                            for layer in range(self.layers) for part in range(self.parts)], 1)
+
+    def lookup(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
+               ) -> torch.Tensor:
+        """``[n, layers * parts, heads, dim]`` for int64 ``[n]`` inputs."""
+        columns = (salts, tokens, positions)
+        if tokens.size == 0 or min(int(x.min()) for x in columns) < 0:
+            return self.direct(tokens, positions, salts)
+        need = tuple(int(x.max()) + 1 for x in columns)
+        fits = all(n <= b for n, b in zip(need, self.bounds, strict=True))
+        if not (fits or self._grow(need)):
+            return self.direct(tokens, positions, salts)
+        _, t, p = self.bounds
+        rows = (salts * t + tokens) * p + positions
+        missing = ~self.filled[rows]
+        if missing.any():
+            new = np.unique(rows[missing])
+            self.values[torch.from_numpy(new)] = self.direct(new // p % t, new % p, new // p // t)
+            self.filled[new] = True
+        return self.values[torch.from_numpy(rows)]
+
+    def _grow(self, need: tuple[int, ...]) -> bool:
+        bounds = tuple(max(b, 1 << (n - 1).bit_length())
+                       for n, b in zip(need, self.bounds, strict=True))
+        if np.prod(bounds) * self.layers * self.parts * self.heads * self.dim > _TABLE_CAP:
+            return False
+        rows = self.values.shape[1:]
+        values = self.values.new_empty(*bounds, *rows)
+        filled = np.zeros(bounds, bool)
+        s0, t0, p0 = self.bounds
+        values[:s0, :t0, :p0] = self.values.view(*self.bounds, *rows)
+        filled[:s0, :t0, :p0] = self.filled.reshape(self.bounds)
+        self.values, self.filled, self.bounds = values.view(-1, *rows), filled.ravel(), bounds
+        return True
+
+
+_TABLES: dict[tuple[Any, ...], _Table] = {}
+
+
+def _int64(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
+
+
+def expected_rows(pool: Any, tokens: torch.Tensor | np.ndarray,
+                  positions: torch.Tensor | np.ndarray,
+                  salt: int | torch.Tensor | np.ndarray = 0) -> torch.Tensor:
+    """What :func:`write_kv` stored for these tokens, every layer and part at once: CPU
+    ``[n, layers * parts, heads, dim]`` of the pool's ``dtype`` (index ``layer * parts + part``).
+    ``tokens``, ``positions`` : integer ``[n]`` (CPU tensors or numpy); ``salt`` an int or an
+    integer ``[n]`` (one namespace per row)."""
+    heads, dim = _shape(pool)
+    key = (pool.layer_num, _parts(pool), heads, dim, pool.dtype)
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = _Table(*key)
+    tokens = _int64(tokens)
+    salts = np.full_like(tokens, salt) if isinstance(salt, int) else _int64(salt)
+    return table.lookup(tokens, _int64(positions), salts)
+
+
+def expected_kv(pool: Any, layer: int, part: int, tokens: torch.Tensor,
+                positions: torch.Tensor, salt: int | torch.Tensor = 0) -> torch.Tensor:
+    """What :func:`write_kv` stored for these tokens in one (layer, part) (CPU, ``dtype``)."""
+    return expected_rows(pool, tokens, positions, salt)[:, layer * _parts(pool) + part]
+
+
 def write_kv(pool: Any, slots: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
              salt: int = 0) -> None:
     """Store every layer's KV of ``tokens`` at device ``slots`` (int64 ``[n]``) like a forward."""
-    loc = slots.to(pool.device)
+    loc, parts = slots.to(pool.device), _parts(pool)
+    rows = expected_rows(pool, tokens, positions, salt).to(pool.device)
     for layer in range(pool.layer_num):
-        parts = [expected_kv(pool, layer, p, tokens, positions, salt).to(pool.device)
-                 for p in range(_parts(pool))]
-        pool.set_kv_buffer(layer, loc, *parts)
+        pool.set_kv_buffer(layer, loc, *rows[:, layer * parts:(layer + 1) * parts].unbind(1))
 
 
 def device_kv(pool: Any, layer: int, part: int, slots: torch.Tensor) -> torch.Tensor:
@@ -84,22 +173,22 @@ def host_kv(host: Any, layer: int, part: int, slots: torch.Tensor) -> torch.Tens
     return buf[page, :, offset, layer]  # page_head: [pages, H, page_size, L, D]
 
 
-def expected_kv(pool: Any, layer: int, part: int, tokens: torch.Tensor,
-                positions: torch.Tensor, salt: int = 0) -> torch.Tensor:
-    """What :func:`write_kv` stored for these tokens (CPU, the pool's ``dtype``)."""
-    heads, dim = _shape(pool)
-    return kv_values(tokens, positions, layer, part, heads, dim, pool.dtype, salt)
-
-
-def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: torch.Tensor,
-               positions: torch.Tensor, salt: int = 0) -> list[str]:
+def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: torch.Tensor | np.ndarray,
+               positions: torch.Tensor | np.ndarray,
+               salt: int | torch.Tensor | np.ndarray = 0) -> list[str]:
     """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV."""
+    if slots.numel() == 0:
+        return []
+    parts, layers = _parts(pool), range(pool.layer_num)
+    want = expected_rows(pool, tokens, positions, salt)
+    got = torch.stack([read(layer, part, slots) for layer in layers for part in range(parts)], 1)
+    if torch.equal(got, want):
+        return []
     bad = []
-    for layer in range(pool.layer_num):
-        for part in range(_parts(pool)):
-            want = expected_kv(pool, layer, part, tokens, positions, salt)
-            got = read(layer, part, slots)
-            if not torch.equal(got, want):
-                rows = (got != want).flatten(1).any(1).nonzero().flatten()[:4].tolist()
-                bad.append(f"layer {layer} part {part}: slots {slots[rows].tolist()} differ")
+    for column in range(want.shape[1]):
+        wrong = (got[:, column] != want[:, column]).flatten(1).any(1)
+        if bool(wrong.any()):
+            rows = wrong.nonzero().flatten()[:4].tolist()
+            bad.append(f"layer {column // parts} part {column % parts}: slots "
+                       f"{slots[rows].tolist()} differ")
     return bad

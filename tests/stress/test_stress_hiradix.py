@@ -24,8 +24,8 @@ from hicache.stress.runner import matrix, run
 from hicache.stress.workload import SALTS, TENANTS
 
 ACTIVITY = ("evicted", "host_evicted", "load_back", "finished", "aborted", "cache_unfinished_req")
-SCENARIOS = matrix(StressConfig(ops=1000, verify_every=10, seed=7))
-FAULTY = matrix(StressConfig(ops=500, verify_every=10, seed=11, p_alloc_none=0.1,
+SCENARIOS = matrix(StressConfig(ops=1000, full_every=100, seed=7))
+FAULTY = matrix(StressConfig(ops=500, full_every=100, seed=11, p_alloc_none=0.1,
                              p_transfer_fail=0.1))
 _totals: Counter[str] = Counter()
 
@@ -198,7 +198,7 @@ def test_cli_runs_a_bounded_matrix(capsys):
     assert "TOTAL scenarios=6" in out and "violations=0" in out
 
 
-CUDA = matrix(StressConfig(ops=300, verify_every=10, seed=5, device="cuda", p_alloc_none=0.05,
+CUDA = matrix(StressConfig(ops=300, full_every=100, seed=5, device="cuda", p_alloc_none=0.05,
                            p_transfer_fail=0.05))[::2]
 
 
