@@ -266,7 +266,7 @@ class Driver:
     def _held(self) -> tuple[list[torch.Tensor], Counter[int]]:
         """(device slots each live request owns, node id -> locks the driver took on it)."""
         nodes = [live.req.last_node for live in self.live] + self.locks
-        return [live.own() for live in self.live], Counter(n.id for n in nodes)
+        return [live.own() for live in self.live], Counter(n.id for n in nodes if n is not None)
 
     def check(self) -> None:
         """After an op: what it changed (see :mod:`hicache.stress.tracker`)."""
