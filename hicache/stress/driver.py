@@ -34,10 +34,15 @@ class Live:
     slots: torch.Tensor
     base: int
     target: int
+    _own: tuple[int, torch.Tensor] | None = None
 
     def own(self) -> torch.Tensor:
-        """Slots still the request's: positions from ``cache_protected_len`` on."""
-        return self.slots[max(self.req.cache_protected_len - self.base, 0):]
+        """Slots still the request's: positions from ``cache_protected_len`` on (the same
+        tensor until that moves, so a checker can tell it did not change)."""
+        start = max(self.req.cache_protected_len - self.base, 0)
+        if self._own is None or self._own[0] != start:
+            self._own = (start, self.slots[start:])
+        return self._own[1]
 
 
 class Driver:

@@ -18,7 +18,7 @@ import torch
 
 _P = 2147483647  # Lehmer modulus (2**31 - 1)
 _G = 48271
-_TABLE_CAP = 1 << 23  # most elements a table may hold; larger lookups are computed directly
+_TABLE_CAP = 1 << 24  # most elements a table may hold; larger lookups are computed directly
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -59,19 +59,18 @@ def _shape(pool: Any) -> tuple[int, int]:
 
 
 class _Table:
-    """``kv_values`` of one pool geometry, memoised per (salt, token, position).
+    """``kv_values`` of one pool geometry for every (salt, token, position) below ``bounds``.
 
     ``values`` is ``[salts * tokens * positions, layers * parts, heads, dim]`` (row
-    ``(salt * tokens + token) * positions + position``), a row computed the first time it is
-    asked for (``filled``); both grow by doubling when a lookup goes past ``bounds``. Index
-    arithmetic runs in numpy: a lookup is one torch gather.
+    ``(salt * tokens + token) * positions + position``), computed whole when a lookup goes past
+    ``bounds`` (which then at least double): index arithmetic runs in numpy, a lookup is one
+    torch gather.
     """
 
     def __init__(self, layers: int, parts: int, heads: int, dim: int, dtype: torch.dtype):
         self.layers, self.parts, self.heads, self.dim, self.dtype = layers, parts, heads, dim, dtype
         self.bounds = (0, 0, 0)
         self.values = torch.empty(0, layers * parts, heads, dim, dtype=dtype)
-        self.filled = np.zeros(0, bool)
 
     def direct(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
                ) -> torch.Tensor:
@@ -90,26 +89,15 @@ class _Table:
         if not (fits or self._grow(need)):
             return self.direct(tokens, positions, salts)
         _, t, p = self.bounds
-        rows = (salts * t + tokens) * p + positions
-        missing = ~self.filled[rows]
-        if missing.any():
-            new = np.unique(rows[missing])
-            self.values[torch.from_numpy(new)] = self.direct(new // p % t, new % p, new // p // t)
-            self.filled[new] = True
-        return self.values[torch.from_numpy(rows)]
+        return self.values[torch.from_numpy((salts * t + tokens) * p + positions)]
 
     def _grow(self, need: tuple[int, ...]) -> bool:
-        bounds = tuple(max(b, 1 << (n - 1).bit_length())
-                       for n, b in zip(need, self.bounds, strict=True))
+        bounds = tuple(b if n <= b else max(2 * b, -(-n // q) * q)  # salts: few, exact
+                       for n, b, q in zip(need, self.bounds, (1, 16, 16), strict=True))
         if np.prod(bounds) * self.layers * self.parts * self.heads * self.dim > _TABLE_CAP:
             return False
-        rows = self.values.shape[1:]
-        values = self.values.new_empty(*bounds, *rows)
-        filled = np.zeros(bounds, bool)
-        s0, t0, p0 = self.bounds
-        values[:s0, :t0, :p0] = self.values.view(*self.bounds, *rows)
-        filled[:s0, :t0, :p0] = self.filled.reshape(self.bounds)
-        self.values, self.filled, self.bounds = values.view(-1, *rows), filled.ravel(), bounds
+        grid = np.indices(bounds).reshape(3, -1)
+        self.values, self.bounds = self.direct(grid[1], grid[2], grid[0]), bounds
         return True
 
 

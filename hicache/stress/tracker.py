@@ -1,21 +1,24 @@
 """Incremental checks after each stress op: find what the op changed, check only that.
 
-A :class:`Tracker` keeps a shadow of slot ownership (which tree node or live request owns each
-device and host slot) and the header of every tree node (its key, slots and host slots by
-identity, its parent and its lock count). After an op one Python pass over the node headers
-finds the nodes the op created, changed or removed (no tensor work); only those are checked:
+A :class:`Tracker` keeps a shadow of slot ownership (:mod:`hicache.stress.shadow`: which tree
+node or live request owns each device and host slot) and the header of every tree node (its
+key, slots and host slots by identity, its parent and its lock count). After an op one Python
+pass over the node headers finds the nodes the op created, changed or removed (no tensor work);
+only those are checked:
 
 - ownership: a slot a node or request takes must be unowned and not free; a slot given up must
   be free now or taken by another owner; on both tiers owned + ``available_size()`` == pool
-  size, and the tree's ``evictable_size() + protected_size()`` and ``host_size()`` equal the
-  slots its nodes hold; request rows in use match the live requests;
+  size, and the tree's ``evictable_size() + protected_size()`` (== ``total_size()``) and
+  ``host_size()`` equal the slots its nodes hold; request rows in use match the live requests;
 - structure: slots are int64 ``[len(key)]``, the node is its parent's child, shares its
   ``extra_key``, and is on the device (backed up) only if its parent is;
-- locks, on the touched nodes and their parents: ``lock_ref`` == the locks taken on the node
-  itself (requests, the driver, queued or unacked transfers) + its children's ``lock_ref``; a
-  locked node is on the device;
-- bytes: a node's new device or host copy holds the oracle's KV (one still queued for transfer
-  is checked once it has landed).
+- locks, on the touched nodes, their parents and every node whose own locks changed:
+  ``lock_ref`` == the locks taken on the node itself (requests, the driver, queued or unacked
+  transfers) + its children's ``lock_ref``; a locked node is on the device;
+- bytes: a node's new device or host copy holds the oracle's KV. Slots that only moved from
+  one node to another (a split) and were verified before are compared by what they hold
+  (token, position, namespace) instead of being read again; a copy still queued for transfer
+  is read once it has landed.
 
 Bytes an op writes into slots it does not own (no header changes) are caught by the full check
 the driver runs at a stride, or when a request reads them. Public fields and calls only.
@@ -32,24 +35,11 @@ import torch
 
 from hicache.stress.checker import pending
 from hicache.stress.oracle import device_kv, host_kv, mismatches
+from hicache.stress.shadow import TierShadow, pack
 from hicache.stress.workload import SALTS
 
-FREE, RESERVED = -1, -2  # owner tags: nodes are tagged by id, live request k by -3 - k
 TIERS = ("device", "host")
 _INT64 = (np.dtype(np.int64), torch.int64)
-
-
-def _array(slots: Any) -> np.ndarray:
-    """A node's stored slots (numpy, or a tensor on their device) as a CPU numpy array."""
-    return slots if isinstance(slots, np.ndarray) else slots.cpu().numpy()
-
-
-def _offset(node: Any, root: Any) -> int:
-    """Position of the node's first token in its sequence."""
-    offset, node = 0, node.parent
-    while node is not None and node is not root:
-        offset, node = offset + len(node.key), node.parent
-    return offset
 
 
 def transfer_locks(controller: Any) -> Counter[int]:
@@ -75,27 +65,19 @@ class Tracker:
                  all_device: torch.Tensor, all_host: torch.Tensor) -> None:
         self.cache, self.req_pool = cache, req_pool
         self.pools = {"device": allocator, "host": host_pool}
-        self.all = {"device": all_device.numpy(), "host": all_host.numpy()}
-        self.bound = {t: int(self.all[t].max()) + 1 for t in TIERS}
+        self.every = {"device": all_device.numpy(), "host": all_host.numpy()}
         self.rows = req_pool.available_size()
         self.reset()
 
     def reset(self) -> None:
         """Forget everything: the next :meth:`check` treats every node as new."""
-        self.owner = {t: np.full(self.bound[t], RESERVED, np.int64) for t in TIERS}
-        for tier in TIERS:
-            self.owner[tier][self.all[tier]] = FREE
-        self.held = {t: 0 for t in TIERS}  # slots owned, every owner
-        self.in_tree = {t: 0 for t in TIERS}  # slots owned by tree nodes
-        self.seen: dict[int, tuple[int, ...]] = {}  # node id -> header (see ``_header``)
+        self.tiers = {t: TierShadow(t, self.pools[t], self.every[t]) for t in TIERS}
+        self.seen: dict[int, tuple[Any, ...]] = {}  # node id -> header (see ``_header``)
         self.alive: dict[int, tuple[Any, ...]] = {}  # what the header's ids name, kept alive
-        self.claims: dict[str, dict[int, np.ndarray]] = {t: {} for t in TIERS}  # tag -> slots
-        self.deferred: dict[int, tuple[Any, str]] = {}  # node id -> (node, tier) still in flight
+        self.deferred: dict[tuple[int, str], Any] = {}  # (node id, tier) -> node, in flight
         self.locks: Counter[int] = Counter()
         self.requests: list[tuple[int, int]] = []  # (data_ptr, numel) of each request's slots
-        self.request_slots: list[torch.Tensor] = []
-
-    # ---- the check ---------------------------------------------------------------------------
+        self.request_slots: list[torch.Tensor] = []  # kept alive: the pointers are not reused
 
     def check(self, requests: list[torch.Tensor], locks: Counter[int], verify: bool = True
               ) -> list[str]:
@@ -109,21 +91,24 @@ class Tracker:
         """
         root = self.cache.root
         nodes, changed = self._walk(root)
-        gone = [i for i in self.seen if i not in nodes]
-        locks = locks + transfer_locks(self.cache.cache_controller)
-        lock_ids = set(self.locks) | set(locks)
-        touched = {i for i in lock_ids if self.locks[i] != locks[i]}
+        new = sum(node.id not in self.seen for node in changed)
+        gone = [] if len(self.seen) + new == len(nodes) else [
+            i for i in self.seen if i not in nodes]
+        locks.update(transfer_locks(self.cache.cache_controller))
+        touched = set() if locks == self.locks else {
+            i for i in locks.keys() | self.locks.keys() if locks[i] != self.locks[i]}
         self.locks = locks
-        bad, moved = self._ownership(changed, gone, requests)
+        moved = self._moves(changed, gone)
+        bad = self._take(moved, requests)
         for node in changed:
             self.seen[node.id] = _header(node)
-            self.alive[node.id] = (node.key, node.slots, node.host_slots, node.parent)
+            self.alive[node.id] = (node.key, node.slots, node.host_slots)
             touched.add(node.id)
             touched.update(c.id for c in node.children.values())
             touched.add(node.parent.id if node.parent is not None else -1)
         for i in gone:
-            del self.seen[i]
-            touched.add(self.alive.pop(i)[3].id)
+            del self.alive[i]
+            touched.add(self.seen.pop(i)[3].id)
         for i in touched & nodes.keys():
             bad += self._structure(nodes[i], root) + self._lock(nodes[i], locks)
         bad += self._counts(len(requests))
@@ -138,107 +123,54 @@ class Tracker:
             node = stack.pop()
             nodes[node.id] = node
             if seen.get(node.id) != (id(node.key), id(node.slots), id(node.host_slots),
-                                     id(node.parent), node.lock_ref):  # ``_header`` inlined
+                                     node.parent, node.lock_ref):  # ``_header`` inlined
                 changed.append(node)
             stack.extend(node.children.values())
         return nodes, changed
 
     # ---- ownership ---------------------------------------------------------------------------
 
-    def _ownership(self, changed: list[Any], gone: list[int], requests: list[torch.Tensor]
-                   ) -> tuple[list[str], list[tuple[Any, str]]]:
-        """Release what changed hands, claim what was taken; (violations, (node, tier) whose
-        copy is new)."""
-        released = {t: [self._release(i, t) for i in gone] for t in TIERS}
-        moved: list[tuple[Any, str]] = []
+    def _moves(self, changed: list[Any], gone: list[int]) -> list[tuple[Any, str]]:
+        """Release the slots of removed nodes and of changed copies; the changed copies."""
+        for i in gone:
+            for shadow in self.tiers.values():
+                shadow.release(i)
+        moved = []
         for node in changed:
             old = self.seen.get(node.id)
             for k, tier in enumerate(TIERS):
                 if old is None or old[1 + k] != id(_slots(node, tier)):
-                    released[tier].append(self._release(node.id, tier))
+                    self.tiers[tier].release(node.id)
                     moved.append((node, tier))
-        requests_now = [(t.data_ptr(), t.numel()) for t in requests]
-        if requests_now != self.requests:  # a request took or gave up slots
-            self.requests, self.request_slots = requests_now, requests  # kept: ptrs not reused
-            released["device"] += [self._release(tag, "device")
-                                   for tag in [t for t in self.claims["device"] if t < 0]]
-        else:
-            requests = []
-        bad: list[str] = []
-        taken: dict[str, list[np.ndarray]] = {t: [] for t in TIERS}
+        return moved
+
+    def _take(self, moved: list[tuple[Any, str]], requests: list[torch.Tensor]) -> list[str]:
+        """Claim the moved copies' slots and (when they changed) the requests'; settle."""
+        device, bad = self.tiers["device"], []
+        now = [(t.data_ptr(), t.numel()) for t in requests]
+        renew = now != self.requests  # a request took or gave up slots
+        if renew:
+            self.requests, self.request_slots = now, requests
+            for tag in [t for t in device.claims if t < 0]:
+                device.release(tag)
         for node, tier in moved:
             slots = _slots(node, tier)
             if slots is not None:
-                bad += self._claim(node.id, tier, _array(slots), taken)
-        for k, slots in enumerate(requests):
-            bad += self._claim(-3 - k, "device", slots.cpu().numpy(), taken)
-        for tier in TIERS:
-            bad += self._against_free_list(tier, released[tier], taken[tier])
-        return bad, [(node, tier) for node, tier in moved if _slots(node, tier) is not None]
-
-    def _release(self, tag: int, tier: str) -> np.ndarray:
-        slots = self.claims[tier].pop(tag, None)
-        if slots is None:
-            return np.empty(0, np.int64)
-        self.owner[tier][slots] = FREE
-        self.held[tier] -= slots.size
-        self.in_tree[tier] -= slots.size if tag >= 0 else 0
-        return slots
-
-    def _claim(self, tag: int, tier: str, slots: np.ndarray, taken: dict[str, list[np.ndarray]]
-               ) -> list[str]:
-        who = _who(tag)
-        if slots.dtype != np.int64 or slots.ndim != 1:
-            return [f"{tier}: {who} holds slots of dtype {slots.dtype}, shape {slots.shape}"]
-        if slots.size and (int(slots.min()) < 0 or int(slots.max()) >= self.bound[tier]):
-            return [f"{tier}: {who} holds slots out of range: {slots[:8].tolist()}"]
-        owners = self.owner[tier][slots]
-        if bool((owners != FREE).any()):
-            k = int(np.flatnonzero(owners != FREE)[0])
-            return [f"{tier}: slot {int(slots[k])} is owned twice: by {who} and by "
-                    f"{_who(int(owners[k]))}"]
-        self.owner[tier][slots] = tag
-        self.claims[tier][tag] = slots
-        self.held[tier] += slots.size
-        self.in_tree[tier] += slots.size if tag >= 0 else 0
-        taken[tier].append(slots)
-        return []
-
-    def _against_free_list(self, tier: str, released: list[np.ndarray],
-                           taken: list[np.ndarray]) -> list[str]:
-        """Slots taken this op are not free; slots given up and not taken again are."""
-        released = [s for s in released if s.size]
-        if not (released or taken):
-            return []
-        free = np.zeros(self.bound[tier], bool)
-        free[self.pools[tier].free_slots().numpy()] = True
-        owner = self.owner[tier]
-        bad = [] if np.count_nonzero((owner >= 0) | (owner < RESERVED)) == self.held[tier] else [
-            f"{tier}: an owner holds one slot twice"]
-        if taken and bool(free[np.concatenate(taken)].any()):
-            both = [int(s) for s in np.concatenate(taken) if free[s]][:8]
-            bad.append(f"{tier}: slots {both} are owned and free at once (freed while in use)")
-        if released:
-            gave = np.concatenate(released)
-            lost = gave[(owner[gave] == FREE) & ~free[gave]]
-            if lost.size:
-                bad.append(f"{tier}: slots leaked (given up, neither free nor owned): "
-                           f"{lost[:8].tolist()}")
+                bad += self.tiers[tier].claim(node.id, _array(slots))
+        for k, slots in enumerate(requests if renew else []):
+            bad += device.claim(-3 - k, slots.cpu().numpy())
+        for shadow in self.tiers.values():
+            bad += shadow.settle()
         return bad
 
     def _counts(self, live: int) -> list[str]:
-        cache, bad = self.cache, []
-        for tier in TIERS:
-            free = self.pools[tier].available_size()
-            size, held = self.all[tier].size, self.held[tier]
-            if free + held != size:
-                bad.append(f"{tier}: {free} free + {held} owned != {size} slots (a slot "
-                           "leaked or is counted twice)")
-        sizes = (cache.evictable_size() + cache.protected_size(), cache.host_size())
-        for tier, size in zip(TIERS, sizes, strict=True):
-            if size != self.in_tree[tier] or tier == "device" and size != cache.total_size():
+        cache = self.cache
+        bad = [msg for shadow in self.tiers.values() for msg in shadow.count()]
+        device = cache.evictable_size() + cache.protected_size()
+        for tier, size in (("device", device), ("host", cache.host_size())):
+            if size != self.tiers[tier].in_tree or tier == "device" and size != cache.total_size():
                 bad.append(f"{tier}: the tree counts {size} tokens, its nodes hold "
-                           f"{self.in_tree[tier]}")
+                           f"{self.tiers[tier].in_tree}")
         if self.req_pool.available_size() + live != self.rows:
             bad.append(f"request rows: {self.req_pool.available_size()} free with {live} live "
                        f"requests, of {self.rows}")
@@ -279,30 +211,27 @@ class Tracker:
 
     def _bytes(self, moved: list[tuple[Any, str]], nodes: dict[int, Any]) -> list[str]:
         """The oracle's KV in every new copy and in every deferred one that has landed."""
-        work = {(node.id, tier): (node, tier) for node, tier in moved}
-        for i, (node, tier) in list(self.deferred.items()):
+        work = {(node.id, tier): node for node, tier in moved if _slots(node, tier) is not None}
+        for (i, tier), node in self.deferred.items():
             if nodes.get(i) is node and _slots(node, tier) is not None:
-                work.setdefault((i, tier), (node, tier))
-        self.deferred.clear()
+                work.setdefault((i, tier), node)
+        self.deferred = {}
         if not work:
             return []
-        loading, writing = (x.numpy() for x in pending(self.cache.cache_controller))
-        bad: list[str] = []
-        for tier, skip in (("device", loading), ("host", writing)):
-            ready = []
-            for node, t in work.values():
-                if t != tier:
-                    continue
-                if skip.size and np.isin(_array(_slots(node, tier)), skip).any():
-                    self.deferred[node.id] = (node, tier)
-                else:
-                    ready.append(_rows(node, _offset(node, self.cache.root), tier))
-            bad += self._compare(tier, ready)
-        return bad
+        in_flight = {t: self.tiers[t].mask(x.numpy())
+                     for t, x in zip(TIERS, pending(self.cache.cache_controller), strict=True)}
+        todo: dict[str, list[tuple[Any, ...]]] = {t: [] for t in TIERS}
+        for (i, tier), node in work.items():
+            rows = _rows(node, _offset(node, self.cache.root), tier)
+            if in_flight[tier] is not None and in_flight[tier][rows[1]].any():
+                self.deferred[(i, tier)] = node
+            elif (self.tiers[tier].content[rows[1]] != rows[5]).any():
+                todo[tier].append(rows)
+        return [msg for tier in TIERS for msg in self._compare(tier, todo[tier])]
 
     def _compare(self, tier: str, todo: list[tuple[Any, ...]]) -> list[str]:
-        """Read back ``(node, slots, tokens, positions, salts)`` copies in one batch; on a
-        mismatch, node by node to name them."""
+        """Read back ``(node, slots, tokens, positions, salts, packed)`` copies in one batch,
+        remembering what verified; on a mismatch, node by node to name them."""
         if not todo:
             return []
         ctrl = self.cache.cache_controller
@@ -310,31 +239,42 @@ class Tracker:
         pool = dev if tier == "device" else ctrl.mem_pool_host
         read: Callable[..., torch.Tensor] = lambda layer, part, s: reader(pool, layer, part, s)  # noqa: E731
         _, *columns = zip(*todo, strict=True)
-        slots, tokens, positions, salts = (np.concatenate(c) for c in columns)
+        slots, tokens, positions, salts, packed = (
+            c[0] if len(c) == 1 else np.concatenate(c) for c in columns)
         if not mismatches(dev, read, torch.from_numpy(slots), tokens, positions, salts):
+            self.tiers[tier].content[slots] = packed
             return []
         return [f"node {node.id} {tier} copy: {msg}" for node, *cols in todo
-                for msg in mismatches(dev, read, torch.from_numpy(cols[0]), *cols[1:])]
+                for msg in mismatches(dev, read, torch.from_numpy(cols[0]), *cols[1:4])]
 
 
-def _header(node: Any) -> tuple[int, ...]:
-    """A node's state: its key, slots, host slots and parent by identity, and its lock count
-    (the objects are kept alive in ``Tracker.alive``, so an id is never reused meanwhile)."""
-    return id(node.key), id(node.slots), id(node.host_slots), id(node.parent), node.lock_ref
+def _header(node: Any) -> tuple[Any, ...]:
+    """A node's state: its key, slots and host slots by identity (the arrays are kept alive in
+    ``Tracker.alive``, so an id is never reused meanwhile), its parent and its lock count."""
+    return id(node.key), id(node.slots), id(node.host_slots), node.parent, node.lock_ref
 
 
 def _slots(node: Any, tier: str) -> Any:
     return node.slots if tier == "device" else node.host_slots
 
 
+def _array(slots: Any) -> np.ndarray:
+    """A node's stored slots (numpy, or a tensor on their device) as a CPU numpy array."""
+    return slots if isinstance(slots, np.ndarray) else slots.cpu().numpy()
+
+
+def _offset(node: Any, root: Any) -> int:
+    """Position of the node's first token in its sequence."""
+    offset, node = 0, node.parent
+    while node is not None and node is not root:
+        offset, node = offset + len(node.key), node.parent
+    return offset
+
+
 def _rows(node: Any, offset: int, tier: str) -> tuple[Any, ...]:
-    """(node, slots, tokens, positions, salts) of the node's copy on ``tier``, int64 numpy."""
-    n = len(node.key)
-    return (node, _array(_slots(node, tier)), node.key.astype(np.int64),
-            np.arange(offset, offset + n), np.full(n, SALTS[node.extra_key]))
-
-
-def _who(tag: int) -> str:
-    if tag == RESERVED:
-        return "the reserved slots"
-    return f"node {tag}" if tag >= 0 else f"live request {-3 - tag}"
+    """(node, slots, tokens, positions, salts, packed) of the node's copy on ``tier``: int64
+    numpy columns, ``packed`` naming each row's content (:func:`~hicache.stress.shadow.pack`)."""
+    n, salt = len(node.key), SALTS[node.extra_key]
+    tokens, positions = node.key.astype(np.int64), np.arange(offset, offset + n)
+    return (node, _array(_slots(node, tier)), tokens, positions, np.full(n, salt),
+            pack(tokens, positions, salt))
