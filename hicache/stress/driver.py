@@ -78,8 +78,17 @@ class Driver:
 
     # ---- requests ----------------------------------------------------------------------------
 
+    def idle(self, op: str) -> bool:
+        """Whether ``op`` has nothing to act on now: it would return without touching the
+        cache or its pools (so there is nothing to check after it either)."""
+        if op == "admit":
+            return len(self.live) >= MAX_LIVE
+        if op in ("advance", "abort"):
+            return not self.live
+        return op == "unlock" and not self.locks
+
     def admit(self) -> None:
-        if len(self.live) >= MAX_LIVE:
+        if self.idle("admit"):
             return
         turn = self.workload.next_turn()
         if turn is None:
@@ -138,7 +147,7 @@ class Driver:
         req.kv_len = end
 
     def advance(self) -> None:
-        if not self.live:
+        if self.idle("advance"):
             return
         live = self.rng.choice(self.live)
         if live.req.kv_len < live.target:
@@ -150,7 +159,7 @@ class Driver:
         self._finish(live, completed=True)
 
     def abort(self) -> None:
-        if not self.live:
+        if self.idle("abort"):
             return
         live = self.rng.choice(self.live)
         if self.rng.random() < 0.5:
@@ -216,7 +225,7 @@ class Driver:
             self.locks.append(node)
 
     def unlock(self) -> None:
-        if self.locks:
+        if not self.idle("unlock"):
             self.cache.dec_lock_ref(self.locks.pop(self.rng.randrange(len(self.locks))))
 
     def evict(self) -> None:

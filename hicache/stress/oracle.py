@@ -161,14 +161,16 @@ def host_kv(host: Any, layer: int, part: int, slots: torch.Tensor) -> torch.Tens
     return buf[page, :, offset, layer]  # page_head: [pages, H, page_size, L, D]
 
 
-def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: torch.Tensor | np.ndarray,
-               positions: torch.Tensor | np.ndarray,
-               salt: int | torch.Tensor | np.ndarray = 0) -> list[str]:
-    """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV."""
+def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: Any, positions: Any,
+               salt: int | torch.Tensor | np.ndarray = 0, want: torch.Tensor | None = None
+               ) -> list[str]:
+    """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV of
+    ``tokens`` at ``positions`` (or from ``want``, their :func:`expected_rows` if known)."""
     if slots.numel() == 0:
         return []
     parts, layers = _parts(pool), range(pool.layer_num)
-    want = expected_rows(pool, tokens, positions, salt)
+    if want is None:
+        want = expected_rows(pool, tokens, positions, salt)
     got = torch.stack([read(layer, part, slots) for layer in layers for part in range(parts)], 1)
     if torch.equal(got, want):
         return []

@@ -14,6 +14,7 @@ import numpy as np
 FREE, RESERVED = -1, -2
 UNKNOWN = -1  # content of a slot not verified since it last changed hands
 _FIELD = 1 << 20  # packed content: (salt * _FIELD + token) * _FIELD + position
+_NONE = np.empty(0, np.int64)
 
 
 def owner_name(tag: int) -> str:
@@ -50,11 +51,10 @@ class TierShadow:
         self.held = self.in_tree = 0  # slots owned: by anyone, by tree nodes
         self.released: list[np.ndarray] = []  # this op's
         self.taken: list[np.ndarray] = []
+        self.available = pool.available_size()  # after the last op
 
-    def mask(self, slots: np.ndarray) -> np.ndarray | None:
-        """A bool ``[bound]`` set at ``slots`` (those in range), or None when there are none."""
-        if not slots.size:
-            return None
+    def mask(self, slots: np.ndarray) -> np.ndarray:
+        """A bool ``[bound]`` set at ``slots`` (those in range)."""
         mask = np.zeros(self.bound, bool)
         mask[slots[(slots >= 0) & (slots < self.bound)]] = True
         return mask
@@ -88,32 +88,30 @@ class TierShadow:
         return []
 
     def settle(self) -> list[str]:
-        """After an op's releases and claims: slots taken are not free, slots given up and not
-        taken again are (and their content is forgotten), and no owner holds a slot twice."""
-        released, taken = [s for s in self.released if s.size], self.taken
+        """After an op's releases and claims: no owner holds a slot twice; slots given up and
+        not taken again are free (their content forgotten); slots taken are not free. The free
+        list is read only when slots went to or came from it, or ``available_size()`` moved."""
+        released, taken = (np.concatenate(x) if x else _NONE for x in (self.released, self.taken))
         self.released, self.taken = [], []
-        if not (released or taken):
-            return []
-        free = np.zeros(self.bound, bool)
-        free[self.pool.free_slots().numpy()] = True
         bad = []
-        if taken:
-            owned = np.count_nonzero((self.owner >= 0) | (self.owner < RESERVED))
-            if owned != self.held:
-                bad.append(f"{self.name}: an owner holds one slot twice")
-            both = np.concatenate(taken)
-            both = both[free[both]]
+        if taken.size and np.count_nonzero((self.owner >= 0) | (self.owner < RESERVED)
+                                           ) != self.held:
+            bad.append(f"{self.name}: an owner holds one slot twice")
+        gave = released[self.owner[released] == FREE]
+        self.content[gave] = UNKNOWN
+        moved = np.zeros(self.bound, bool)
+        moved[released] = True
+        available, fresh = self.pool.available_size(), taken[~moved[taken]]
+        if gave.size or fresh.size or available != self.available:
+            free = self.mask(self.pool.free_slots().numpy())
+            both, lost = taken[free[taken]], gave[~free[gave]]
             if both.size:
                 bad.append(f"{self.name}: slots {both[:8].tolist()} are owned and free at once "
                            "(freed while in use)")
-        if released:
-            gave = np.concatenate(released)
-            gave = gave[self.owner[gave] == FREE]
-            self.content[gave] = UNKNOWN
-            lost = gave[~free[gave]]
             if lost.size:
                 bad.append(f"{self.name}: slots leaked (given up, neither free nor owned): "
                            f"{lost[:8].tolist()}")
+        self.available = available
         return bad
 
     def count(self) -> list[str]:

@@ -34,22 +34,12 @@ import numpy as np
 import torch
 
 from hicache.stress.checker import pending
-from hicache.stress.oracle import device_kv, host_kv, mismatches
+from hicache.stress.oracle import device_kv, expected_rows, host_kv, mismatches
 from hicache.stress.shadow import TierShadow, pack
 from hicache.stress.workload import SALTS
 
 TIERS = ("device", "host")
 _INT64 = (np.dtype(np.int64), torch.int64)
-
-
-def transfer_locks(controller: Any) -> Counter[int]:
-    """Node id -> locks its queued or unacknowledged transfers hold (one per operation)."""
-    held: Counter[int] = Counter()
-    for queue in (controller.write_queue, controller.load_queue, controller.ack_write_queue,
-                  controller.ack_load_queue):
-        for item in queue:
-            held.update(item.node_ids)
-    return held
 
 
 class Tracker:
@@ -94,7 +84,11 @@ class Tracker:
         new = sum(node.id not in self.seen for node in changed)
         gone = [] if len(self.seen) + new == len(nodes) else [
             i for i in self.seen if i not in nodes]
-        locks.update(transfer_locks(self.cache.cache_controller))
+        ctrl = self.cache.cache_controller
+        for queue in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue,
+                      ctrl.ack_load_queue):
+            for item in queue:  # a queued or unacknowledged transfer locks its nodes
+                locks.update(item.node_ids)
         touched = set() if locks == self.locks else {
             i for i in locks.keys() | self.locks.keys() if locks[i] != self.locks[i]}
         self.locks = locks
@@ -218,34 +212,46 @@ class Tracker:
         self.deferred = {}
         if not work:
             return []
-        in_flight = {t: self.tiers[t].mask(x.numpy())
+        in_flight = {t: self.tiers[t].mask(x.numpy()) if x.numel() else None
                      for t, x in zip(TIERS, pending(self.cache.cache_controller), strict=True)}
-        todo: dict[str, list[tuple[Any, ...]]] = {t: [] for t in TIERS}
-        for (i, tier), node in work.items():
+        todo: list[tuple[Any, ...]] = []
+        for (i, tier), node in sorted(work.items(), key=lambda item: item[0][1]):  # by tier
             rows = _rows(node, _offset(node, self.cache.root), tier)
-            if in_flight[tier] is not None and in_flight[tier][rows[1]].any():
+            if in_flight[tier] is not None and in_flight[tier][rows[2]].any():
                 self.deferred[(i, tier)] = node
-            elif (self.tiers[tier].content[rows[1]] != rows[5]).any():
-                todo[tier].append(rows)
-        return [msg for tier in TIERS for msg in self._compare(tier, todo[tier])]
+            elif (self.tiers[tier].content[rows[2]] != rows[6]).any():
+                todo.append(rows)
+        return self._compare(todo)
 
-    def _compare(self, tier: str, todo: list[tuple[Any, ...]]) -> list[str]:
-        """Read back ``(node, slots, tokens, positions, salts, packed)`` copies in one batch,
-        remembering what verified; on a mismatch, node by node to name them."""
+    def _compare(self, todo: list[tuple[Any, ...]]) -> list[str]:
+        """Read back ``(tier, node, slots, tokens, positions, salts, packed)`` copies (sorted by
+        tier): one oracle lookup, one batch per tier; remember what verified; on a mismatch,
+        node by node to name them."""
         if not todo:
             return []
-        ctrl = self.cache.cache_controller
-        dev, reader = ctrl.mem_pool_device, device_kv if tier == "device" else host_kv
-        pool = dev if tier == "device" else ctrl.mem_pool_host
-        read: Callable[..., torch.Tensor] = lambda layer, part, s: reader(pool, layer, part, s)  # noqa: E731
-        _, *columns = zip(*todo, strict=True)
+        dev = self.cache.cache_controller.mem_pool_device
+        tiers, _, *columns = zip(*todo, strict=True)
         slots, tokens, positions, salts, packed = (
             c[0] if len(c) == 1 else np.concatenate(c) for c in columns)
-        if not mismatches(dev, read, torch.from_numpy(slots), tokens, positions, salts):
-            self.tiers[tier].content[slots] = packed
-            return []
-        return [f"node {node.id} {tier} copy: {msg}" for node, *cols in todo
-                for msg in mismatches(dev, read, torch.from_numpy(cols[0]), *cols[1:4])]
+        want = expected_rows(dev, tokens, positions, salts)
+        sizes = np.cumsum([0] + [len(c) for c in columns[0]])
+        bad: list[str] = []
+        for tier in dict.fromkeys(tiers):
+            lo, hi = sizes[tiers.index(tier)], sizes[len(tiers) - tiers[::-1].index(tier)]
+            read = self._reader(tier)
+            if not mismatches(dev, read, torch.from_numpy(slots[lo:hi]), None, None,
+                              want=want[lo:hi]):
+                self.tiers[tier].content[slots[lo:hi]] = packed[lo:hi]
+                continue
+            bad += [f"node {node.id} {tier} copy: {msg}" for t, node, *cols in todo if t == tier
+                    for msg in mismatches(dev, read, torch.from_numpy(cols[0]), *cols[1:4])]
+        return bad
+
+    def _reader(self, tier: str) -> Callable[[int, int, torch.Tensor], torch.Tensor]:
+        ctrl = self.cache.cache_controller
+        if tier == "device":
+            return lambda layer, part, s: device_kv(ctrl.mem_pool_device, layer, part, s)
+        return lambda layer, part, s: host_kv(ctrl.mem_pool_host, layer, part, s)
 
 
 def _header(node: Any) -> tuple[Any, ...]:
@@ -272,9 +278,9 @@ def _offset(node: Any, root: Any) -> int:
 
 
 def _rows(node: Any, offset: int, tier: str) -> tuple[Any, ...]:
-    """(node, slots, tokens, positions, salts, packed) of the node's copy on ``tier``: int64
-    numpy columns, ``packed`` naming each row's content (:func:`~hicache.stress.shadow.pack`)."""
+    """(tier, node, slots, tokens, positions, salts, packed) of the node's copy on ``tier``:
+    int64 numpy columns, ``packed`` naming each row's content (see ``shadow.pack``)."""
     n, salt = len(node.key), SALTS[node.extra_key]
     tokens, positions = node.key.astype(np.int64), np.arange(offset, offset + n)
-    return (node, _array(_slots(node, tier)), tokens, positions, np.full(n, salt),
+    return (tier, node, _array(_slots(node, tier)), tokens, positions, np.full(n, salt),
             pack(tokens, positions, salt))
