@@ -5,6 +5,8 @@
 - :func:`namespace`: a match never reaches a node of another ``extra_key``.
 - :func:`sweep`: every cached token's KV, on the device and on the host, equals the oracle's
   value for (token, position, layer, namespace); copies still queued for transfer are skipped.
+  It reads layer by layer (``device_kv``/``host_kv``), apart from the incremental checks'
+  whole-row readers (``device_rows``/``host_rows``), so each cross-checks the other.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache.stress.oracle import device_kv, host_kv, mismatches
+from hicache.stress.oracle import (
+    device_kv,
+    device_rows,
+    differences,
+    expected_rows,
+    host_kv,
+    mismatches,
+)
 from hicache.stress.workload import SALTS
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -90,8 +99,9 @@ def check_prefix(pool: Any, slots: torch.Tensor, tokens: list[int], salt: int,
         return []
     ids = torch.tensor(tokens[: slots.numel()], dtype=torch.int64)[keep]
     positions = torch.arange(slots.numel())[keep]
-    read = lambda layer, part, s: device_kv(pool, layer, part, s)  # noqa: E731
-    return mismatches(pool, read, slots[keep], ids, positions, salt)
+    slots = slots[keep]
+    return differences(pool, device_rows(pool, slots), expected_rows(pool, ids, positions, salt),
+                       slots)
 
 
 def sweep(cache: Any) -> list[str]:

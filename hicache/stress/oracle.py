@@ -161,20 +161,41 @@ def host_kv(host: Any, layer: int, part: int, slots: torch.Tensor) -> torch.Tens
     return buf[page, :, offset, layer]  # page_head: [pages, H, page_size, L, D]
 
 
-def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: Any, positions: Any,
-               salt: int | torch.Tensor | np.ndarray = 0, want: torch.Tensor | None = None
-               ) -> list[str]:
-    """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV of
-    ``tokens`` at ``positions`` (or from ``want``, their :func:`expected_rows` if known)."""
-    if slots.numel() == 0:
-        return []
-    parts, layers = _parts(pool), range(pool.layer_num)
-    if want is None:
-        want = expected_rows(pool, tokens, positions, salt)
-    got = torch.stack([read(layer, part, slots) for layer in layers for part in range(parts)], 1)
+def device_rows(pool: Any, slots: torch.Tensor) -> torch.Tensor:
+    """Every layer and part of device ``slots`` at once, like :func:`expected_rows`: CPU
+    ``[n, layers * parts, heads, dim]``, read through the pool's getters (one wait per layer)."""
+    loc, columns = slots.to(pool.device), []
+    for layer in range(pool.layer_num):
+        parts = pool.get_kv_buffer(layer) if _parts(pool) == 2 else (
+            pool.get_key_buffer(layer),)
+        columns += [buf[loc] for buf in parts]
+    return torch.stack(columns, 1).cpu()
+
+
+def host_rows(host: Any, slots: torch.Tensor) -> torch.Tensor:
+    """Every layer and part of host ``slots`` at once (one gather per part), in any host
+    layout: CPU ``[n, layers * parts, heads, dim]`` like :func:`expected_rows`."""
+    page, offset, parts = slots // host.page_size, slots % host.page_size, []
+    for buf in host.host_parts:
+        buf = buf if host.store_dtype == host.dtype else buf.view(host.dtype)
+        if host.layout == "layer_first":  # [L, slots, H, D]
+            parts.append(buf[:, slots].transpose(0, 1))
+        elif host.layout == "page_first":  # [slots, L, H, D]
+            parts.append(buf[slots])
+        elif host.layout == "page_first_direct":  # [pages, L, page_size, H, D]
+            parts.append(buf[page, :, offset])
+        else:  # page_head: [pages, H, page_size, L, D]
+            parts.append(buf[page, :, offset].transpose(1, 2))
+    return torch.stack(parts, 2).flatten(1, 2)
+
+
+def differences(pool: Any, got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor
+                ) -> list[str]:
+    """Every (layer, part) where rows ``got`` and ``want`` (``[n, layers * parts, ...]``) of
+    ``slots`` differ."""
     if torch.equal(got, want):
         return []
-    bad = []
+    parts, bad = _parts(pool), []
     for column in range(want.shape[1]):
         wrong = (got[:, column] != want[:, column]).flatten(1).any(1)
         if bool(wrong.any()):
@@ -182,3 +203,14 @@ def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: Any, positions
             bad.append(f"layer {column // parts} part {column % parts}: slots "
                        f"{slots[rows].tolist()} differ")
     return bad
+
+
+def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: Any, positions: Any,
+               salt: int | torch.Tensor | np.ndarray = 0) -> list[str]:
+    """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV of
+    ``tokens`` at ``positions``."""
+    if slots.numel() == 0:
+        return []
+    layers, parts = range(pool.layer_num), range(_parts(pool))
+    got = torch.stack([read(layer, part, slots) for layer in layers for part in parts], 1)
+    return differences(pool, got, expected_rows(pool, tokens, positions, salt), slots)

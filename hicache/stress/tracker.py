@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from hicache.stress.checker import pending
-from hicache.stress.oracle import device_kv, expected_rows, host_kv, mismatches
+from hicache.stress.oracle import device_rows, differences, expected_rows, host_rows
 from hicache.stress.shadow import TierShadow, pack
 from hicache.stress.workload import SALTS
 
@@ -239,19 +239,21 @@ class Tracker:
         for tier in dict.fromkeys(tiers):
             lo, hi = sizes[tiers.index(tier)], sizes[len(tiers) - tiers[::-1].index(tier)]
             read = self._reader(tier)
-            if not mismatches(dev, read, torch.from_numpy(slots[lo:hi]), None, None,
-                              want=want[lo:hi]):
+            s = torch.from_numpy(slots[lo:hi])
+            if not differences(dev, read(s), want[lo:hi], s):
                 self.tiers[tier].content[slots[lo:hi]] = packed[lo:hi]
                 continue
-            bad += [f"node {node.id} {tier} copy: {msg}" for t, node, *cols in todo if t == tier
-                    for msg in mismatches(dev, read, torch.from_numpy(cols[0]), *cols[1:4])]
+            for t, node, slot, *cols in todo:
+                s = torch.from_numpy(slot)
+                bad += [f"node {node.id} {tier} copy: {msg}" for msg in differences(
+                    dev, read(s), expected_rows(dev, *cols[:3]), s)] if t == tier else []
         return bad
 
-    def _reader(self, tier: str) -> Callable[[int, int, torch.Tensor], torch.Tensor]:
+    def _reader(self, tier: str) -> Callable[[torch.Tensor], torch.Tensor]:
         ctrl = self.cache.cache_controller
         if tier == "device":
-            return lambda layer, part, s: device_kv(ctrl.mem_pool_device, layer, part, s)
-        return lambda layer, part, s: host_kv(ctrl.mem_pool_host, layer, part, s)
+            return lambda s: device_rows(ctrl.mem_pool_device, s)
+        return lambda s: host_rows(ctrl.mem_pool_host, s)
 
 
 def _header(node: Any) -> tuple[Any, ...]:
