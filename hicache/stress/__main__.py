@@ -2,7 +2,8 @@
 
 Examples::
 
-    python -m hicache.stress --ops 2000 --seed 1
+    python -m hicache.stress --ops 10000 --faults 0.02     # the README's run: minutes
+    python -m hicache.stress --ops 2000 --seed 1 --only mla/direct --progress
     python -m hicache.stress --ops 5000 --faults 0.02 --device cuda --max-seconds 540
 
 After every op, what it changed is checked (slots, locks, sizes, bytes of new copies: see

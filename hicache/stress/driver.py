@@ -79,13 +79,10 @@ class Driver:
     # ---- requests ----------------------------------------------------------------------------
 
     def idle(self, op: str) -> bool:
-        """Whether ``op`` has nothing to act on now: it would return without touching the
-        cache or its pools (so there is nothing to check after it either)."""
-        if op == "admit":
-            return len(self.live) >= MAX_LIVE
+        """``op`` has nothing to act on: it would not touch the cache (nor need a check)."""
         if op in ("advance", "abort"):
             return not self.live
-        return op == "unlock" and not self.locks
+        return len(self.live) >= MAX_LIVE if op == "admit" else op == "unlock" and not self.locks
 
     def admit(self) -> None:
         if self.idle("admit"):

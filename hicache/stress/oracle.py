@@ -81,10 +81,12 @@ class _Table:
     def lookup(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
                ) -> torch.Tensor:
         """``[n, layers * parts, heads, dim]`` for int64 ``[n]`` inputs."""
-        columns = (salts, tokens, positions)
-        if tokens.size == 0 or min(int(x.min()) for x in columns) < 0:
+        if tokens.size == 0:
             return self.direct(tokens, positions, salts)
-        need = tuple(int(x.max()) + 1 for x in columns)
+        columns = np.stack((salts, tokens, positions))
+        if int(columns.min()) < 0:
+            return self.direct(tokens, positions, salts)
+        need = tuple(n + 1 for n in columns.max(axis=1).tolist())
         fits = all(n <= b for n, b in zip(need, self.bounds, strict=True))
         if not (fits or self._grow(need)):
             return self.direct(tokens, positions, salts)

@@ -72,8 +72,12 @@ def _step(driver: Driver, name: str) -> None:
     except Exception as err:  # a crash of the cache under test is a violation too
         driver.violations.append(f"raised {type(err).__name__}: {err}\n"
                                  + traceback.format_exc(limit=-4))
+    _checked(driver, driver.check)
+
+
+def _checked(driver: Driver, check: Callable[[], None]) -> None:
     try:
-        driver.check()
+        check()
     except Exception as err:  # state too broken to read back
         driver.violations.append(f"checking it raised {type(err).__name__}: {err}")
 
@@ -95,7 +99,7 @@ def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | No
         _step(driver, name)
         where = f"op {done} ({name}), seed {cfg.seed}:"
         if not driver.violations and done % cfg.full_every == 0:
-            driver.check_full()
+            _checked(driver, driver.check_full)
             where = f"full check after op {done}, seed {cfg.seed}:"
         if driver.violations:
             driver.violations.insert(0, where)
@@ -105,7 +109,7 @@ def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | No
     if not driver.violations:
         driver.drain()
         driver.audit_locks()
-        driver.check_full()
+        _checked(driver, driver.check_full)
         if driver.violations:
             driver.violations.insert(0, f"final check after op {done}, seed {cfg.seed}:")
     if progress is not None:
