@@ -5,6 +5,8 @@
 - :func:`namespace`: a match never reaches a node of another ``extra_key``.
 - :func:`sweep`: every cached token's KV, on the device and on the host, equals the oracle's
   value for (token, position, layer, namespace); copies still queued for transfer are skipped.
+  It reads layer by layer (``device_kv``/``host_kv``), apart from the incremental checks'
+  whole-row readers (``device_rows``/``host_rows``), so each cross-checks the other.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache.stress.oracle import device_kv, host_kv, mismatches
+from hicache.stress.oracle import (
+    device_kv,
+    device_rows,
+    differences,
+    expected_rows,
+    host_kv,
+    mismatches,
+)
 from hicache.stress.workload import SALTS
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -90,28 +99,39 @@ def check_prefix(pool: Any, slots: torch.Tensor, tokens: list[int], salt: int,
         return []
     ids = torch.tensor(tokens[: slots.numel()], dtype=torch.int64)[keep]
     positions = torch.arange(slots.numel())[keep]
-    read = lambda layer, part, s: device_kv(pool, layer, part, s)  # noqa: E731
-    return mismatches(pool, read, slots[keep], ids, positions, salt)
+    slots = slots[keep]
+    return differences(pool, device_rows(pool, slots), expected_rows(pool, ids, positions, salt),
+                       slots)
 
 
 def sweep(cache: Any) -> list[str]:
-    """Every tree node's device and host copy holds the oracle's KV."""
+    """Every tree node's device and host copy holds the oracle's KV: one batch per tier, then
+    node by node to name the nodes when a batch differs."""
     ctrl = cache.cache_controller
     dev_pool, host_pool = ctrl.mem_pool_device, ctrl.mem_pool_host
-    loading, writing = pending(ctrl)
+    copies = ((lambda n: n.value, device_kv, dev_pool, "device"),
+              (lambda n: n.host_value, host_kv, host_pool, "host"))
+    nodes = list(walk(cache))
     bad: list[str] = []
-    for node, ids in walk(cache):
-        n, salt = len(node.key), SALTS[node.extra_key]
-        tokens = torch.from_numpy(ids[-n:].astype(np.int64))
-        positions = torch.arange(len(ids) - n, len(ids))
-        copies = ((node.value, loading, device_kv, dev_pool, "device"),
-                  (node.host_value, writing, host_kv, host_pool, "host"))
-        for slots, skip, reader, pool, tier in copies:
-            if slots is None:
-                continue
-            keep = ~torch.isin(slots.cpu(), skip)
-            read = lambda layer, part, s, r=reader, p=pool: r(p, layer, part, s)  # noqa: E731
-            for msg in mismatches(dev_pool, read, slots.cpu()[keep], tokens[keep],
-                                  positions[keep], salt):
-                bad.append(f"node {node.id} {tier} copy: {msg}")
+    for (get, reader, pool, tier), skip in zip(copies, pending(ctrl), strict=True):
+        read = lambda layer, part, s, r=reader, p=pool: r(p, layer, part, s)  # noqa: E731
+        rows = [(node, *_rows(node, ids, get(node), skip.numpy())) for node, ids in nodes
+                if get(node) is not None]
+        if not rows:
+            continue
+        slots, *columns = (np.concatenate(c) for c in zip(*(r[1:] for r in rows), strict=True))
+        if mismatches(dev_pool, read, torch.from_numpy(slots), *columns):
+            bad += [f"node {node.id} {tier} copy: {msg}" for node, slots, *cols in rows
+                    for msg in mismatches(dev_pool, read, torch.from_numpy(slots), *cols)]
     return bad
+
+
+def _rows(node: Any, ids: np.ndarray, slots: torch.Tensor, skip: np.ndarray
+          ) -> tuple[np.ndarray, ...]:
+    """(slots, tokens, positions, salts), int64 numpy, of one copy of ``node`` (whose path
+    holds ``ids``), without the slots still in flight (``skip``)."""
+    n, slots = len(node.key), slots.cpu().numpy()
+    keep = ~np.isin(slots, skip) if skip.size else slice(None)
+    positions = np.arange(len(ids) - n, len(ids))
+    salts = np.full(n, SALTS[node.extra_key], dtype=np.int64)
+    return slots[keep], ids[-n:].astype(np.int64)[keep], positions[keep], salts[keep]

@@ -41,7 +41,9 @@ class StressConfig:
     conversations : conversations in the workload (few: the same prefixes come back often).
     load_back_threshold : host hits shorter than this are recomputed (kept small to load a lot).
     p_alloc_none, p_transfer_fail : fault rates (allocator short, transfer raising mid-batch).
-    verify_every : sweep every cached token's KV bytes every this many ops (and at the end).
+    full_every : after every op its changes are checked (:mod:`hicache.stress.tracker`);
+        every this many ops (and at the end) everything is: ``check_invariants``, slot
+        ownership from scratch and every cached token's KV bytes.
     device : where the device pool lives ("cpu" or "cuda").
     """
 
@@ -59,7 +61,7 @@ class StressConfig:
     load_back_threshold: int = 1
     p_alloc_none: float = 0.0
     p_transfer_fail: float = 0.0
-    verify_every: int = 20
+    full_every: int = 1000
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -68,7 +70,7 @@ class StressConfig:
                              f"{(self.kind, self.io_backend, self.layout)}")
         if self.write_policy not in WRITE_POLICIES:
             raise ValueError(f"write_policy must be one of {WRITE_POLICIES}")
-        for name in ("page_size", "ops", "verify_every"):
+        for name in ("page_size", "ops", "full_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("p_alloc_none", "p_transfer_fail"):

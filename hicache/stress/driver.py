@@ -21,6 +21,7 @@ from hicache.stress import checker
 from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
 from hicache.stress.faults import Faults, InjectedFault
 from hicache.stress.oracle import write_kv
+from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
 
 
@@ -33,10 +34,15 @@ class Live:
     slots: torch.Tensor
     base: int
     target: int
+    _own: tuple[int, torch.Tensor] | None = None
 
     def own(self) -> torch.Tensor:
-        """Slots still the request's: positions from ``cache_protected_len`` on."""
-        return self.slots[max(self.req.cache_protected_len - self.base, 0):]
+        """Slots still the request's: positions from ``cache_protected_len`` on (the same
+        tensor until that moves, so a checker can tell it did not change)."""
+        start = max(self.req.cache_protected_len - self.base, 0)
+        if self._own is None or self._own[0] != start:
+            self._own = (start, self.slots[start:])
+        return self._own[1]
 
 
 class Driver:
@@ -60,6 +66,8 @@ class Driver:
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()
         self.violations: list[str] = []
+        self.tracker = Tracker(self.cache, self.stack.allocator, self.host_pool,
+                               self.stack.req_pool, self.all_device, self.all_host)
         self._install_faults()
 
     def _install_faults(self) -> None:
@@ -70,8 +78,14 @@ class Driver:
 
     # ---- requests ----------------------------------------------------------------------------
 
+    def idle(self, op: str) -> bool:
+        """``op`` has nothing to act on: it would not touch the cache (nor need a check)."""
+        if op in ("advance", "abort"):
+            return not self.live
+        return len(self.live) >= MAX_LIVE if op == "admit" else op == "unlock" and not self.locks
+
     def admit(self) -> None:
-        if len(self.live) >= MAX_LIVE:
+        if self.idle("admit"):
             return
         turn = self.workload.next_turn()
         if turn is None:
@@ -130,7 +144,7 @@ class Driver:
         req.kv_len = end
 
     def advance(self) -> None:
-        if not self.live:
+        if self.idle("advance"):
             return
         live = self.rng.choice(self.live)
         if live.req.kv_len < live.target:
@@ -142,7 +156,7 @@ class Driver:
         self._finish(live, completed=True)
 
     def abort(self) -> None:
-        if not self.live:
+        if self.idle("abort"):
             return
         live = self.rng.choice(self.live)
         if self.rng.random() < 0.5:
@@ -208,7 +222,7 @@ class Driver:
             self.locks.append(node)
 
     def unlock(self) -> None:
-        if self.locks:
+        if not self.idle("unlock"):
             self.cache.dec_lock_ref(self.locks.pop(self.rng.randrange(len(self.locks))))
 
     def evict(self) -> None:
@@ -260,16 +274,27 @@ class Driver:
     def _expect(self, problems: list[str]) -> None:
         self.violations.extend(problems)
 
-    def check(self, sweep: bool) -> None:
-        """Invariants and slot ownership after an op; all KV bytes when ``sweep``."""
-        enabled, self.faults.enabled = self.faults.enabled, False
-        try:
-            self.cache.check_invariants()
-        except RuntimeError as err:
-            self.violations.append(f"check_invariants: {err}")
-        self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
-                                       [live.own() for live in self.live], self.all_device,
-                                       self.all_host))
-        if sweep:
+    def _held(self) -> tuple[list[torch.Tensor], Counter[int]]:
+        """(device slots each live request owns, node id -> locks the driver took on it)."""
+        nodes = [live.req.last_node for live in self.live] + self.locks
+        return [live.own() for live in self.live], Counter(n.id for n in nodes if n is not None)
+
+    def check(self) -> None:
+        """After an op: what it changed (see :mod:`hicache.stress.tracker`)."""
+        with self.faults.paused():
+            self._expect(self.tracker.check(*self._held()))
+
+    def check_full(self) -> None:
+        """Everything: the cache's own ``check_invariants``, slot ownership from scratch, every
+        cached token's KV bytes, then the tracker re-based on (and checking) the whole tree."""
+        with self.faults.paused():
+            try:
+                self.cache.check_invariants()
+            except RuntimeError as err:
+                self.violations.append(f"check_invariants: {err}")
+            requests, locks = self._held()
+            self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
+                                           requests, self.all_device, self.all_host))
             self._expect(checker.sweep(self.cache))
-        self.faults.enabled = enabled
+            self.tracker.reset()
+            self._expect(self.tracker.check(requests, locks, verify=False))

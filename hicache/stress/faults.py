@@ -8,7 +8,8 @@ failing run replays exactly.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,15 @@ class Faults:
                 raise InjectedFault("injected backup failure after the copy")
 
         self._patch(host_pool, "backup_from_device_all_layer", backup)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No faults fire inside the block (checkers read state back); restored on exit."""
+        enabled, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = enabled
 
     def restore(self) -> None:
         """Undo every patch (most recent first)."""

@@ -30,7 +30,9 @@ OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
 
 @dataclass
 class Report:
-    """What one scenario did: ``violations`` is empty when the cache held every invariant."""
+    """What one scenario did: ``violations`` is empty when the cache held every invariant.
+    ``seconds`` is wall-clock time, ``cpu_seconds`` the process's CPU time (a shared machine's
+    wall time varies with its load)."""
 
     label: str
     ops: int
@@ -38,45 +40,82 @@ class Report:
     violations: list[str]
     counts: Counter[str] = field(default_factory=Counter)
     injected: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.ops / max(self.seconds, 1e-9)
 
     def line(self) -> str:
         keys = ("admit", "finished", "aborted", "load_back", "evicted", "host_evicted", "reset")
         shown = " ".join(f"{k}={self.counts.get(k, 0)}" for k in keys)
         faults = sum(self.injected.values())
+        cpu = self.ops / max(self.cpu_seconds, 1e-9)
         return (f"{self.label:<48} ops={self.ops:<7} time={self.seconds:7.2f}s "
+                f"ops/s={self.ops_per_second:<5.0f} (cpu {cpu:.0f}) "
                 f"violations={len(self.violations)} faults={faults} {shown}")
 
 
-def run(cfg: StressConfig, seconds: float | None = None) -> Report:
-    """Run ``cfg.ops`` random ops (or fewer when ``seconds`` run out), checking after each;
-    stop at the first violation."""
+Progress = Callable[[int, int], None]  # (ops done, violations so far)
+PROGRESS_EVERY = 100  # ops between progress callbacks
+
+
+def _step(driver: Driver, name: str) -> None:
+    """One op, then the check of what it changed; a crash of either is a violation. An idle
+    op (nothing to act on) changes nothing and is not run."""
+    if driver.idle(name):
+        return
+    try:
+        OPS[name][1](driver)
+    except InjectedFault:
+        driver.counts[f"fault_surfaced_in_{name}"] += 1
+    except Exception as err:  # a crash of the cache under test is a violation too
+        driver.violations.append(f"raised {type(err).__name__}: {err}\n"
+                                 + traceback.format_exc(limit=-4))
+    _checked(driver, driver.check)
+
+
+def _checked(driver: Driver, check: Callable[[], None]) -> None:
+    try:
+        check()
+    except Exception as err:  # state too broken to read back
+        driver.violations.append(f"checking it raised {type(err).__name__}: {err}")
+
+
+def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | None = None
+        ) -> Report:
+    """Run ``cfg.ops`` random ops (or fewer when ``seconds`` run out), checking what each
+    changed after it and everything every ``cfg.full_every`` ops and at the end; stop at the
+    first violation. ``progress`` is called every :data:`PROGRESS_EVERY` ops and at the end."""
     driver = Driver(cfg)
     names = list(OPS)
     weights = [OPS[n][0] for n in names]
-    start, done = time.perf_counter(), 0
+    start, cpu, done = time.perf_counter(), time.process_time(), 0
     deadline = None if seconds is None else start + seconds
     while done < cfg.ops and (deadline is None or time.perf_counter() < deadline):
         done += 1
         name = driver.rng.choices(names, weights)[0]
         driver.counts[name] += 1
-        try:
-            OPS[name][1](driver)
-        except InjectedFault:
-            driver.counts[f"fault_surfaced_in_{name}"] += 1
-        except Exception as err:  # a crash of the cache under test is a violation too
-            driver.violations.append(f"raised {type(err).__name__}: {err}\n"
-                                     + traceback.format_exc(limit=-4))
-        driver.check(sweep=done % cfg.verify_every == 0)
+        _step(driver, name)
+        where = f"op {done} ({name}), seed {cfg.seed}:"
+        if not driver.violations and done % cfg.full_every == 0:
+            _checked(driver, driver.check_full)
+            where = f"full check after op {done}, seed {cfg.seed}:"
         if driver.violations:
-            driver.violations.insert(0, f"op {done} ({name}), seed {cfg.seed}:")
+            driver.violations.insert(0, where)
             break
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done, 0)
     if not driver.violations:
         driver.drain()
         driver.audit_locks()
-        driver.check(sweep=True)
-    seconds = time.perf_counter() - start
-    return Report(cfg.label(), done, seconds, driver.violations, driver.counts,
-                  dict(driver.faults.injected))
+        _checked(driver, driver.check_full)
+        if driver.violations:
+            driver.violations.insert(0, f"final check after op {done}, seed {cfg.seed}:")
+    if progress is not None:
+        progress(done, len(driver.violations))
+    return Report(cfg.label(), done, time.perf_counter() - start, driver.violations,
+                  driver.counts, dict(driver.faults.injected), time.process_time() - cpu)
 
 
 # (write policy, eviction policy) pairs: mru evicts the just-matched path first, the order

@@ -1,8 +1,11 @@
 """HiRadixCache under seeded random stress and targeted fault scenarios (bounded for CI).
 
-The random scenarios (``hicache.stress``) check invariants and slot ownership after every op and
-every cached token's KV bytes periodically and at the end; the targeted tests pin down the
-situations random runs reach only rarely. ``python -m hicache.stress --ops 100000`` runs long.
+The random scenarios (``hicache.stress``) check what each op changed after it (slots, locks,
+sizes, the bytes of new copies) and everything (``check_invariants``, slot ownership from
+scratch, every cached token's KV bytes) every ``full_every`` ops and at the end; the targeted
+tests pin down the situations random runs reach only rarely. ``tests/stress/test_planted_bugs``
+shows both kinds of check find planted bugs. The README's ``python -m hicache.stress`` command
+runs the matrix longer.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from hicache.stress.runner import matrix, run
 from hicache.stress.workload import SALTS, TENANTS
 
 ACTIVITY = ("evicted", "host_evicted", "load_back", "finished", "aborted", "cache_unfinished_req")
-SCENARIOS = matrix(StressConfig(ops=1000, verify_every=10, seed=7))
-FAULTY = matrix(StressConfig(ops=500, verify_every=10, seed=11, p_alloc_none=0.1,
+SCENARIOS = matrix(StressConfig(ops=1000, full_every=100, seed=7))
+FAULTY = matrix(StressConfig(ops=500, full_every=100, seed=11, p_alloc_none=0.1,
                              p_transfer_fail=0.1))
 _totals: Counter[str] = Counter()
 
@@ -194,11 +197,29 @@ def test_reset_with_writes_and_loads_queued():
 
 def test_cli_runs_a_bounded_matrix(capsys):
     assert main(["--ops", "40", "--only", "mha/kernel", "--faults", "0.05"]) == 0
-    out = capsys.readouterr().out
-    assert "TOTAL scenarios=6" in out and "violations=0" in out
+    out, err = capsys.readouterr()
+    assert "TOTAL scenarios=6" in out and "violations=0" in out and "ops/s=" in out
+    assert err == "", "no progress unless stderr is a terminal or --progress is given"
 
 
-CUDA = matrix(StressConfig(ops=300, verify_every=10, seed=5, device="cuda", p_alloc_none=0.05,
+def test_cli_progress_shows_ops_rate_and_violations(capsys):
+    assert main(["--ops", "250", "--only", "mla/direct/layer_first/p1", "--progress"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("1/1") and "0/250" in lines[0]
+    assert any("100/250" in line and "ops/s violations=0" in line for line in lines)
+    assert "250/250 100%" in lines[-1] and "violations=0" in lines[-1]
+
+
+@pytest.mark.parametrize("cfg", [SCENARIOS[0], FAULTY[13]], ids=["p1", "p64-faults"])
+def test_full_checks_after_every_op_agree_with_the_incremental_ones(cfg):
+    """A full check (and a fresh tracker) after every op: the incremental checks and their
+    shadow state never disagree with a check from scratch."""
+    report = run(cfg.with_(ops=300, full_every=1))
+    _assert_clean(report)
+    assert report.counts["evicted"] and report.counts["load_back"]
+
+
+CUDA = matrix(StressConfig(ops=300, full_every=100, seed=5, device="cuda", p_alloc_none=0.05,
                            p_transfer_fail=0.05))[::2]
 
 
