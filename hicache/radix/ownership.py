@@ -122,17 +122,17 @@ class SlotOwners:
         if self._held is not None:
             self._held[_to_host(slots)] = False
 
-    @property
-    def active(self) -> bool:
-        return self._held is not None
-
     def held(self) -> np.ndarray | None:
         """The slots marked held, ascending (None when not tracked)."""
         return None if self._held is None else np.flatnonzero(self._held)
 
+    def any_held(self, slots: Slots) -> bool:
+        """Whether a node holds any of ``slots`` (in range: ``check_pages`` first)."""
+        return self._held is not None and bool(self._held[_to_host(slots)].any())
+
     def check(self, slots: Slots, name: str) -> None:
         """``ValueError`` if a node holds any of ``slots`` (in range: ``check_pages`` first)."""
-        if self._held is not None and self._held[_to_host(slots)].any():
+        if self.any_held(slots):
             _fail(name, "holds slots that a tree node already owns")
 
 
@@ -146,11 +146,12 @@ def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
         _fail(name, "holds slots that are free in the allocator (not allocated to the caller)")
 
 
-def check_insert_value(cache: RadixCache, key: RadixKey, value: Any, owners: SlotOwners) -> None:
+def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
     """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
     required with an allocator and then on its device; its slots then pass ``check_pages``, and
     the slots the insert would take (past the cached device prefix) are held by no node and,
-    under the debug switch, allocated."""
+    under the debug switch, allocated. The cached prefix is looked up (a read-only walk) only
+    when some slot is held or the debug switch is on: a fresh insert pays one gather."""
     check_value(value, len(key))
     allocator = cache.token_to_kv_pool_allocator
     if allocator is None:
@@ -161,8 +162,9 @@ def check_insert_value(cache: RadixCache, key: RadixKey, value: Any, owners: Slo
         raise ValueError(f"value must be on the allocator's device {cache.device}, "
                          f"got {value.device}")
     check_pages(value, "value", allocator)
-    if owners.active or env.ownership_checked():
-        end = len(key) - len(key) % cache.page_size
+    end = len(key) - len(key) % cache.page_size
+    owners = cache.slot_owners
+    if env.ownership_checked() or owners.any_held(value[:end]):
         new = value[device_prefix(cache, key)[0] : end]
         owners.check(new, "value")
         check_allocated(new, "value", allocator)

@@ -116,7 +116,7 @@ class RadixCache(BasePrefixCache):
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
         key = as_radix_key(key)
-        check_insert_value(self, key, value, self.slot_owners)
+        check_insert_value(self, key, value)
         if type(priority) is not int or priority < _PRIORITY_MIN:
             check_int("priority", priority, minimum=_PRIORITY_MIN)
         if self.disable:

@@ -133,13 +133,16 @@ def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
                          f"{cache.page_size}, got {protected}")
     depth = 0
     if node is not None and node is not cache.root:
-        path = cache._path_to_root(node)  # ValueError unless it is in this tree
+        if not isinstance(node, TreeNode):
+            raise TypeError(f"req.last_node must be a TreeNode or None, got {type(node).__name__}")
         if node.own_lock_ref <= 0:
             raise ValueError(f"req.last_node (node {node.id}) is not locked")
-        if node not in on_device:
-            raise ValueError(f"req.last_node (node {node.id}) does not hold a prefix of the "
-                             "request's tokens on the device")
-        depth = sum(len(n.key) for n in path)
+        # on the request's device path (hence in this tree): its depth is the path up to it
+        at = next((i for i, n in enumerate(on_device) if n is node), None)
+        if at is None:
+            raise ValueError(f"req.last_node (node {node.id}) is not in this tree on the "
+                             "device path of the request's tokens")
+        depth = sum(len(n.key) for n in on_device[: at + 1])
     if protected > depth:
         raise ValueError(f"req.cache_protected_len={protected} exceeds the {depth} tokens "
                          "req.last_node keeps locked")
