@@ -142,8 +142,9 @@ class Clock:
         sustained = (time.perf_counter() - t0) / calls
         return Timing(statistics.median(per_call), tuple(per_call), inner, cpu_s, sustained)
 
-    def _samples_cuda(self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float,
-                      k: int) -> list[float]:
+    def _samples_cuda(
+        self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float, k: int
+    ) -> list[float]:
         pairs = []
         for _ in range(n):
             self.gate(1.2 * inner * cpu_s + 50e-6 if cpu_s else 0.0)
@@ -157,8 +158,9 @@ class Clock:
         self.sync()
         return [s.elapsed_time(e) / 1e3 / inner for s, e in pairs]
 
-    def _samples_cpu(self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float,
-                     k: int) -> list[float]:
+    def _samples_cpu(
+        self, fn: Callable[[int], None], n: int, inner: int, cpu_s: float, k: int
+    ) -> list[float]:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()

@@ -90,8 +90,14 @@ class Pools:
     n_sets : number of index sets; call ``k`` uses set ``k % n_sets`` and layer ``k % layers``.
     """
 
-    def __init__(self, shape: Shape, near_region: torch.Tensor, far_region: torch.Tensor,
-                 n_sets: int, seed: int = 0):
+    def __init__(
+        self,
+        shape: Shape,
+        near_region: torch.Tensor,
+        far_region: torch.Tensor,
+        n_sets: int,
+        seed: int = 0,
+    ):
         s, L, H = shape, shape.layers, shape.head_num
         self.shape, self.item = s, s.item
         self.layout_dim = s.item * L
@@ -113,7 +119,8 @@ class Pools:
         self.far["kv_pf"] = _bf16(far_region, 0, (S, L, 1, H * D))
         dev = self.kernel_device
         self.ptrs = {
-            "near_k": _ptr_table(self.near_k, dev), "near_v": _ptr_table(self.near_v, dev),
+            "near_k": _ptr_table(self.near_k, dev),
+            "near_v": _ptr_table(self.near_v, dev),
             "near_kv": _ptr_table(self.near_kv, dev),
             "far_k": _ptr_table(list(self.far["k_lf"]), dev),
             "far_v": _ptr_table(list(self.far["v_lf"]), dev),

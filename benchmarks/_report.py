@@ -18,8 +18,10 @@ BIDIR_TARGET_GBPS = 90.0  # a load and a backup at once, total
 D2D_TARGET = 0.7  # device-to-device kernel ops vs a D2D copy, grid-filling block_quota
 SLOWDOWN_TARGET_PCT = 3.0  # concurrent matmul slowdown at block_quota=2
 TARGET_OPS = {
-    ("load", "transfer_kv_per_layer"), ("load", "transfer_kv_per_layer_pf_lf"),
-    ("load", "transfer_kv_per_layer_ph_lf"), ("backup", "transfer_kv_all_layer"),
+    ("load", "transfer_kv_per_layer"),
+    ("load", "transfer_kv_per_layer_pf_lf"),
+    ("load", "transfer_kv_per_layer_ph_lf"),
+    ("backup", "transfer_kv_all_layer"),
     ("backup", "transfer_kv_all_layer_lf_pf"),
 }
 BIDIR_TARGET_LAYOUTS = {"layer_first", "page_first"}
@@ -83,8 +85,11 @@ def judge(row: Row) -> None:
         metric, value, threshold = "ratio", row.ratio, D2D_TARGET
     else:
         return
-    row.target = {"metric": metric, "threshold": threshold,
-                  "passed": value is not None and value >= threshold}
+    row.target = {
+        "metric": metric,
+        "threshold": threshold,
+        "passed": value is not None and value >= threshold,
+    }
 
 
 def _cell(row: Row | None) -> str:
@@ -95,7 +100,8 @@ def _cell(row: Row | None) -> str:
     ratio = f"{row.ratio:.2f}".removeprefix("0") if row.ratio else "-"
     flag = "!" if row.target and not row.target["passed"] else ""
     if row.sustained_us is not None and row.sustained_us * 1e-6 > 1.15 * row.nbytes / (
-            row.gbps * 1e9):
+        row.gbps * 1e9
+    ):
         flag += "c"
     return f"{row.gbps:.1f} {ratio}{flag}"
 
@@ -112,8 +118,9 @@ def _pivot(rows: list[Row], title: str, ref_labels: dict[str, str]) -> str:
         for r in sorted((r for r in rows if r.kind == kind and r.ref_gbps), key=lambda r: r.nbytes):
             refs[r.column] = r
         table.append([ref_label] + [f"{refs[c].ref_gbps:.1f}" if c in refs else "" for c in names])
-        table += [[k] + [_cell(v.get(c)) for c in names] for k, v in lines.items()
-                  if k.startswith(kind)]
+        table += [
+            [k] + [_cell(v.get(c)) for c in names] for k, v in lines.items() if k.startswith(kind)
+        ]
     return format_table(["op  (cell: GB/s ratio)", *names], table, title)
 
 
@@ -148,13 +155,34 @@ def render_rows(rows: list[Row]) -> str:
 
 
 def render_sm_cost(results: list[dict]) -> str:
-    header = ["transfer", "bq", "nw", "mm alone ms", "mm with ms", "slowdown", "xfer GB/s alone",
-              "xfer GB/s overlapped", "verdict"]
-    body = [[r["transfer"], str(r["block_quota"]), str(r["num_warps_per_block"]),
-             f"{r['mm_alone_ms']:.2f}", f"{r['mm_with_ms']:.2f}", f"{r['slowdown_pct']:+.2f}%",
-             *(["-", "-"] if r["op"] == "none" else
-               [f"{r['xfer_alone_gbps']:.1f}", f"{r['xfer_overlap_gbps']:.1f}"]),
-             _verdict(r.get("target"))] for r in results]
+    header = [
+        "transfer",
+        "bq",
+        "nw",
+        "mm alone ms",
+        "mm with ms",
+        "slowdown",
+        "xfer GB/s alone",
+        "xfer GB/s overlapped",
+        "verdict",
+    ]
+    body = [
+        [
+            r["transfer"],
+            str(r["block_quota"]),
+            str(r["num_warps_per_block"]),
+            f"{r['mm_alone_ms']:.2f}",
+            f"{r['mm_with_ms']:.2f}",
+            f"{r['slowdown_pct']:+.2f}%",
+            *(
+                ["-", "-"]
+                if r["op"] == "none"
+                else [f"{r['xfer_alone_gbps']:.1f}", f"{r['xfer_overlap_gbps']:.1f}"]
+            ),
+            _verdict(r.get("target")),
+        ]
+        for r in results
+    ]
     return format_table(header, body, "== SM cost: bf16 matmul loop alone vs with a transfer ==")
 
 
@@ -168,32 +196,68 @@ def target_summary(rows: list[Row], sm_cost: list[dict]) -> list[dict]:
     for r in rows:
         if r.target:
             value = r.ratio if r.target["metric"] == "ratio" else r.gbps
-            name = {"h2d/d2h": f"{r.kind} {r.label}", "d2d": "d2d kernel ops",
-                    "bidir": "load+backup at once" + (" (direct)" if "direct" in r.op else ""),
-                    }[r.section]
-            desc = {"h2d/d2h": r.column, "d2d": f"{r.column} {r.kind} {r.label}",
-                    "bidir": f"{r.column} {r.layout}"}[r.section]
+            name = {
+                "h2d/d2h": f"{r.kind} {r.label}",
+                "d2d": "d2d kernel ops",
+                "bidir": "load+backup at once" + (" (direct)" if "direct" in r.op else ""),
+            }[r.section]
+            desc = {
+                "h2d/d2h": r.column,
+                "d2d": f"{r.column} {r.kind} {r.label}",
+                "bidir": f"{r.column} {r.layout}",
+            }[r.section]
             groups.setdefault(name, []).append((value or 0.0, desc, r.target["passed"]))
     out = []
     for name, vals in groups.items():
         value, where, _ = min(vals)
         metric = "GB/s" if name.startswith("load+backup") else "x copy"
-        threshold = BIDIR_TARGET_GBPS if metric == "GB/s" else (
-            D2D_TARGET if name.startswith("d2d") else RATIO_TARGET)
-        out.append({"target": name, "worst": value, "at": where, "threshold": threshold,
-                    "unit": metric, "passed": all(p for _, _, p in vals)})
+        threshold = (
+            BIDIR_TARGET_GBPS
+            if metric == "GB/s"
+            else (D2D_TARGET if name.startswith("d2d") else RATIO_TARGET)
+        )
+        out.append(
+            {
+                "target": name,
+                "worst": value,
+                "at": where,
+                "threshold": threshold,
+                "unit": metric,
+                "passed": all(p for _, _, p in vals),
+            }
+        )
     for r in sm_cost:
         if r.get("target"):
-            out.append({"target": f"matmul slowdown ({r['transfer']})", "worst": r["slowdown_pct"],
-                        "at": f"bq={r['block_quota']}", "threshold": SLOWDOWN_TARGET_PCT,
-                        "unit": "% (<=)", "passed": r["target"]["passed"]})
+            out.append(
+                {
+                    "target": f"matmul slowdown ({r['transfer']})",
+                    "worst": r["slowdown_pct"],
+                    "at": f"bq={r['block_quota']}",
+                    "threshold": SLOWDOWN_TARGET_PCT,
+                    "unit": "% (<=)",
+                    "passed": r["target"]["passed"],
+                }
+            )
     return out
 
 
 def render_targets(summary: list[dict]) -> str:
-    body = [[t["target"], f"{t['worst']:.2f} {t['unit']}", t["at"], f"{t['threshold']:g}",
-             "PASS" if t["passed"] else "FAIL"] for t in summary]
-    head = ["target (items >= 1K, block_quota=2; direct: page runs >= 64K)", "worst", "at",
-            "need", "verdict"]
+    body = [
+        [
+            t["target"],
+            f"{t['worst']:.2f} {t['unit']}",
+            t["at"],
+            f"{t['threshold']:g}",
+            "PASS" if t["passed"] else "FAIL",
+        ]
+        for t in summary
+    ]
+    head = [
+        "target (items >= 1K, block_quota=2; direct: page runs >= 64K)",
+        "worst",
+        "at",
+        "need",
+        "verdict",
+    ]
     passed = sum(t["passed"] for t in summary)
     return format_table(head, body, f"== TARGETS: {passed}/{len(summary)} pass ==")

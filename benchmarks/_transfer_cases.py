@@ -59,8 +59,17 @@ def _load_lf(p: Pools, k: int, n: int) -> tuple:
 def _load_paged(p: Pools, k: int, layout: str) -> tuple:
     ly, ix = p.at(k)
     f = p.far
-    return (f["k_" + layout], p.near_k[ly], f["v_" + layout], p.near_v[ly], ix.far, ix.near, ly,
-            p.item, p.layout_dim)
+    return (
+        f["k_" + layout],
+        p.near_k[ly],
+        f["v_" + layout],
+        p.near_v[ly],
+        ix.far,
+        ix.near,
+        ly,
+        p.item,
+        p.layout_dim,
+    )
 
 
 def _load_pf(p: Pools, k: int, n: int) -> tuple:
@@ -96,22 +105,50 @@ def _load_direct_pf(p: Pools, k: int, n: int) -> tuple:
 def _backup_lf(p: Pools, k: int, n: int) -> tuple:
     _, ix, _ = _sl(p, k, n)
     q = p.ptrs
-    return (q["near_k"], q["far_k"], q["near_v"], q["far_v"], ix.near, ix.far, p.item,
-            p.shape.layers)
+    return (
+        q["near_k"],
+        q["far_k"],
+        q["near_v"],
+        q["far_v"],
+        ix.near,
+        ix.far,
+        p.item,
+        p.shape.layers,
+    )
 
 
 def _backup_pf(p: Pools, k: int, n: int) -> tuple:
     _, ix, _ = _sl(p, k, n)
     q, f = p.ptrs, p.far
-    return (q["near_k"], f["k_pf"], q["near_v"], f["v_pf"], ix.near, ix.far, p.item,
-            p.layout_dim, p.shape.layers)
+    return (
+        q["near_k"],
+        f["k_pf"],
+        q["near_v"],
+        f["v_pf"],
+        ix.near,
+        ix.far,
+        p.item,
+        p.layout_dim,
+        p.shape.layers,
+    )
 
 
 def _backup_ph(p: Pools, k: int, n: int) -> tuple:
     _, ix, _ = _sl(p, k, n)
     q, f, s = p.ptrs, p.far, p.shape
-    return (q["near_k"], f["k_ph"], q["near_v"], f["v_ph"], ix.near, ix.far, p.item,
-            p.layout_dim, s.layers, s.page_size, s.head_num)
+    return (
+        q["near_k"],
+        f["k_ph"],
+        q["near_v"],
+        f["v_ph"],
+        ix.near,
+        ix.far,
+        p.item,
+        p.layout_dim,
+        s.layers,
+        s.page_size,
+        s.head_num,
+    )
 
 
 def _backup_mla(p: Pools, k: int, n: int) -> tuple:
@@ -122,8 +159,15 @@ def _backup_mla(p: Pools, k: int, n: int) -> tuple:
 
 def _backup_mla_pf(p: Pools, k: int, n: int) -> tuple:
     _, ix, _ = _sl(p, k, n)
-    return (p.ptrs["near_kv"], p.far["kv_pf"], ix.near, ix.far, p.item, p.layout_dim,
-            p.shape.layers)
+    return (
+        p.ptrs["near_kv"],
+        p.far["kv_pf"],
+        ix.near,
+        ix.far,
+        p.item,
+        p.layout_dim,
+        p.shape.layers,
+    )
 
 
 def _backup_direct(p: Pools, k: int, n: int) -> tuple:
@@ -174,8 +218,9 @@ def direct_tokens(sp: OpSpec, shape: Shape, max_copies: int) -> int:
     return min(shape.tokens, pages * shape.page_size)
 
 
-def bind(kernels: ModuleType, sp: OpSpec, pools: Pools, tokens: int,
-         knobs: dict) -> Callable[[int], None]:
+def bind(
+    kernels: ModuleType, sp: OpSpec, pools: Pools, tokens: int, knobs: dict
+) -> Callable[[int], None]:
     """``fn(k)`` running call ``k`` of ``sp`` (kernel ops get ``knobs``: block_quota, warps)."""
     fn = getattr(kernels, sp.op)
     kw = {} if sp.direct else knobs

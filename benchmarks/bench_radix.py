@@ -81,8 +81,10 @@ def bench_match(page: int, repeats: int) -> tuple[float, float]:
     for end in range(2048, 131_072 + 1, 2048):
         chain.insert(key[:end])
     assert len(_path(chain, key)) == 64, "the chain benchmark needs a 64-node path"
-    return (_median_ms(lambda: one.match_prefix(key), repeats),
-            _median_ms(lambda: chain.match_prefix(key), repeats))
+    return (
+        _median_ms(lambda: one.match_prefix(key), repeats),
+        _median_ms(lambda: chain.match_prefix(key), repeats),
+    )
 
 
 def _path(cache: RadixCache, key: RadixKey) -> list:
@@ -97,8 +99,10 @@ def _shared_prefix_keys(rng: np.random.Generator, groups: int, per_group: int) -
     keys = []
     for _ in range(groups):
         prefix = rng.integers(0, VOCAB, 1024)
-        keys += [RadixKey(np.concatenate([prefix, rng.integers(0, VOCAB, 1024)]))
-                 for _ in range(per_group)]
+        keys += [
+            RadixKey(np.concatenate([prefix, rng.integers(0, VOCAB, 1024)]))
+            for _ in range(per_group)
+        ]
     return keys
 
 
@@ -178,8 +182,7 @@ def bench_mixed(page: int, repeats: int, ops: int = 20_000, capacity: int = 262_
 def bench_key_build() -> tuple[float, float]:
     small = np.random.default_rng(4).integers(0, VOCAB, 2048).tolist()
     large = np.random.default_rng(5).integers(0, VOCAB, 131_072).tolist()
-    return (_median_ms(lambda: RadixKey(small), 50) * 1e3,
-            _median_ms(lambda: RadixKey(large), 10))
+    return (_median_ms(lambda: RadixKey(small), 50) * 1e3, _median_ms(lambda: RadixKey(large), 10))
 
 
 def _fmt(value: float) -> str:
@@ -211,11 +214,15 @@ def main() -> None:
         base = SGLANG[metric]
         gain = [b / o if lower else o / b for o, b in zip(ours, base, strict=False)]
         cells = "".join(f"{_fmt(v):>11}" for v in ours)
-        print(f"{label:28}{unit:>7}{cells}{_fmt(base[0]) + ' / ' + _fmt(base[1]):>17}"
-              f"{f'{gain[0]:.0f}x / {gain[1]:.0f}x':>17}")
+        print(
+            f"{label:28}{unit:>7}{cells}{_fmt(base[0]) + ' / ' + _fmt(base[1]):>17}"
+            f"{f'{gain[0]:.0f}x / {gain[1]:.0f}x':>17}"
+        )
     small_us, large_ms = bench_key_build()
-    print(f"\nRadixKey from a Python list (once per request): 2k tokens {small_us:.1f} us, "
-          f"128k tokens {large_ms:.2f} ms")
+    print(
+        f"\nRadixKey from a Python list (once per request): 2k tokens {small_us:.1f} us, "
+        f"128k tokens {large_ms:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

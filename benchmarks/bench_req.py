@@ -53,8 +53,14 @@ def _run(page: int, requests: int, chunked: bool, seed: int) -> float:
         own = allocator.alloc(-(-(TOKENS - prefix) // page) * page)
         slots = torch.cat([m.device_indices, own[: TOKENS - prefix]]).to(torch.int32)
         rows.write((row, slice(0, TOKENS)), slots)
-        req = Req(row, ids, kv_len=prefix, last_node=m.last_device_node,
-                  cache_protected_len=prefix, prefix_indices=m.device_indices)
+        req = Req(
+            row,
+            ids,
+            kv_len=prefix,
+            last_node=m.last_device_node,
+            cache_protected_len=prefix,
+            prefix_indices=m.device_indices,
+        )
         ends = range(prefix + CHUNK, TOKENS, CHUNK) if chunked else []
         for end in ends:
             req.kv_len = end

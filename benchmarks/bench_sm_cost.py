@@ -32,11 +32,15 @@ from _kv_buffers import Arenas, Pools, Shape
 from _report import SLOWDOWN_TARGET_PCT, render_sm_cost
 from _transfer_cases import bind, spec
 
-TRANSFERS = {"load per_layer": spec("per_layer", "load"),
-             "backup all_layer": spec("all_layer", "backup")}
+TRANSFERS = {
+    "load per_layer": spec("per_layer", "load"),
+    "backup all_layer": spec("all_layer", "backup"),
+}
 # Copy-engine transfers (no launch shape, no knobs); measured on whole pages of >= 64 KiB.
-DIRECT_TRANSFERS = {"load direct": spec("direct", "load"),
-                    "backup direct": spec("direct", "backup")}
+DIRECT_TRANSFERS = {
+    "load direct": spec("direct", "load"),
+    "backup direct": spec("direct", "backup"),
+}
 NO_KNOBS = {"block_quota": "-", "num_warps_per_block": "-"}
 IDLE_NS = 2_000_000  # one idle-blocks launch: about as long as one per-layer load
 
@@ -44,12 +48,19 @@ IDLE_NS = 2_000_000  # one idle-blocks launch: about as long as one per-layer lo
 @triton.jit
 def _idle_blocks(out, ns):
     """Each program stays resident ``ns`` nanoseconds, asleep: occupancy with no work."""
-    start = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,l", [ns],
-                                      dtype=tl.int64, is_pure=False, pack=1)
+    start = tl.inline_asm_elementwise(
+        "mov.u64 $0, %globaltimer;", "=l,l", [ns], dtype=tl.int64, is_pure=False, pack=1
+    )
     now = start
     while now - start < ns:
-        now = tl.inline_asm_elementwise("nanosleep.u32 2000; mov.u64 $0, %globaltimer;",
-                                        "=l,l", [ns], dtype=tl.int64, is_pure=False, pack=1)
+        now = tl.inline_asm_elementwise(
+            "nanosleep.u32 2000; mov.u64 $0, %globaltimer;",
+            "=l,l",
+            [ns],
+            dtype=tl.int64,
+            is_pure=False,
+            pack=1,
+        )
     tl.store(out + tl.program_id(0), now - start)
 
 
@@ -67,8 +78,14 @@ def _matmul_loop(clock: Clock, n: int, loop_s: float) -> tuple[Callable[[], None
     return loop, iters * one.cpu_s
 
 
-def _overlap_once(clock: Clock, loop: Callable[[], None], xfer: Callable[[int], None],
-                  n_xfer: int, stream: torch.cuda.Stream, gate_s: float):
+def _overlap_once(
+    clock: Clock,
+    loop: Callable[[], None],
+    xfer: Callable[[int], None],
+    n_xfer: int,
+    stream: torch.cuda.Stream,
+    gate_s: float,
+):
     """Seconds of the matmul loop, its end and each transfer's end (both since the release)."""
     clock.gate(gate_s)
     go, start, end = clock.event(), clock.event(), clock.event()
@@ -84,8 +101,11 @@ def _overlap_once(clock: Clock, loop: Callable[[], None], xfer: Callable[[int], 
     loop()
     end.record()
     clock.sync()
-    return start.elapsed_time(end) / 1e3, go.elapsed_time(end) / 1e3, [
-        go.elapsed_time(e) / 1e3 for e in done]
+    return (
+        start.elapsed_time(end) / 1e3,
+        go.elapsed_time(end) / 1e3,
+        [go.elapsed_time(e) / 1e3 for e in done],
+    )
 
 
 def _overlap_gbps(mm_end_s: float, finished_s: list[float], nbytes: int) -> float:
@@ -98,26 +118,49 @@ def _idle(scratch: torch.Tensor, block_quota: int, num_warps: int) -> Callable[[
     return lambda k: _idle_blocks[(block_quota,)](scratch, IDLE_NS, num_warps=num_warps)
 
 
-def _cost(clock: Clock, loop: Callable[[], None], loop_cpu_s: float, xfer: Callable[[int], None],
-          nbytes: int, stream: torch.cuda.Stream, loop_s: float, reps: int) -> dict:
+def _cost(
+    clock: Clock,
+    loop: Callable[[], None],
+    loop_cpu_s: float,
+    xfer: Callable[[int], None],
+    nbytes: int,
+    stream: torch.cuda.Stream,
+    loop_s: float,
+    reps: int,
+) -> dict:
     """Matmul loop alone vs with ``xfer`` calls back to back on ``stream``."""
     alone = clock.measure(xfer)
     n_xfer = min(400, math.ceil(1.3 * loop_s / alone.median_s) + 1)
     gate_s = 1.5 * (n_xfer * alone.cpu_s + loop_cpu_s) + 2e-3
-    runs = [_overlap_once(clock, loop, xfer, n, stream, gate_s)
-            for _ in range(reps) for n in (0, n_xfer)]
+    runs = [
+        _overlap_once(clock, loop, xfer, n, stream, gate_s)
+        for _ in range(reps)
+        for n in (0, n_xfer)
+    ]
     mm_alone = statistics.median(r[0] for r in runs[0::2])
     mm_with = statistics.median(r[0] for r in runs[1::2])
     overlap = statistics.median(_overlap_gbps(r[1], r[2], nbytes) for r in runs[1::2])
-    return {"mm_alone_ms": 1e3 * mm_alone, "mm_with_ms": 1e3 * mm_with,
-            "slowdown_pct": 100.0 * (mm_with / mm_alone - 1.0),
-            "xfer_alone_gbps": nbytes / alone.median_s / 1e9, "xfer_overlap_gbps": overlap,
-            "n_xfer": n_xfer}
+    return {
+        "mm_alone_ms": 1e3 * mm_alone,
+        "mm_with_ms": 1e3 * mm_with,
+        "slowdown_pct": 100.0 * (mm_with / mm_alone - 1.0),
+        "xfer_alone_gbps": nbytes / alone.median_s / 1e9,
+        "xfer_overlap_gbps": overlap,
+        "n_xfer": n_xfer,
+    }
 
 
-def sm_cost(clock: Clock, kernels: ModuleType, pools: Pools, knobs_list: list[dict], *,
-            transfers: dict | None = None, mm_n: int = 8192, loop_s: float = 0.05,
-            reps: int = 5) -> list[dict]:
+def sm_cost(
+    clock: Clock,
+    kernels: ModuleType,
+    pools: Pools,
+    knobs_list: list[dict],
+    *,
+    transfers: dict | None = None,
+    mm_n: int = 8192,
+    loop_s: float = 0.05,
+    reps: int = 5,
+) -> list[dict]:
     """Matmul slowdown (%) per transfer kind and knob setting, after the idle-blocks reference
     of each setting; [] on CPU. ``transfers`` defaults to the kernel ops; with
     ``DIRECT_TRANSFERS`` pass ``[NO_KNOBS]`` (there is no launch shape, so no idle reference)."""
@@ -131,19 +174,20 @@ def sm_cost(clock: Clock, kernels: ModuleType, pools: Pools, knobs_list: list[di
     out = []
     for knobs in knobs_list:
         bq, nw = knobs["block_quota"], knobs["num_warps_per_block"]
-        cases = [] if knobs is NO_KNOBS else [("idle blocks", "none", _idle(scratch, bq, nw), 0,
-                                               None)]
+        cases = (
+            [] if knobs is NO_KNOBS else [("idle blocks", "none", _idle(scratch, bq, nw), 0, None)]
+        )
         for name, sp in transfers.items():
             nbytes = sp.bytes_moved(pools.shape, pools.shape.tokens)
             target = {"threshold": SLOWDOWN_TARGET_PCT} if bq in (2, "-") else None
-            cases.append((name, sp.op, bind(kernels, sp, pools, pools.shape.tokens, knobs),
-                          nbytes, target))
+            cases.append(
+                (name, sp.op, bind(kernels, sp, pools, pools.shape.tokens, knobs), nbytes, target)
+            )
         for name, op, xfer, nbytes, target in cases:
             r = _cost(clock, loop, loop_cpu_s, xfer, nbytes, stream, loop_s, reps)
             if target is not None:
                 target = {**target, "passed": r["slowdown_pct"] <= SLOWDOWN_TARGET_PCT}
-            out.append({"transfer": name, "op": op, **knobs, "mm_n": mm_n, **r,
-                        "target": target})
+            out.append({"transfer": name, "op": op, **knobs, "mm_n": mm_n, **r, "target": target})
             log(f"sm-cost {name} bq={bq} nw={nw}: {r['slowdown_pct']:+.2f}%")
     return out
 
@@ -161,8 +205,10 @@ def main() -> None:
     clock = Clock(device, warmup=2, samples=5, min_sample_s=2e-3)
     shape = Shape(args.item, 1, args.tokens, args.layers)
     pools = Arenas([shape], device, d2d=False).pools(shape, d2d=False, n_sets=4)
-    knobs = [{"block_quota": int(q), "num_warps_per_block": args.num_warps}
-             for q in args.block_quota.split(",")]
+    knobs = [
+        {"block_quota": int(q), "num_warps_per_block": args.num_warps}
+        for q in args.block_quota.split(",")
+    ]
     results = sm_cost(clock, import_hicache("kernels"), pools, knobs)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1))

@@ -39,14 +39,24 @@ from bench_sm_cost import DIRECT_TRANSFERS, NO_KNOBS, sm_cost
 START = time.monotonic()
 DEFAULT_NW = 16 if torch.version.hip else 32
 # item bytes -> tokens: 32 MiB per layer and side (16k slots of 2 KiB, as in the issue) + 2K/1k
-DEFAULT_GRID = ((512, 65536), (1024, 32768), (2048, 16384), (2048, 1024), (4096, 8192),
-                (16384, 2048))
+DEFAULT_GRID = (
+    (512, 65536),
+    (1024, 32768),
+    (2048, 16384),
+    (2048, 1024),
+    (4096, 8192),
+    (16384, 2048),
+)
 FULL_ITEMS = (512, 1024, 2048, 4096, 8192, 16384)
 FULL_TOKENS = (1024, 4096, 16384, 65536)
 PRIORITY = (2048, 1024, 4096, 16384, 8192, 512)  # run order when the budget is tight
 SECTIONS = {"sm", "bidir", "h2d", "d2d"}
-BIDIR_PAIRS = (("per_layer", "all_layer"), ("per_layer_pf_lf", "all_layer_lf_pf"),
-               ("per_layer_ph_lf", "all_layer_lf_ph"), ("direct", "direct"))
+BIDIR_PAIRS = (
+    ("per_layer", "all_layer"),
+    ("per_layer_pf_lf", "all_layer_lf_pf"),
+    ("per_layer_ph_lf", "all_layer_lf_ph"),
+    ("direct", "direct"),
+)
 
 
 def _ints(text: str) -> list[int]:
@@ -69,14 +79,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--block-quota", type=_ints, default=[2], help="kernel block quotas")
     ap.add_argument("--num-warps", type=_ints, default=[DEFAULT_NW], help="warps per block")
     ap.add_argument("--d2d-block-quota", type=int, default=0, help="0: the GPU's SM count")
-    ap.add_argument("--bidir-items", type=parse_sizes, default=[2048, 16384],
-                    help="item sizes of the grid that also run load+backup at once")
+    ap.add_argument(
+        "--bidir-items",
+        type=parse_sizes,
+        default=[2048, 16384],
+        help="item sizes of the grid that also run load+backup at once",
+    )
     ap.add_argument("--sets", type=int, default=4, help="index sets rotated through")
     ap.add_argument("--warmup", type=int, default=1, help="untimed calls (compiles)")
     ap.add_argument("--samples", type=int, default=5, help="timed samples; median")
     ap.add_argument("--min-sample-ms", type=float, default=2.0, help="calls batch up to this")
-    ap.add_argument("--direct-max-copies", type=int, default=16384,
-                    help="copies per direct call (page runs x tensors)")
+    ap.add_argument(
+        "--direct-max-copies",
+        type=int,
+        default=16384,
+        help="copies per direct call (page runs x tensors)",
+    )
     ap.add_argument("--budget-s", type=float, help="wall budget (default 200; full 540)")
     ap.add_argument("--json", default="results/bench_transfer.json", help="output path")
     return ap.parse_args(argv)
@@ -98,8 +116,13 @@ def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
     if args.tokens:
         pairs = [(i, t) for i in dict.fromkeys(i for i, _ in pairs) for t in args.tokens]
     cap = args.max_layer_mib * MIB
-    shapes = [Shape(i, ps, t, layers, args.pool_factor)
-              for i, t in pairs if i * t <= cap for ps in args.page_sizes or [1, 64] if t >= ps]
+    shapes = [
+        Shape(i, ps, t, layers, args.pool_factor)
+        for i, t in pairs
+        if i * t <= cap
+        for ps in args.page_sizes or [1, 64]
+        if t >= ps
+    ]
     rank = {item: r for r, item in enumerate(PRIORITY)}
     return sorted(shapes, key=lambda s: (rank.get(s.item, len(PRIORITY)), -s.tokens))
 
@@ -107,7 +130,7 @@ def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
 def _block(arena: torch.Tensor, i: int, nbytes: int, from_end: bool) -> torch.Tensor:
     """The ``i``-th ``nbytes`` slice of ``arena``, counted from its start or its end."""
     lo = arena.numel() - (i + 1) * nbytes if from_end else i * nbytes
-    return arena[lo:lo + nbytes]
+    return arena[lo : lo + nbytes]
 
 
 class Runner:
@@ -115,8 +138,9 @@ class Runner:
 
     def __init__(self, args: argparse.Namespace, device: torch.device, shapes: list[Shape]):
         self.args, self.device = args, device
-        self.clock = Clock(device, warmup=args.warmup, samples=args.samples,
-                           min_sample_s=args.min_sample_ms / 1e3)
+        self.clock = Clock(
+            device, warmup=args.warmup, samples=args.samples, min_sample_s=args.min_sample_ms / 1e3
+        )
         self.kernels = import_hicache("kernels")
         self.devices = import_hicache("devices")
         self.arenas = Arenas(shapes, device, d2d="d2d" in args.sections)
@@ -125,26 +149,34 @@ class Runner:
         self.errors: list[str] = []  # failures outside a row (the SM cost section)
         budget = args.budget_s or (540.0 if args.full else 200.0)
         self.deadline = START + budget
-        self.sm_count = (torch.cuda.get_device_properties(device).multi_processor_count
-                         if device.type == "cuda" else 2)
+        self.sm_count = (
+            torch.cuda.get_device_properties(device).multi_processor_count
+            if device.type == "cuda"
+            else 2
+        )
 
     def knobs(self, d2d: bool) -> list[dict]:
         quotas = [self.args.d2d_block_quota or self.sm_count] if d2d else self.args.block_quota
-        return [{"block_quota": q, "num_warps_per_block": w}
-                for q in quotas for w in self.args.num_warps]
+        return [
+            {"block_quota": q, "num_warps_per_block": w}
+            for q in quotas
+            for w in self.args.num_warps
+        ]
 
     def _copy(self, direction: str, nbytes: int) -> Callable[[int], None]:
         """Contiguous copy of ``nbytes``; call ``k`` uses block ``k % 8`` of the arenas (where
         they hold 8), so small D2D copies do not run from L2 while the ops rotate over layers.
         D2H blocks count from the arenas' ends, apart from the H2D ones."""
         a = self.arenas
-        src, dst = {"h2d": (a.far, a.near), "d2h": (a.near, a.far),
-                    "d2d": (a.far_dev, a.near)}[direction]
+        src, dst = {"h2d": (a.far, a.near), "d2h": (a.near, a.far), "d2d": (a.far_dev, a.near)}[
+            direction
+        ]
         assert src is not None, "D2D copies need the far_dev arena"
         blocks = max(1, min(8, src.numel() // nbytes, dst.numel() // nbytes))
         tail = direction == "d2h"
-        pairs = [(_block(src, i, nbytes, tail), _block(dst, i, nbytes, tail))
-                 for i in range(blocks)]
+        pairs = [
+            (_block(src, i, nbytes, tail), _block(dst, i, nbytes, tail)) for i in range(blocks)
+        ]
         return lambda k: pairs[k % blocks][1].copy_(pairs[k % blocks][0], non_blocking=True)
 
     def _concurrent(self, fns: list[Callable[[int], None]]) -> Callable[[int], None]:
@@ -169,8 +201,11 @@ class Runner:
         """GB/s of a contiguous copy of ``nbytes`` (``both``: an H2D and a D2H copy at once)."""
         key = (direction, nbytes)
         if key not in self.refs:
-            fn = (self._concurrent([self._copy("h2d", nbytes // 2), self._copy("d2h", nbytes // 2)])
-                  if direction == "both" else self._copy(direction, nbytes))
+            fn = (
+                self._concurrent([self._copy("h2d", nbytes // 2), self._copy("d2h", nbytes // 2)])
+                if direction == "both"
+                else self._copy(direction, nbytes)
+            )
             self.refs[key] = nbytes / self.clock.measure(fn).median_s / 1e9
         return self.refs[key]
 
@@ -194,15 +229,25 @@ class Runner:
         judge(row)
         self.rows.append(row)
 
-    def _row(self, section: str, sp: OpSpec, pools: Pools, knobs: dict, tokens: int,
-             nbytes: int, **kw) -> Row:
+    def _row(
+        self, section: str, sp: OpSpec, pools: Pools, knobs: dict, tokens: int, nbytes: int, **kw
+    ) -> Row:
         s = pools.shape
         bq, nw = (None, None) if sp.direct else (knobs["block_quota"], knobs["num_warps_per_block"])
         fields = dict(label=sp.label, op=sp.op, kind=sp.kind, layout=sp.layout)
         fields.update(kw)
-        return Row(section, item=s.item, page_size=s.page_size, tokens=s.tokens,
-                   moved_tokens=tokens, layers=s.layers, block_quota=bq, num_warps=nw,
-                   nbytes=nbytes, **fields)
+        return Row(
+            section,
+            item=s.item,
+            page_size=s.page_size,
+            tokens=s.tokens,
+            moved_tokens=tokens,
+            layers=s.layers,
+            block_quota=bq,
+            num_warps=nw,
+            nbytes=nbytes,
+            **fields,
+        )
 
     def run_ops(self, shape: Shape, d2d: bool) -> None:
         section = "d2d" if d2d else "h2d/d2h"
@@ -219,8 +264,10 @@ class Runner:
     def sm_cost(self, shapes: list[Shape]) -> list[dict]:
         """Kernel ops at 2 KiB / page 1, then direct ops (copy engines) at 2 KiB / page 64."""
         out: list[dict] = []
-        cases = [((2 * KIB, 1), self.knobs(d2d=False), None),
-                 ((2 * KIB, 64), [NO_KNOBS], DIRECT_TRANSFERS)]
+        cases = [
+            ((2 * KIB, 1), self.knobs(d2d=False), None),
+            ((2 * KIB, 64), [NO_KNOBS], DIRECT_TRANSFERS),
+        ]
         for (item, page), knobs, transfers in cases:
             shape = next((s for s in shapes if (s.item, s.page_size) == (item, page)), None)
             if shape is None:
@@ -241,14 +288,23 @@ class Runner:
                 if load.direct and shape.page_size == 1:
                     continue  # one engine copy per token: CPU-bound, not a case anyone runs
                 one_load = bind(self.kernels, load, pools, T, knobs)
-                fns = [lambda k, f=one_load: [f(k * L + i) for i in range(L)],
-                       bind(self.kernels, backup, pools, T, knobs)]
+                fns = [
+                    lambda k, f=one_load: [f(k * L + i) for i in range(L)],
+                    bind(self.kernels, backup, pools, T, knobs),
+                ]
                 nbytes = 2 * backup.bytes_moved(shape, T)
-                row = self._row("bidir", load, pools, knobs, T, nbytes, kind="both",
-                                label=f"{load.label} + {backup.label}",
-                                op=f"{load.op}+{backup.op}")
+                row = self._row(
+                    "bidir",
+                    load,
+                    pools,
+                    knobs,
+                    T,
+                    nbytes,
+                    kind="both",
+                    label=f"{load.label} + {backup.label}",
+                    op=f"{load.op}+{backup.op}",
+                )
                 self.measure(row, self._concurrent(fns), "both")
-
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -271,38 +327,55 @@ def run(args: argparse.Namespace) -> dict:
         if "bidir" in sections and shape.item in args.bidir_items:
             runner.run_bidir(shape)
     for shape in shapes:
-        log(f"[{time.monotonic() - START:5.1f}s] item={shape.item} page={shape.page_size} "
-            f"tokens={shape.tokens}")
+        log(
+            f"[{time.monotonic() - START:5.1f}s] item={shape.item} page={shape.page_size} "
+            f"tokens={shape.tokens}"
+        )
         for d2d in [False] * ("h2d" in sections) + [True] * ("d2d" in sections):
             runner.run_ops(shape, d2d)
-    return {"rows": runner.rows, "sm_cost": sm, "errors": runner.errors,
-            "device": describe_device(device)}
+    return {
+        "rows": runner.rows,
+        "sm_cost": sm,
+        "errors": runner.errors,
+        "device": describe_device(device),
+    }
 
 
 def report(args: argparse.Namespace, result: dict) -> None:
     rows: list[Row] = result["rows"]
     summary = target_summary(rows, result["sm_cost"])
     doc = {
-        "meta": {**result["device"], "argv": sys.argv[1:], "elapsed_s": time.monotonic() - START,
-                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        "meta": {
+            **result["device"],
+            "argv": sys.argv[1:],
+            "elapsed_s": time.monotonic() - START,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
         "rows": [{**dataclasses.asdict(r), "ratio": r.ratio} for r in rows],
-        "sm_cost": result["sm_cost"], "errors": result["errors"], "targets": summary,
+        "sm_cost": result["sm_cost"],
+        "errors": result["errors"],
+        "targets": summary,
     }
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
-    errors = result["errors"] + list(dict.fromkeys(
-        f"{r.op}: {r.note}" for r in rows if r.note and not r.note.startswith("skipped")))
+    errors = result["errors"] + list(
+        dict.fromkeys(
+            f"{r.op}: {r.note}" for r in rows if r.note and not r.note.startswith("skipped")
+        )
+    )
     skipped = sum(bool(r.note and r.note.startswith("skipped")) for r in rows)
     print(f"\n{result['device']}  elapsed {doc['meta']['elapsed_s']:.0f}s  json: {path}")
     print(f"{len(errors)} distinct errors, {skipped} cases skipped (time budget)")
     for e in errors[:5]:
         print("  ERR", e[:200])
-    print("cell = GB/s (GPU time) and ratio vs a contiguous copy of the same bytes; ! misses its"
-          " target;\nc: CPU-bound (back to back, a call takes > 1.15x its GPU time: sustained_us in"
-          " JSON)."
-          f" Direct ops: <= {args.direct_max_copies} copies per call (fewer tokens: moved_tokens"
-          " in JSON).\n")
+    print(
+        "cell = GB/s (GPU time) and ratio vs a contiguous copy of the same bytes; ! misses its"
+        " target;\nc: CPU-bound (back to back, a call takes > 1.15x its GPU time: sustained_us in"
+        " JSON)."
+        f" Direct ops: <= {args.direct_max_copies} copies per call (fewer tokens: moved_tokens"
+        " in JSON).\n"
+    )
     print(render_rows(rows))
     if result["sm_cost"]:
         print("\n" + render_sm_cost(result["sm_cost"]))

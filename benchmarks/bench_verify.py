@@ -43,8 +43,9 @@ PROGRAMS = (32, 128, 256, 1024)
 
 def build(device: torch.device, tokens: int, page: int, cuda_geometry: bool, layout: str):
     """Device pool of ``2 * tokens`` slots, its allocator and a host pool twice as large."""
-    layers, heads, dim, dtype = (32, 8, 128, torch.bfloat16) if cuda_geometry else (
-        2, 2, 8, torch.float32)
+    layers, heads, dim, dtype = (
+        (32, 8, 128, torch.bfloat16) if cuda_geometry else (2, 2, 8, torch.float32)
+    )
     size = 2 * tokens
     kv = pools.MHATokenToKVPool(size, page, dtype, heads, dim, layers, device)
     for part in kv.part_buffers:
@@ -61,7 +62,7 @@ def scattered(allocator, tokens: int, page: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(allocator.size // page, generator=gen).to(every.device)
     pages = every.view(-1, page)[order]
-    allocator.free(pages[tokens // page:].reshape(-1))
+    allocator.free(pages[tokens // page :].reshape(-1))
     return pages[: tokens // page].reshape(-1)
 
 
@@ -95,10 +96,12 @@ def time_load(ctrl, host: torch.Tensor, device: torch.device) -> tuple[float, fl
     return issue, landed
 
 
-def measure(mode: str, kv, allocator, host_pool, tokens: int, page: int, args,
-            device: torch.device) -> dict[str, float]:
-    ctrl = controller.HiCacheController(allocator, host_pool, page, verify=mode,
-                                        verify_sample_period=args.sample_period)
+def measure(
+    mode: str, kv, allocator, host_pool, tokens: int, page: int, args, device: torch.device
+) -> dict[str, float]:
+    ctrl = controller.HiCacheController(
+        allocator, host_pool, page, verify=mode, verify_sample_period=args.sample_period
+    )
     slots = scattered(allocator, tokens, page, seed=tokens + page)
     backups = []
     for _ in range(args.warmup + args.repeats):
@@ -112,14 +115,17 @@ def measure(mode: str, kv, allocator, host_pool, tokens: int, page: int, args,
         time_load(ctrl, host, device)
     loads = [[time_load(ctrl, host, device) for _ in range(period)] for _ in range(args.repeats)]
     host_pool.free(host)
-    return {"kv_bytes_per_token": kv.item_size * kv.layer_num * 2,
-            "backup_s": statistics.median(backups[args.warmup:]),
-            "issue_s": statistics.median(statistics.fmean(x[0] for x in p) for p in loads),
-            "landed_s": statistics.median(statistics.fmean(x[1] for x in p) for p in loads)}
+    return {
+        "kv_bytes_per_token": kv.item_size * kv.layer_num * 2,
+        "backup_s": statistics.median(backups[args.warmup :]),
+        "issue_s": statistics.median(statistics.fmean(x[0] for x in p) for p in loads),
+        "landed_s": statistics.median(statistics.fmean(x[1] for x in p) for p in loads),
+    }
 
 
-def kernel_alone(kv, allocator, tokens: int, page: int, repeats: int,
-                 device: torch.device) -> list[dict[str, object]]:
+def kernel_alone(
+    kv, allocator, tokens: int, page: int, repeats: int, device: torch.device
+) -> list[dict[str, object]]:
     """Median seconds of one record and one verify launch over ``tokens`` scattered slots."""
     slots = scattered(allocator, tokens, page, seed=tokens * 3 + page)
     rows = torch.arange(tokens // page)
@@ -127,12 +133,16 @@ def kernel_alone(kv, allocator, tokens: int, page: int, repeats: int,
     out = []
     for programs in PROGRAMS:
         times = {}
-        for name, op in (("record", checksum.record_page_checksums),
-                         ("verify", checksum.verify_page_checksums)):
+        for name, op in (
+            ("record", checksum.record_page_checksums),
+            ("verify", checksum.verify_page_checksums),
+        ):
             samples = []
             for _ in range(repeats + 1):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                    enable_timing=True)
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
                 start.record()
                 op(kv.part_buffers, slots, page, store, rows, max_programs=programs)
                 end.record()
@@ -140,9 +150,16 @@ def kernel_alone(kv, allocator, tokens: int, page: int, repeats: int,
                 samples.append(start.elapsed_time(end) / 1e3)
             times[name] = statistics.median(samples[1:])
         hashed = tokens * kv.item_size * kv.layer_num * 2
-        out.append({"tokens": tokens, "page_size": page, "programs": programs,
-                    "record_s": times["record"], "verify_s": times["verify"],
-                    "record_gbps": hashed / times["record"] / 1e9})
+        out.append(
+            {
+                "tokens": tokens,
+                "page_size": page,
+                "programs": programs,
+                "record_s": times["record"],
+                "verify_s": times["verify"],
+                "record_gbps": hashed / times["record"] / 1e9,
+            }
+        )
     allocator.free(slots)
     return out
 
@@ -150,10 +167,14 @@ def kernel_alone(kv, allocator, tokens: int, page: int, repeats: int,
 def run(args) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     device = pick_device(args.device)
     cuda = device.type == "cuda"
-    token_counts = parse_sizes(args.tokens) if args.tokens else ([8192, 16384] if cuda
-                                                                 else [64, 128])
-    page_sizes = [int(p) for p in args.page_sizes.split(",")] if args.page_sizes else (
-        [1, 64] if cuda else [1, 4])
+    token_counts = (
+        parse_sizes(args.tokens) if args.tokens else ([8192, 16384] if cuda else [64, 128])
+    )
+    page_sizes = (
+        [int(p) for p in args.page_sizes.split(",")]
+        if args.page_sizes
+        else ([1, 64] if cuda else [1, 4])
+    )
     rows, kernels = [], []
     for page in page_sizes:
         kv, allocator, host_pool = build(device, max(token_counts), page, cuda, args.layout)
@@ -162,14 +183,24 @@ def run(args) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
                 kernels += kernel_alone(kv, allocator, tokens, page, args.repeats, device)
             for mode in MODES:
                 log(f"page {page}, {tokens} tokens, verify={mode}")
-                rows.append({"tokens": tokens, "page_size": page, "verify": mode,
-                             **measure(mode, kv, allocator, host_pool, tokens, page, args,
-                                       device)})
+                rows.append(
+                    {
+                        "tokens": tokens,
+                        "page_size": page,
+                        "verify": mode,
+                        **measure(mode, kv, allocator, host_pool, tokens, page, args, device),
+                    }
+                )
         host_pool.close()
         del kv, allocator, host_pool
     for row in rows:
-        off = next(r for r in rows if r["verify"] == "off" and r["tokens"] == row["tokens"]
-                   and r["page_size"] == row["page_size"])
+        off = next(
+            r
+            for r in rows
+            if r["verify"] == "off"
+            and r["tokens"] == row["tokens"]
+            and r["page_size"] == row["page_size"]
+        )
         for key in ("backup_s", "issue_s", "landed_s"):
             row[key.replace("_s", "_ratio")] = row[key] / off[key]
     return rows, kernels
@@ -177,21 +208,50 @@ def run(args) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
 
 def kernel_table(kernels: list[dict[str, object]]) -> str:
     header = ["tokens", "page", "programs", "record ms", "GB/s", "verify ms"]
-    body = [[str(k["tokens"]), str(k["page_size"]), str(k["programs"]),
-             f"{k['record_s'] * 1e3:.3f}", f"{k['record_gbps']:.0f}",
-             f"{k['verify_s'] * 1e3:.3f}"] for k in kernels]
+    body = [
+        [
+            str(k["tokens"]),
+            str(k["page_size"]),
+            str(k["programs"]),
+            f"{k['record_s'] * 1e3:.3f}",
+            f"{k['record_gbps']:.0f}",
+            f"{k['verify_s'] * 1e3:.3f}",
+        ]
+        for k in kernels
+    ]
     return format_table(header, body, "checksum kernels alone (medians)")
 
 
 def table(rows: list[dict[str, object]]) -> str:
-    header = ["tokens", "page", "verify", "backup ms", "x off", "load landed ms", "x off",
-              "load issue ms", "x off"]
-    body = [[str(r["tokens"]), str(r["page_size"]), str(r["verify"]),
-             f"{r['backup_s'] * 1e3:.2f}", f"{r['backup_ratio']:.3f}",
-             f"{r['landed_s'] * 1e3:.2f}", f"{r['landed_ratio']:.3f}",
-             f"{r['issue_s'] * 1e3:.2f}", f"{r['issue_ratio']:.2f}"] for r in rows]
-    title = (f"page integrity cost ({rows[0]['kv_bytes_per_token']} bytes of KV per token; "
-             "medians; sample: mean per period)")
+    header = [
+        "tokens",
+        "page",
+        "verify",
+        "backup ms",
+        "x off",
+        "load landed ms",
+        "x off",
+        "load issue ms",
+        "x off",
+    ]
+    body = [
+        [
+            str(r["tokens"]),
+            str(r["page_size"]),
+            str(r["verify"]),
+            f"{r['backup_s'] * 1e3:.2f}",
+            f"{r['backup_ratio']:.3f}",
+            f"{r['landed_s'] * 1e3:.2f}",
+            f"{r['landed_ratio']:.3f}",
+            f"{r['issue_s'] * 1e3:.2f}",
+            f"{r['issue_ratio']:.2f}",
+        ]
+        for r in rows
+    ]
+    title = (
+        f"page integrity cost ({rows[0]['kv_bytes_per_token']} bytes of KV per token; "
+        "medians; sample: mean per period)"
+    )
     return format_table(header, body, title)
 
 
@@ -212,8 +272,12 @@ def main() -> None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         settings = {k: str(v) for k, v in vars(args).items()}
-        payload = {"info": describe_device(device), "args": settings, "rows": rows,
-                   "kernels": kernels}
+        payload = {
+            "info": describe_device(device),
+            "args": settings,
+            "rows": rows,
+            "kernels": kernels,
+        }
         args.json.write_text(json.dumps(payload, indent=2))
         log(f"wrote {args.json}")
     if kernels:

@@ -23,21 +23,31 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _bench_options(p: argparse.ArgumentParser) -> None:
     ints = {
-        "users": "concurrent conversations", "rounds": "turns per conversation",
-        "system-len": "shared system prompt tokens", "prompt-len": "new user tokens per turn",
-        "answer-len": "generated tokens per turn", "layers": "transformer layers",
-        "heads": "query heads", "kv-heads": "KV heads (GQA)", "head-dim": "head dim",
-        "intermediate": "MLP width", "vocab": "vocabulary size",
-        "device-tokens": "device KV pool size (tokens)", "page-size": "tokens per page",
-        "max-running": "requests batched at once", "max-prefill-tokens": "prefill chunk size",
-        "load-back-threshold": "shortest host hit worth loading (tokens)", "seed": "RNG seed",
+        "users": "concurrent conversations",
+        "rounds": "turns per conversation",
+        "system-len": "shared system prompt tokens",
+        "prompt-len": "new user tokens per turn",
+        "answer-len": "generated tokens per turn",
+        "layers": "transformer layers",
+        "heads": "query heads",
+        "kv-heads": "KV heads (GQA)",
+        "head-dim": "head dim",
+        "intermediate": "MLP width",
+        "vocab": "vocabulary size",
+        "device-tokens": "device KV pool size (tokens)",
+        "page-size": "tokens per page",
+        "max-running": "requests batched at once",
+        "max-prefill-tokens": "prefill chunk size",
+        "load-back-threshold": "shortest host hit worth loading (tokens)",
+        "seed": "RNG seed",
         "threads": "torch CPU threads during the run (default: 1 on cpu, torch's on cuda)",
     }
     for name, help_ in ints.items():
         p.add_argument(f"--{name}", type=int, help=help_)
     p.add_argument("--arrival-rate", type=float, help="first-turn arrivals per second (0: all)")
-    p.add_argument("--host-ratio", type=float,
-                   help="host pool size / device pool size (> 1; default 4)")
+    p.add_argument(
+        "--host-ratio", type=float, help="host pool size / device pool size (> 1; default 4)"
+    )
     p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--attention", choices=["mha", "mla"])
@@ -53,14 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hicache", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     bench = sub.add_parser(
-        "bench", help="multi-turn chat: device-only vs host tier",
+        "bench",
+        help="multi-turn chat: device-only vs host tier",
         description="A multi-turn chat workload run twice: device-only radix cache, then with "
         "the host tier. Options left unset take the CPU or CUDA preset of --device "
         "(hicache/bench/config.py).",
     )
     _bench_options(bench)
-    sub.add_parser("selfcheck", help="offload/reload KV through every host layout and backend",
-                   add_help=False)
+    sub.add_parser(
+        "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
+    )
     return parser
 
 

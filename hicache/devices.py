@@ -61,12 +61,15 @@ def canonical_device(device: torch.device | str, name: str = "device") -> torch.
 
 def _cuda_index(device: torch.device, name: str) -> int:
     if not torch.cuda.is_available():
-        raise ValueError(f"{name}={str(device)!r} but CUDA is not available on this machine; "
-                         "use device='cpu'")
+        raise ValueError(
+            f"{name}={str(device)!r} but CUDA is not available on this machine; use device='cpu'"
+        )
     index = torch.cuda.current_device() if device.index is None else device.index
     if index >= torch.cuda.device_count():
-        raise ValueError(f"{name}={str(device)!r} but this machine has "
-                         f"{torch.cuda.device_count()} CUDA device(s)")
+        raise ValueError(
+            f"{name}={str(device)!r} but this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
     return index
 
 

@@ -44,8 +44,13 @@ class Row:
 
 
 def _device_pool(model: str, args: argparse.Namespace, device: str):
-    common = dict(size=args.tokens, page_size=args.page_size, dtype=torch.bfloat16,
-                  layer_num=args.layers, device=device)
+    common = dict(
+        size=args.tokens,
+        page_size=args.page_size,
+        dtype=torch.bfloat16,
+        layer_num=args.layers,
+        device=device,
+    )
     if model == "MHA":
         return MHATokenToKVPool(head_num=8, head_dim=128, **common)
     return MLATokenToKVPool(kv_lora_rank=512, qk_rope_head_dim=64, **common)
@@ -100,8 +105,16 @@ def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, 
     ok = all(torch.equal(buf[dev_idx].cpu(), exp) for buf, exp in pairs)
     nbytes = sum(exp.numel() * exp.element_size() for exp in expected)
     host.close()
-    return Row(model, layout, backend, device, ok, nbytes / 1e6,
-               nbytes / t_backup / 1e9, nbytes / t_load / 1e9)
+    return Row(
+        model,
+        layout,
+        backend,
+        device,
+        ok,
+        nbytes / 1e6,
+        nbytes / t_backup / 1e9,
+        nbytes / t_load / 1e9,
+    )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -120,22 +133,28 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _print_table(rows: list[Row]) -> None:
-    head = f"{'model':5} {'layout':17} {'backend':7} {'device':6} {'bytes':>9} " \
-           f"{'backup GB/s':>11} {'load GB/s':>10}  result"
+    head = (
+        f"{'model':5} {'layout':17} {'backend':7} {'device':6} {'bytes':>9} "
+        f"{'backup GB/s':>11} {'load GB/s':>10}  result"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.model:5} {r.layout:17} {r.io_backend:7} {r.device:6} {r.mbytes:7.1f}MB "
-              f"{r.backup_gbps:11.2f} {r.load_gbps:10.2f}  {'ok' if r.ok else 'MISMATCH'}")
+        print(
+            f"{r.model:5} {r.layout:17} {r.io_backend:7} {r.device:6} {r.mbytes:7.1f}MB "
+            f"{r.backup_gbps:11.2f} {r.load_gbps:10.2f}  {'ok' if r.ok else 'MISMATCH'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every (model, layout, io_backend) pair; exit status 1 on any byte mismatch."""
     args = _parse(argv)
-    rows = [check_pair(model, layout, backend, args, args.device)
-            for model in ("MHA", "MLA")
-            for layout, backend in PAIRS
-            if not (model == "MLA" and layout == "page_head")]
+    rows = [
+        check_pair(model, layout, backend, args, args.device)
+        for model in ("MHA", "MLA")
+        for layout, backend in PAIRS
+        if not (model == "MLA" and layout == "page_head")
+    ]
     _print_table(rows)
     failed = sum(not r.ok for r in rows)
     print(f"{len(rows) - failed} passed, {failed} failed")

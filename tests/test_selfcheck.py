@@ -21,8 +21,7 @@ def test_selfcheck_detects_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
         if layer_id < device_pool.layer_num - 1:
             original(self, device_pool, host_idx, dev_idx, layer_id, io_backend)
 
-    monkeypatch.setattr(selfcheck.MHATokenToKVPoolHost, "load_to_device_per_layer",
-                        skip_last_layer)
+    monkeypatch.setattr(selfcheck.MHATokenToKVPoolHost, "load_to_device_per_layer", skip_last_layer)
     assert selfcheck.main(["--tokens", "256", "--layers", "2", "--page-size", "16"]) == 1
 
 

@@ -22,16 +22,40 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # One intra-op thread on CPU: on a small shared machine more threads spin against each other
 # and can run many times slower.
 CPU_DEFAULTS: dict[str, Any] = {
-    "users": 24, "rounds": 6, "system_len": 512, "prompt_len": 192, "answer_len": 8,
-    "layers": 8, "heads": 8, "kv_heads": 4, "head_dim": 32, "intermediate": 256,
-    "vocab": 512, "dtype": "float32", "device_tokens": 8192, "max_running": 4,
-    "max_prefill_tokens": 512, "threads": 1,
+    "users": 24,
+    "rounds": 6,
+    "system_len": 512,
+    "prompt_len": 192,
+    "answer_len": 8,
+    "layers": 8,
+    "heads": 8,
+    "kv_heads": 4,
+    "head_dim": 32,
+    "intermediate": 256,
+    "vocab": 512,
+    "dtype": "float32",
+    "device_tokens": 8192,
+    "max_running": 4,
+    "max_prefill_tokens": 512,
+    "threads": 1,
 }
 CUDA_DEFAULTS: dict[str, Any] = {  # Llama-3-8B attention geometry, light MLPs
-    "users": 32, "rounds": 4, "system_len": 2048, "prompt_len": 512, "answer_len": 32,
-    "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 1024,
-    "vocab": 1024, "dtype": "bfloat16", "device_tokens": 32768, "max_running": 16,
-    "max_prefill_tokens": 4096, "threads": None,
+    "users": 32,
+    "rounds": 4,
+    "system_len": 2048,
+    "prompt_len": 512,
+    "answer_len": 32,
+    "layers": 32,
+    "heads": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "intermediate": 1024,
+    "vocab": 1024,
+    "dtype": "bfloat16",
+    "device_tokens": 32768,
+    "max_running": 16,
+    "max_prefill_tokens": 4096,
+    "threads": None,
 }
 
 
@@ -103,20 +127,31 @@ class BenchConfig:
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
-            vocab_size=self.vocab, num_layers=self.layers, num_heads=self.heads,
-            num_kv_heads=self.kv_heads, head_dim=self.head_dim,
-            intermediate_size=self.intermediate, attention=self.attention,
-            dtype=DTYPES[self.dtype], seed=self.seed,
+            vocab_size=self.vocab,
+            num_layers=self.layers,
+            num_heads=self.heads,
+            num_kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate,
+            attention=self.attention,
+            dtype=DTYPES[self.dtype],
+            seed=self.seed,
         )
 
     def cache_spec(self, kind: str) -> CacheSpec:
         tokens = -(-self.device_tokens // self.page_size) * self.page_size
         return CacheSpec(
-            kind=kind, device_tokens=tokens, page_size=self.page_size,
-            max_context_len=self.max_context_len, max_requests=self.max_running + 1,
-            eviction_policy=self.eviction_policy, hicache_ratio=self.host_ratio,
-            write_policy=self.write_policy, io_backend=self.io_backend,
-            mem_layout=self.mem_layout, load_back_threshold=self.load_back_threshold,
+            kind=kind,
+            device_tokens=tokens,
+            page_size=self.page_size,
+            max_context_len=self.max_context_len,
+            max_requests=self.max_running + 1,
+            eviction_policy=self.eviction_policy,
+            hicache_ratio=self.host_ratio,
+            write_policy=self.write_policy,
+            io_backend=self.io_backend,
+            mem_layout=self.mem_layout,
+            load_back_threshold=self.load_back_threshold,
         )
 
     def engine_config(self) -> EngineConfig:
@@ -136,14 +171,29 @@ class BenchConfig:
         ram = psutil.virtual_memory().available
         free = torch.cuda.mem_get_info(self.device)[0] if cuda else ram
         if device_bytes > free:
-            raise ValueError(f"--device-tokens {tokens}: the device pool needs "
-                             f"{device_bytes / 1e9:.1f} GB, {self.device} has {free / 1e9:.1f} GB")
+            raise ValueError(
+                f"--device-tokens {tokens}: the device pool needs "
+                f"{device_bytes / 1e9:.1f} GB, {self.device} has {free / 1e9:.1f} GB"
+            )
         check_ram(host_bytes if cuda else host_bytes + device_bytes)
 
 
-_POSITIVE = ("users", "rounds", "prompt_len", "answer_len", "layers", "heads", "kv_heads",
-             "head_dim", "intermediate", "vocab", "device_tokens", "max_running",
-             "max_prefill_tokens", "page_size")
+_POSITIVE = (
+    "users",
+    "rounds",
+    "prompt_len",
+    "answer_len",
+    "layers",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "intermediate",
+    "vocab",
+    "device_tokens",
+    "max_running",
+    "max_prefill_tokens",
+    "page_size",
+)
 
 
 def _check_count(name: str, value: Any, minimum: int) -> None:

@@ -26,8 +26,11 @@ def _label(v: float) -> str:
 
 
 def line_chart(
-    canvas: Canvas, box: tuple[int, int, int, int], title: str,
-    series: dict[str, Sequence[float]], x_label: str = "round",
+    canvas: Canvas,
+    box: tuple[int, int, int, int],
+    title: str,
+    series: dict[str, Sequence[float]],
+    x_label: str = "round",
 ) -> None:
     """Draw ``series`` (name -> y per x = 1..n) in ``box = (x0, y0, x1, y1)`` with axes,
     gridlines, tick labels and a title; NaN points are skipped."""
@@ -51,8 +54,11 @@ def line_chart(
     canvas.rect(left, top, left + 1, bottom + 1, INK)
     canvas.rect(left, bottom, right, bottom + 1, INK)
     for color, ys in zip(PALETTE, series.values(), strict=False):
-        pts = [(px(i), bottom - (bottom - top) * v / y_max) for i, v in enumerate(ys)
-               if math.isfinite(v)]
+        pts = [
+            (px(i), bottom - (bottom - top) * v / y_max)
+            for i, v in enumerate(ys)
+            if math.isfinite(v)
+        ]
         for (ax, ay), (bx, by) in zip(pts, pts[1:], strict=False):
             canvas.line(ax, ay, bx, by, color, thick=2)
         for x, y in pts:

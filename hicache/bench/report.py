@@ -33,17 +33,26 @@ def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) ->
     ttft = _ttfts_ms(served)
     h2d_s, d2h_s = meter.h2d_seconds(), meter.d2h_seconds()
     return {
-        "requests": len(served), "rejected": len(records) - len(served), "wall_s": wall_s,
-        "prompt_tokens": prompt, "reused_tokens": device + host,
-        "computed_tokens": sum(r.computed for r in served), "output_tokens": output,
-        "device_hit_rate": _pct(device, prompt), "host_hit_rate": _pct(host, prompt),
+        "requests": len(served),
+        "rejected": len(records) - len(served),
+        "wall_s": wall_s,
+        "prompt_tokens": prompt,
+        "reused_tokens": device + host,
+        "computed_tokens": sum(r.computed for r in served),
+        "output_tokens": output,
+        "device_hit_rate": _pct(device, prompt),
+        "host_hit_rate": _pct(host, prompt),
         "hit_rate": _pct(device + host, prompt),
-        "ttft_p50_ms": _quantile(ttft, 50), "ttft_p99_ms": _quantile(ttft, 99),
-        "output_tok_s": output / wall_s, "total_tok_s": (prompt + output) / wall_s,
-        "h2d_bytes": meter.h2d_bytes, "d2h_bytes": meter.d2h_bytes,
+        "ttft_p50_ms": _quantile(ttft, 50),
+        "ttft_p99_ms": _quantile(ttft, 99),
+        "output_tok_s": output / wall_s,
+        "total_tok_s": (prompt + output) / wall_s,
+        "h2d_bytes": meter.h2d_bytes,
+        "d2h_bytes": meter.d2h_bytes,
         "h2d_gb_s": meter.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
         "d2h_gb_s": meter.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
-        "device_evicted_tokens": meter.device_evicted, "host_evicted_tokens": meter.host_evicted,
+        "device_evicted_tokens": meter.device_evicted,
+        "host_evicted_tokens": meter.host_evicted,
         "first_error": next((r.error for r in records if r.error is not None), None),
     }
 
@@ -55,12 +64,15 @@ def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
         rs = [r for r in records if r.round == rnd and r.error is None]
         prompt = sum(r.prompt_tokens for r in rs)
         ttft = _ttfts_ms(rs)
-        out.append({
-            "round": rnd + 1, "requests": len(rs),
-            "hit_rate": _pct(sum(r.device_hit + r.host_hit for r in rs), prompt),
-            "ttft_p50_ms": _quantile(ttft, 50),
-            "ttft_mean_ms": float(ttft.mean()) if ttft.size else float("nan"),
-        })
+        out.append(
+            {
+                "round": rnd + 1,
+                "requests": len(rs),
+                "hit_rate": _pct(sum(r.device_hit + r.host_hit for r in rs), prompt),
+                "ttft_p50_ms": _quantile(ttft, 50),
+                "ttft_mean_ms": float(ttft.mean()) if ttft.size else float("nan"),
+            }
+        )
     return out
 
 

@@ -46,8 +46,17 @@ def run_mode(
 
 def warm_up(model: TinyTransformer, cfg: BenchConfig) -> None:
     """Exercise both modes on a tiny workload (kernel compiles, allocator warm-up, load-back)."""
-    small = BenchConfig(**{**cfg.to_dict(), "users": 3, "rounds": 2, "system_len": 16,
-                           "prompt_len": 24, "answer_len": 2, "device_tokens": 96})
+    small = BenchConfig(
+        **{
+            **cfg.to_dict(),
+            "users": 3,
+            "rounds": 2,
+            "system_len": 16,
+            "prompt_len": 24,
+            "answer_len": 2,
+            "device_tokens": 96,
+        }
+    )
     for kind in MODES.values():
         engine = build_engine(model, small.cache_spec(kind), small.engine_config())
         drive(engine, ChatWorkload(small))
@@ -73,8 +82,13 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     plot_rounds(out_dir / "rounds.png", {m: results[m]["rounds"] for m in MODES})
     out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
     out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
-    out.write("".join(f"note: {m}: {s['rejected']} request(s) rejected, e.g. {s['first_error']}\n"
-                      for m, s in summaries.items() if s["rejected"]))
+    out.write(
+        "".join(
+            f"note: {m}: {s['rejected']} request(s) rejected, e.g. {s['first_error']}\n"
+            for m, s in summaries.items()
+            if s["rejected"]
+        )
+    )
     out.write(f"results: {out_dir / 'results.json'}\nplot:    {out_dir / 'rounds.png'}\n")
     return results
 

@@ -87,7 +87,13 @@ def drive(
 
 def _record(req: Request, user: int, rnd: int) -> Record:
     return Record(
-        user=user, round=rnd, prompt_tokens=len(req.origin_input_ids),
-        device_hit=req.device_hit, host_hit=req.host_hit, computed=req.computed,
-        output_tokens=len(req.output_ids), ttft_s=req.ttft, error=req.error,
+        user=user,
+        round=rnd,
+        prompt_tokens=len(req.origin_input_ids),
+        device_hit=req.device_hit,
+        host_hit=req.host_hit,
+        computed=req.computed,
+        output_tokens=len(req.output_ids),
+        ttft_s=req.ttft,
+        error=req.error,
     )

@@ -104,8 +104,9 @@ class HiCacheController:
         self.load_stream = new_stream(self.device)
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
-        self.integrity = PageIntegrity.build(device_pool, mem_pool_host, verify,
-                                             verify_sample_period)
+        self.integrity = PageIntegrity.build(
+            device_pool, mem_pool_host, verify, verify_sample_period
+        )
         self.write_queue: list[CacheOperation] = []
         self.load_queue: list[CacheOperation] = []
         self.ack_write_queue: list[HiCacheAck] = []

@@ -44,8 +44,7 @@ def check_verify(verify: object, sample_period: object) -> None:
     if not isinstance(verify, str) or verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     if isinstance(sample_period, bool) or not isinstance(sample_period, int):
-        raise TypeError(
-            f"verify_sample_period must be an int, got {type(sample_period).__name__}")
+        raise TypeError(f"verify_sample_period must be an int, got {type(sample_period).__name__}")
     if sample_period < 1:
         raise ValueError(f"verify_sample_period must be >= 1, got {sample_period}")
 
@@ -65,8 +64,9 @@ class PageIntegrity:
     failures : read-only count of pages found corrupt at load-back (any layer).
     """
 
-    def __init__(self, device_pool: Any, host_pool: Any, verify: str,
-                 sample_period: int = 8) -> None:
+    def __init__(
+        self, device_pool: Any, host_pool: Any, verify: str, sample_period: int = 8
+    ) -> None:
         check_verify(verify, sample_period)
         if verify == "off":
             raise ValueError("verify='off' keeps no checksums: use PageIntegrity.build")
@@ -81,8 +81,9 @@ class PageIntegrity:
         self._load_backs = 0
 
     @classmethod
-    def build(cls, device_pool: Any, host_pool: Any, verify: str,
-              sample_period: int = 8) -> PageIntegrity | None:
+    def build(
+        cls, device_pool: Any, host_pool: Any, verify: str, sample_period: int = 8
+    ) -> PageIntegrity | None:
         """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both)."""
         check_verify(verify, sample_period)
         return None if verify == "off" else cls(device_pool, host_pool, verify, sample_period)
@@ -98,24 +99,37 @@ class PageIntegrity:
         ``host_indices``: int64 ``[n]`` CPU; ``device_indices``: int64 ``[n]`` on the device;
         ``n`` a page multiple, token ``i`` going from ``device_indices[i]`` to ``host_indices[i]``.
         """
-        record_page_checksums(self._layers, device_indices, self.page_size, self._store,
-                              self._rows(host_indices), max_programs=RECORD_PROGRAMS)
+        record_page_checksums(
+            self._layers,
+            device_indices,
+            self.page_size,
+            self._store,
+            self._rows(host_indices),
+            max_programs=RECORD_PROGRAMS,
+        )
 
     def select(self) -> bool:
         """Whether the next load-back is to be verified (counts the load-backs asked about)."""
         index, self._load_backs = self._load_backs, self._load_backs + 1
         return self.mode == "all" or index % self.sample_period == 0
 
-    def first_mismatch(self, host_indices: torch.Tensor,
-                       device_indices: torch.Tensor) -> int | None:
+    def first_mismatch(
+        self, host_indices: torch.Tensor, device_indices: torch.Tensor
+    ) -> int | None:
         """Offset (in tokens) into the pairs of the first page whose device copy differs from
         the checksums recorded at its backup, or None when every page matches.
 
         Runs on the current stream (call on the load stream, after the load) and blocks the CPU
         for one read of two integers. Adds the number of differing pages to ``failures``.
         """
-        result = verify_page_checksums(self._layers, device_indices, self.page_size, self._store,
-                                       self._rows(host_indices), max_programs=VERIFY_PROGRAMS)
+        result = verify_page_checksums(
+            self._layers,
+            device_indices,
+            self.page_size,
+            self._store,
+            self._rows(host_indices),
+            max_programs=VERIFY_PROGRAMS,
+        )
         first, count = result.tolist()
         self._failures += count
         return first * self.page_size if count else None

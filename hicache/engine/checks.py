@@ -51,8 +51,10 @@ def check_parts(
     if config is not None and not isinstance(config, EngineConfig):
         raise TypeError(f"config must be an EngineConfig or None, got {type(config).__name__}")
     check_model(model)
-    for name, attr, part in (("req_to_token_pool", "req_to_token_pool", req_to_token_pool),
-                             ("allocator", "token_to_kv_pool_allocator", allocator)):
+    for name, attr, part in (
+        ("req_to_token_pool", "req_to_token_pool", req_to_token_pool),
+        ("allocator", "token_to_kv_pool_allocator", allocator),
+    ):
         if getattr(cache, attr, None) is not part:
             raise ValueError(f"cache must run over the engine's {name} (cache.{attr})")
     _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
@@ -72,11 +74,18 @@ def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:
     else:
         kind, shape = MHATokenToKVPool, {"head_num": cfg.num_kv_heads, "head_dim": cfg.head_dim}
     if not isinstance(pool, kind):
-        raise TypeError(f"allocator.get_kvcache() must be an {kind.__name__} for the model's "
-                        f"{cfg.attention} attention, got {type(pool).__name__}")
-    want = {**shape, "layer_num": cfg.num_layers, "dtype": cfg.dtype,
-            "device": canonical_device(model.device)}
+        raise TypeError(
+            f"allocator.get_kvcache() must be an {kind.__name__} for the model's "
+            f"{cfg.attention} attention, got {type(pool).__name__}"
+        )
+    want = {
+        **shape,
+        "layer_num": cfg.num_layers,
+        "dtype": cfg.dtype,
+        "device": canonical_device(model.device),
+    }
     got = {name: getattr(pool, name) for name in want}
     if got != want:
-        raise ValueError(f"allocator.get_kvcache() does not fit the model: it has {got}, "
-                         f"the model needs {want}")
+        raise ValueError(
+            f"allocator.get_kvcache() does not fit the model: it has {got}, the model needs {want}"
+        )

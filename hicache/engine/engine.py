@@ -81,11 +81,13 @@ class Engine:
         types) and ``ValueError`` for one out of range, naming it. A request too long for the
         pools is returned ``REJECTED`` (with ``error`` set) by the next ``step``.
         """
-        args = check_submission(prompt, max_new_tokens, extra_key, arrival,
-                                self.model.cfg.vocab_size)
+        args = check_submission(
+            prompt, max_new_tokens, extra_key, arrival, self.model.cfg.vocab_size
+        )
         now = time.perf_counter() if args.arrival is None else args.arrival
-        req = Request(next(self._rids), args.prompt, args.max_new_tokens, args.extra_key,
-                      arrival=now)
+        req = Request(
+            next(self._rids), args.prompt, args.max_new_tokens, args.extra_key, arrival=now
+        )
         self.scheduler.submit(req)
         return req
 

@@ -80,13 +80,14 @@ def build_cache(
     if spec.kind == "radix":
         from hicache.radix import RadixCache
 
-        return RadixCache(
-            req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy
-        )
+        return RadixCache(req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy)
     from hicache.radix import HiRadixCache
 
     return HiRadixCache(
-        req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy,
+        req_pool,
+        allocator,
+        spec.page_size,
+        eviction_policy=spec.eviction_policy,
         **spec.host_options(),
     )
 

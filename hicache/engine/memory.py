@@ -39,11 +39,15 @@ class SlotBudget:
         """Why ``req`` can never be served by these pools, or None when it can."""
         max_len = self.req_to_token_pool.max_context_len
         if max(req.kv_total + 1, self.round_up(req.kv_total)) > max_len:
-            return (f"request {req.rid} needs {req.kv_total + 1} tokens of context; "
-                    f"the engine's max context is {max_len}")
+            return (
+                f"request {req.rid} needs {req.kv_total + 1} tokens of context; "
+                f"the engine's max context is {max_len}"
+            )
         if self.round_up(req.kv_total) > self.allocator.size:
-            return (f"request {req.rid} needs {req.kv_total} KV slots; "
-                    f"the device pool holds {self.allocator.size}")
+            return (
+                f"request {req.rid} needs {req.kv_total} KV slots; "
+                f"the device pool holds {self.allocator.size}"
+            )
         return None
 
     def headroom(self, active: Iterable[Request]) -> int:

@@ -46,8 +46,11 @@ A1, B1, A2, B2 = 0x7FEB352D, 0x2C1B3C6D, 0x6A09E667, 0x3C6EF373
 DEFAULT_PROGRAMS = 64
 TILE_WORDS = 2048  # words one program hashes per step: [ROWS, COLS]
 _M32 = (1 << 32) - 1
-_WORDS = {4: (torch.int32, tl.int32, tl.uint32), 2: (torch.int16, tl.int16, tl.uint16),
-          1: (torch.int8, tl.int8, tl.uint8)}
+_WORDS = {
+    4: (torch.int32, tl.int32, tl.uint32),
+    2: (torch.int16, tl.int16, tl.uint16),
+    1: (torch.int8, tl.int8, tl.uint8),
+}
 _TABLES: dict[tuple, torch.Tensor] = {}  # pointer tables by (device, addresses); bounded
 
 
@@ -67,8 +70,11 @@ class _Geometry:
 def _check_layers(layers: Sequence[Sequence[torch.Tensor]]) -> _Geometry:
     """Every part has the same number of layers; every layer is a contiguous tensor of one
     shape, dtype and device, indexed by slot along dim 0."""
-    if not isinstance(layers, Sequence) or not layers or not all(
-            isinstance(part, Sequence) and part for part in layers):
+    if (
+        not isinstance(layers, Sequence)
+        or not layers
+        or not all(isinstance(part, Sequence) and part for part in layers)
+    ):
         raise TypeError("layers must be a non-empty sequence of non-empty sequences of tensors")
     first = layers[0][0]
     if not isinstance(first, torch.Tensor) or first.dim() < 1 or first.numel() == 0:
@@ -77,8 +83,13 @@ def _check_layers(layers: Sequence[Sequence[torch.Tensor]]) -> _Geometry:
         if len(part) != len(layers[0]):
             raise ValueError("layers: every part must have the same number of layers")
         for t in part:
-            if (not isinstance(t, torch.Tensor) or t.shape != first.shape or t.dtype != first.dtype
-                    or t.device != first.device or not t.is_contiguous()):
+            if (
+                not isinstance(t, torch.Tensor)
+                or t.shape != first.shape
+                or t.dtype != first.dtype
+                or t.device != first.device
+                or not t.is_contiguous()
+            ):
                 raise ValueError("layers must be contiguous tensors of one shape, dtype and device")
     item = first.numel() // first.shape[0] * first.element_size()
     return _Geometry(len(layers), len(layers[0]), first.shape[0], item, first.device)
@@ -106,20 +117,30 @@ def _check_indices(geo: _Geometry, indices: object, page_size: object) -> int:
 def _check_store(geo: _Geometry, store: object, rows: object, pages: int) -> None:
     if not isinstance(store, torch.Tensor) or not isinstance(rows, torch.Tensor):
         raise TypeError("store and rows must be torch.Tensors")
-    if (store.dtype != torch.int64 or store.dim() != 2 or store.shape[1] != geo.layers
-            or not store.is_cpu or not store.is_contiguous()):
-        raise ValueError(f"store must be a contiguous int64 CPU tensor [rows, {geo.layers}], got "
-                         f"{store.dtype} {tuple(store.shape)} on {store.device}")
+    if (
+        store.dtype != torch.int64
+        or store.dim() != 2
+        or store.shape[1] != geo.layers
+        or not store.is_cpu
+        or not store.is_contiguous()
+    ):
+        raise ValueError(
+            f"store must be a contiguous int64 CPU tensor [rows, {geo.layers}], got "
+            f"{store.dtype} {tuple(store.shape)} on {store.device}"
+        )
     if geo.device.type == "cuda" and not store.is_pinned():
         raise ValueError("store must be pinned (page-locked) when the layers are on CUDA")
     if rows.dtype != torch.int64 or rows.shape != (pages,) or not rows.is_cpu:
-        raise ValueError(f"rows must be an int64 CPU tensor [{pages}] (one per page), got "
-                         f"{rows.dtype} {tuple(rows.shape)} on {rows.device}")
+        raise ValueError(
+            f"rows must be an int64 CPU tensor [{pages}] (one per page), got "
+            f"{rows.dtype} {tuple(rows.shape)} on {rows.device}"
+        )
     if pages and (int(rows.min()) < 0 or int(rows.max()) >= store.shape[0]):
         raise IndexError(f"rows must lie in [0, {store.shape[0]})")
 
 
 # ---- torch reference -------------------------------------------------------------------------
+
 
 def _mix(x: torch.Tensor, a: int, b: int) -> torch.Tensor:
     """The 32-bit finalizer on int64 lanes holding values < 2**32 (products stay < 2**63)."""
@@ -130,8 +151,9 @@ def _mix(x: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def _reference(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor,
-               page_size: int) -> torch.Tensor:
+def _reference(
+    geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor, page_size: int
+) -> torch.Tensor:
     pages, word = indices.numel() // page_size, geo.word
     per_item = geo.item_bytes // word
     n = geo.parts * page_size * per_item
@@ -139,8 +161,10 @@ def _reference(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices
     key2 = (key + KEY_ADD) & _M32
     out = torch.empty((pages, geo.layers), dtype=torch.int64, device=geo.device)
     for layer in range(geo.layers):
-        parts = [part[layer][indices].view(torch.uint8).reshape(pages, page_size, geo.item_bytes)
-                 for part in layers]
+        parts = [
+            part[layer][indices].view(torch.uint8).reshape(pages, page_size, geo.item_bytes)
+            for part in layers
+        ]
         words = torch.stack(parts, 1).view(_WORDS[word][0]).reshape(pages, n)
         w = words.to(torch.int64) & ((1 << 8 * word) - 1)
         s1 = _mix(w ^ key, A1, B1).sum(1) & _M32
@@ -156,6 +180,7 @@ _TL_KEY_MUL, _TL_KEY_ADD = tl.constexpr(KEY_MUL), tl.constexpr(KEY_ADD)
 _TL_A1, _TL_B1 = tl.constexpr(A1), tl.constexpr(B1)
 _TL_A2, _TL_B2 = tl.constexpr(A2), tl.constexpr(B2)
 
+
 @triton.jit
 def _tl_mix(x, A: tl.constexpr, B: tl.constexpr):
     x = x ^ (x >> 16)
@@ -166,10 +191,25 @@ def _tl_mix(x, A: tl.constexpr, B: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n_pages", "num_slots", "store_addr"])
-def _checksum_kernel(slots_ptr, rows_ptr, table_ptr, flags_ptr, store_addr, n_pages, num_layers,
-                     num_slots, NUM_KV: tl.constexpr, PAGE: tl.constexpr, WORDS: tl.constexpr,
-                     ITEM_BYTES: tl.constexpr, WORD_TY: tl.constexpr, UWORD_TY: tl.constexpr,
-                     ROWS: tl.constexpr, COLS: tl.constexpr, VERIFY: tl.constexpr):
+def _checksum_kernel(
+    slots_ptr,
+    rows_ptr,
+    table_ptr,
+    flags_ptr,
+    store_addr,
+    n_pages,
+    num_layers,
+    num_slots,
+    NUM_KV: tl.constexpr,
+    PAGE: tl.constexpr,
+    WORDS: tl.constexpr,
+    ITEM_BYTES: tl.constexpr,
+    WORD_TY: tl.constexpr,
+    UWORD_TY: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+    VERIFY: tl.constexpr,
+):
     """Work item ``w`` is (page ``w // num_layers``, layer ``w % num_layers``); records its
     checksum at ``store[rows[page], layer]`` or, with VERIFY, writes ``flags[w] = differs``.
 
@@ -221,11 +261,19 @@ def _table(layers: Sequence[Sequence[torch.Tensor]], device: torch.device) -> to
     return _TABLES[key]
 
 
-def _launch(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor,
-            page_size: int, store: torch.Tensor, rows: torch.Tensor, flags: torch.Tensor | None,
-            max_programs: int) -> None:
+def _launch(
+    geo: _Geometry,
+    layers: Sequence[Sequence[torch.Tensor]],
+    indices: torch.Tensor,
+    page_size: int,
+    store: torch.Tensor,
+    rows: torch.Tensor,
+    flags: torch.Tensor | None,
+    max_programs: int,
+) -> None:
     assert geo.device.type == "cuda" or env.ENV.triton_interpret, (
-        "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
+        "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
+    )
     pages, (_, word_ty, uword_ty) = rows.numel(), _WORDS[geo.word]
     if pages == 0:
         return
@@ -238,15 +286,29 @@ def _launch(geo: _Geometry, layers: Sequence[Sequence[torch.Tensor]], indices: t
     grid = (min(max_programs, pages * geo.layers),)
     with torch.cuda.device(geo.device) if cuda else contextlib.nullcontext():
         _checksum_kernel[grid](
-            indices.contiguous(), rows_dev, _table(layers, geo.device),
-            rows_dev if flags is None else flags, store.data_ptr(), pages, geo.layers, geo.slots,
-            NUM_KV=geo.parts, PAGE=page_size, WORDS=words, ITEM_BYTES=geo.item_bytes,
-            WORD_TY=word_ty, UWORD_TY=uword_ty,
-            ROWS=tile_rows, COLS=cols, VERIFY=flags is not None,
-            num_warps=max(1, min(8, tile_rows * cols // 256)))
+            indices.contiguous(),
+            rows_dev,
+            _table(layers, geo.device),
+            rows_dev if flags is None else flags,
+            store.data_ptr(),
+            pages,
+            geo.layers,
+            geo.slots,
+            NUM_KV=geo.parts,
+            PAGE=page_size,
+            WORDS=words,
+            ITEM_BYTES=geo.item_bytes,
+            WORD_TY=word_ty,
+            UWORD_TY=uword_ty,
+            ROWS=tile_rows,
+            COLS=cols,
+            VERIFY=flags is not None,
+            num_warps=max(1, min(8, tile_rows * cols // 256)),
+        )
 
 
 # ---- public ops ----------------------------------------------------------------------------------
+
 
 def _backend(geo: _Geometry, backend: str | None, max_programs: object) -> str:
     check_int("max_programs", max_programs, low=1)
@@ -255,9 +317,14 @@ def _backend(geo: _Geometry, backend: str | None, max_programs: object) -> str:
     return backend or ("triton" if geo.device.type == "cuda" else "reference")
 
 
-def page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor,
-                   page_size: int, *, backend: str | None = None,
-                   max_programs: int = DEFAULT_PROGRAMS) -> torch.Tensor:
+def page_checksums(
+    layers: Sequence[Sequence[torch.Tensor]],
+    indices: torch.Tensor,
+    page_size: int,
+    *,
+    backend: str | None = None,
+    max_programs: int = DEFAULT_PROGRAMS,
+) -> torch.Tensor:
     """int64 ``[pages, layers]`` checksums of the pages of ``indices`` (on the layers' device).
 
     Parameters
@@ -277,10 +344,16 @@ def page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tens
     return store.to(geo.device)
 
 
-def record_page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor,
-                          page_size: int, store: torch.Tensor, rows: torch.Tensor, *,
-                          backend: str | None = None,
-                          max_programs: int = DEFAULT_PROGRAMS) -> None:
+def record_page_checksums(
+    layers: Sequence[Sequence[torch.Tensor]],
+    indices: torch.Tensor,
+    page_size: int,
+    store: torch.Tensor,
+    rows: torch.Tensor,
+    *,
+    backend: str | None = None,
+    max_programs: int = DEFAULT_PROGRAMS,
+) -> None:
     """Write page ``p``'s checksums into ``store[rows[p], :]`` (asynchronous on CUDA: on the
     current stream).
 
@@ -297,10 +370,16 @@ def record_page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: tor
         _launch(geo, layers, indices, page_size, store, rows, None, max_programs)
 
 
-def verify_page_checksums(layers: Sequence[Sequence[torch.Tensor]], indices: torch.Tensor,
-                          page_size: int, store: torch.Tensor, rows: torch.Tensor, *,
-                          backend: str | None = None,
-                          max_programs: int = DEFAULT_PROGRAMS) -> torch.Tensor:
+def verify_page_checksums(
+    layers: Sequence[Sequence[torch.Tensor]],
+    indices: torch.Tensor,
+    page_size: int,
+    store: torch.Tensor,
+    rows: torch.Tensor,
+    *,
+    backend: str | None = None,
+    max_programs: int = DEFAULT_PROGRAMS,
+) -> torch.Tensor:
     """int64 ``[2]`` on the layers' device: (first page whose checksum differs from
     ``store[rows[p], :]`` in some layer, or ``pages`` when none; how many pages differ).
     Asynchronous on CUDA (current stream); ``store``/``rows`` as :func:`record_page_checksums`."""

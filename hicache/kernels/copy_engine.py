@@ -35,8 +35,12 @@ class _Location(ctypes.Structure):
 
 
 class _Attributes(ctypes.Structure):
-    _fields_ = [("src_access_order", ctypes.c_int), ("src_loc_hint", _Location),
-                ("dst_loc_hint", _Location), ("flags", ctypes.c_uint)]
+    _fields_ = [
+        ("src_access_order", ctypes.c_int),
+        ("src_loc_hint", _Location),
+        ("dst_loc_hint", _Location),
+        ("flags", ctypes.c_uint),
+    ]
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,11 @@ def _open_cudart() -> ctypes.CDLL:
     major = (torch.version.cuda or "").split(".")[0]
     names = [f"libcudart.so.{major}"] if major else []
     roots = [*site.getsitepackages(), site.getusersitepackages()]
-    names += sorted(p for root in roots
-                    for p in glob.glob(os.path.join(root, "nvidia", "**", "libcudart.so*"),
-                                       recursive=True))
+    names += sorted(
+        p
+        for root in roots
+        for p in glob.glob(os.path.join(root, "nvidia", "**", "libcudart.so*"), recursive=True)
+    )
     for name in names:
         try:
             return ctypes.CDLL(name)
@@ -71,14 +77,24 @@ def _runtime() -> _Runtime:
     lib.cudaGetErrorString.restype = ctypes.c_char_p
     version = ctypes.c_int()
     _check(lib, lib.cudaRuntimeGetVersion(ctypes.byref(version)), "cudaRuntimeGetVersion")
-    lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                    ctypes.c_int, ctypes.c_void_p]
+    lib.cudaMemcpyAsync.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
     runtime = _Runtime(lib, version.value)
     if runtime.has_batch:
         extra = [] if runtime.version >= _NO_FAIL_INDEX_VERSION else [ctypes.c_void_p]
         lib.cudaMemcpyBatchAsync.argtypes = [ctypes.c_void_p] * 3 + [
-            ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *extra,
-            ctypes.c_void_p]
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            *extra,
+            ctypes.c_void_p,
+        ]
     return runtime
 
 
@@ -122,16 +138,28 @@ def copy_batch(dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray, device: tor
             _batch(runtime, dst, src, nbytes, stream)
             return
         for d, s, n in zip(dst.tolist(), src.tolist(), nbytes.tolist(), strict=True):
-            _check(runtime.lib, runtime.lib.cudaMemcpyAsync(d, s, n, _MEMCPY_DEFAULT, stream),
-                   "cudaMemcpyAsync")
+            _check(
+                runtime.lib,
+                runtime.lib.cudaMemcpyAsync(d, s, n, _MEMCPY_DEFAULT, stream),
+                "cudaMemcpyAsync",
+            )
 
 
-def _batch(runtime: _Runtime, dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray,
-           stream: int) -> None:
+def _batch(
+    runtime: _Runtime, dst: np.ndarray, src: np.ndarray, nbytes: np.ndarray, stream: int
+) -> None:
     attrs = _Attributes(src_access_order=_SRC_ACCESS_ORDER_STREAM)
     first = np.zeros(1, dtype=np.uint64)  # every copy uses attrs[0]
     fail = [] if runtime.version >= _NO_FAIL_INDEX_VERSION else [ctypes.byref(ctypes.c_size_t())]
     err = runtime.lib.cudaMemcpyBatchAsync(
-        dst.ctypes.data, src.ctypes.data, nbytes.ctypes.data, len(dst), ctypes.byref(attrs),
-        first.ctypes.data, 1, *fail, stream)
+        dst.ctypes.data,
+        src.ctypes.data,
+        nbytes.ctypes.data,
+        len(dst),
+        ctypes.byref(attrs),
+        first.ctypes.data,
+        1,
+        *fail,
+        stream,
+    )
     _check(runtime.lib, err, "cudaMemcpyBatchAsync")

@@ -31,10 +31,10 @@ class _Slots(NamedTuple):
 
     def view(self, start: int, length: int) -> torch.Tensor:
         if self.layer is None:
-            return self.tensor[start:start + length]
+            return self.tensor[start : start + length]
         page_size = self.tensor.shape[2]
         offset = start % page_size
-        return self.tensor[start // page_size, self.layer, offset:offset + length]
+        return self.tensor[start // page_size, self.layer, offset : offset + length]
 
     def geometry(self) -> tuple[int, int, int, int, int]:
         """(base, page, page stride, slot stride, slot bytes) in bytes: slot ``i`` starts at
@@ -49,13 +49,14 @@ class _Slots(NamedTuple):
 def _addresses(sides: Sequence[_Slots], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Byte addresses of slots ``starts`` in every side (side-major), and each side's slot bytes."""
     geo = np.array([side.geometry() for side in sides], dtype=np.int64)
-    base, page, page_stride, slot_stride = (geo[:, j:j + 1] for j in range(4))
+    base, page, page_stride, slot_stride = (geo[:, j : j + 1] for j in range(4))
     addr = base + (starts // page) * page_stride + (starts % page) * slot_stride
     return addr.astype(np.uint64).ravel(), geo[:, 4]
 
 
-def _run_arrays(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int,
-                dst_page: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _run_arrays(
+    src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int, dst_page: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src starts, dst starts, lengths) of the maximal runs; see :func:`runs`."""
     s, d = src_indices.numpy(), dst_indices.numpy()
     if not len(s):
@@ -69,8 +70,9 @@ def _run_arrays(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: 
     return s[starts], d[starts], np.diff(starts, append=len(s))
 
 
-def runs(src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int = 0,
-         dst_page: int = 0) -> list[Run]:
+def runs(
+    src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int = 0, dst_page: int = 0
+) -> list[Run]:
     """Maximal runs where both index lists step by +1.
 
     A side with ``*_page > 0`` also starts a new run at each multiple of its page size.
@@ -90,8 +92,13 @@ def _on_copy_engine(pairs: Sequence[tuple[_Slots, _Slots]]) -> torch.device | No
     return cuda if all(t.is_pinned() for t in host.values()) else None
 
 
-def _copy_runs(pairs: Sequence[tuple[_Slots, _Slots]], src_indices: torch.Tensor,
-               dst_indices: torch.Tensor, src_page: int = 0, dst_page: int = 0) -> None:
+def _copy_runs(
+    pairs: Sequence[tuple[_Slots, _Slots]],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    src_page: int = 0,
+    dst_page: int = 0,
+) -> None:
     """Copy every run for every (src, dst) pair of slot views."""
     s0, d0, n = _run_arrays(src_indices, dst_indices, src_page, dst_page)
     if not len(n):
@@ -119,23 +126,34 @@ def _tensors(name: str, value: object) -> list[torch.Tensor]:
     return list(value)
 
 
-def _check_pair(src_name: str, src: torch.Tensor, src_item: Sequence[int], dst_name: str,
-                dst: torch.Tensor, dst_item: Sequence[int]) -> None:
+def _check_pair(
+    src_name: str,
+    src: torch.Tensor,
+    src_item: Sequence[int],
+    dst_name: str,
+    dst: torch.Tensor,
+    dst_item: Sequence[int],
+) -> None:
     """Same dtype, and the same shape for one slot on both sides."""
     if src.dtype != dst.dtype or tuple(src_item) != tuple(dst_item):
-        raise ValueError(f"{src_name} ({src.dtype}, slot shape {tuple(src_item)}) and {dst_name} "
-                         f"({dst.dtype}, slot shape {tuple(dst_item)}) must match")
+        raise ValueError(
+            f"{src_name} ({src.dtype}, slot shape {tuple(src_item)}) and {dst_name} "
+            f"({dst.dtype}, slot shape {tuple(dst_item)}) must match"
+        )
 
 
 def _check_paged(name: str, tensor: torch.Tensor, page_size: int) -> None:
     """A page_first_direct buffer ``[pages, layers, page_size, ...]``."""
     if tensor.dim() < 3 or tensor.shape[2] != page_size:
-        raise ValueError(f"{name} must be [pages, layers, page_size={page_size}, ...], "
-                         f"got shape {tuple(tensor.shape)}")
+        raise ValueError(
+            f"{name} must be [pages, layers, page_size={page_size}, ...], "
+            f"got shape {tuple(tensor.shape)}"
+        )
 
 
-def _cpu_indices(src_indices: object, dst_indices: object, page: int, src_limit: int,
-                 dst_limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _cpu_indices(
+    src_indices: object, dst_indices: object, page: int, src_limit: int, dst_limit: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Checked CPU copies of both index tensors (``page`` is a checked page size)."""
     n = check.check_indices(src_indices, dst_indices)
     if n % page:
@@ -147,9 +165,13 @@ def _cpu_indices(src_indices: object, dst_indices: object, page: int, src_limit:
     return s, d
 
 
-def transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.Tensor],
-                       src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                       page_size: int) -> None:
+def transfer_kv_direct(
+    src_layers: list[torch.Tensor],
+    dst_layers: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    page_size: int,
+) -> None:
     """``dst_layers[j][dst_indices] = src_layers[j][src_indices]`` for every ``j``.
 
     Parameters
@@ -165,14 +187,20 @@ def transfer_kv_direct(src_layers: list[torch.Tensor], dst_layers: list[torch.Te
     for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
         _check_pair(f"src_layers[{j}]", src, src.shape[1:], f"dst_layers[{j}]", dst, dst.shape[1:])
     page = check.check_int("page_size", page_size, low=1)
-    s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] for t in srcs),
-                        min(t.shape[0] for t in dsts))
+    s, d = _cpu_indices(
+        src_indices, dst_indices, page, min(t.shape[0] for t in srcs), min(t.shape[0] for t in dsts)
+    )
     _copy_runs([(_Slots(src), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], s, d)
 
 
-def transfer_kv_per_layer_direct_pf_lf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
-                                       src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                                       layer_id: int, page_size: int) -> None:
+def transfer_kv_per_layer_direct_pf_lf(
+    src_ptrs: list[torch.Tensor],
+    dst_ptrs: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    layer_id: int,
+    page_size: int,
+) -> None:
     """Layer ``layer_id`` of page_first_direct buffers into layer_first buffers.
 
     Parameters
@@ -191,15 +219,24 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: list[torch.Tensor], dst_ptrs: l
         _check_paged(f"src_ptrs[{j}]", src, page)
         _check_pair(f"src_ptrs[{j}]", src, src.shape[3:], f"dst_ptrs[{j}]", dst, dst.shape[1:])
         check.check_layer_id(layer_id, src.shape[1])
-    s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] * page for t in srcs),
-                        min(t.shape[0] for t in dsts))
+    s, d = _cpu_indices(
+        src_indices,
+        dst_indices,
+        page,
+        min(t.shape[0] * page for t in srcs),
+        min(t.shape[0] for t in dsts),
+    )
     pairs = [(_Slots(src, layer_id), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)]
     _copy_runs(pairs, s, d, src_page=page)
 
 
-def transfer_kv_all_layer_direct_lf_pf(src_ptrs: list[torch.Tensor], dst_ptrs: list[torch.Tensor],
-                                       src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                                       page_size: int) -> None:
+def transfer_kv_all_layer_direct_lf_pf(
+    src_ptrs: list[torch.Tensor],
+    dst_ptrs: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    page_size: int,
+) -> None:
     """Every layer of layer_first buffers into page_first_direct buffers.
 
     Parameters
@@ -215,17 +252,27 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: list[torch.Tensor], dst_ptrs: l
     for j, dst in enumerate(dsts):
         _check_paged(f"dst_ptrs[{j}]", dst, page)
         if dst.shape != dsts[0].shape:
-            raise ValueError(f"dst_ptrs[{j}] has shape {tuple(dst.shape)}, dst_ptrs[0] "
-                             f"{tuple(dsts[0].shape)}; they must match")
+            raise ValueError(
+                f"dst_ptrs[{j}] has shape {tuple(dst.shape)}, dst_ptrs[0] "
+                f"{tuple(dsts[0].shape)}; they must match"
+            )
     layers = dsts[0].shape[1]
     if len(srcs) != layers * len(dsts):
-        raise ValueError(f"src_ptrs must hold len(dst_ptrs) * layers = {layers * len(dsts)} "
-                         f"tensors, got {len(srcs)}")
+        raise ValueError(
+            f"src_ptrs must hold len(dst_ptrs) * layers = {layers * len(dsts)} "
+            f"tensors, got {len(srcs)}"
+        )
     for k, src in enumerate(srcs):
         dst = dsts[k // layers]
-        _check_pair(f"src_ptrs[{k}]", src, src.shape[1:], f"dst_ptrs[{k // layers}]", dst,
-                    dst.shape[3:])
-    s, d = _cpu_indices(src_indices, dst_indices, page, min(t.shape[0] for t in srcs),
-                        min(t.shape[0] * page for t in dsts))
+        _check_pair(
+            f"src_ptrs[{k}]", src, src.shape[1:], f"dst_ptrs[{k // layers}]", dst, dst.shape[3:]
+        )
+    s, d = _cpu_indices(
+        src_indices,
+        dst_indices,
+        page,
+        min(t.shape[0] for t in srcs),
+        min(t.shape[0] * page for t in dsts),
+    )
     pairs = [(_Slots(src), _Slots(dsts[k // layers], k % layers)) for k, src in enumerate(srcs)]
     _copy_runs(pairs, s, d, dst_page=page)

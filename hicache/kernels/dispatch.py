@@ -40,5 +40,6 @@ def execute(plan: CopyPlan, block_quota: object, num_warps_per_block: object) ->
         reference.run(plan)
         return
     assert plan.device.type == "cuda" or env.ENV.triton_interpret, (
-        "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
+        "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
+    )
     triton_ops.launch(plan, block_quota, num_warps_per_block)

@@ -51,8 +51,9 @@ def page_head(item_size: int, layout_dim: int, page_size: int, heads: int) -> Ge
     + l * item_size / heads``.
     """
     per_head = layout_dim // heads
-    return Geometry(page_size, page_size * layout_dim, per_head, page_size * per_head,
-                    item_size // heads)
+    return Geometry(
+        page_size, page_size * layout_dim, per_head, page_size * per_head, item_size // heads
+    )
 
 
 @dataclass(frozen=True)

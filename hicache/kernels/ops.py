@@ -36,10 +36,17 @@ DEFAULT_NUM_WARPS = 16 if torch.version.hip else 32
 Tensor = torch.Tensor
 
 
-def transfer_kv_per_layer(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst_v: Tensor,
-                          src_indices: Tensor, dst_indices: Tensor, item_size: int,
-                          block_quota: int = 2,
-                          num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+def transfer_kv_per_layer(
+    src_k: Tensor,
+    dst_k: Tensor,
+    src_v: Tensor,
+    dst_v: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> None:
     """One layer, layer_first to layer_first.
 
     Parameters
@@ -48,15 +55,29 @@ def transfer_kv_per_layer(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst_v: Te
     dst_k, dst_v : ``[dst_items, ...]`` likewise.
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.per_layer({"src_k": src_k, "src_v": src_v}, {"dst_k": dst_k, "dst_v": dst_v},
-                           src_indices, dst_indices, item_size)
+    plan = plans.per_layer(
+        {"src_k": src_k, "src_v": src_v},
+        {"dst_k": dst_k, "dst_v": dst_v},
+        src_indices,
+        dst_indices,
+        item_size,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_per_layer_pf_lf(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst_v: Tensor,
-                                src_indices: Tensor, dst_indices: Tensor, layer_id: int,
-                                item_size: int, src_layout_dim: int, block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+def transfer_kv_per_layer_pf_lf(
+    src_k: Tensor,
+    dst_k: Tensor,
+    src_v: Tensor,
+    dst_v: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    layer_id: int,
+    item_size: int,
+    src_layout_dim: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> None:
     """Layer ``layer_id`` of a page_first source into one layer_first layer.
 
     Parameters
@@ -68,17 +89,33 @@ def transfer_kv_per_layer_pf_lf(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst
     src_layout_dim : bytes of one item over all layers, ``layers * item_size``.
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.per_layer_pf_lf({"src_k": src_k, "src_v": src_v},
-                                 {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 layer_id, item_size, src_layout_dim)
+    plan = plans.per_layer_pf_lf(
+        {"src_k": src_k, "src_v": src_v},
+        {"dst_k": dst_k, "dst_v": dst_v},
+        src_indices,
+        dst_indices,
+        layer_id,
+        item_size,
+        src_layout_dim,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_per_layer_ph_lf(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst_v: Tensor,
-                                src_indices: Tensor, dst_indices: Tensor, layer_id: int,
-                                item_size: int, src_layout_dim: int, page_size: int,
-                                head_num: int, block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+def transfer_kv_per_layer_ph_lf(
+    src_k: Tensor,
+    dst_k: Tensor,
+    src_v: Tensor,
+    dst_v: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    layer_id: int,
+    item_size: int,
+    src_layout_dim: int,
+    page_size: int,
+    head_num: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> None:
     """Layer ``layer_id`` of a page_head source into one layer_first layer.
 
     Parameters
@@ -92,18 +129,35 @@ def transfer_kv_per_layer_ph_lf(src_k: Tensor, dst_k: Tensor, src_v: Tensor, dst
     page_size, head_num : ints >= 1; ``head_num`` divides ``item_size``.
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.per_layer_ph_lf({"src_k": src_k, "src_v": src_v},
-                                 {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 layer_id, item_size, src_layout_dim, page_size, head_num)
+    plan = plans.per_layer_ph_lf(
+        {"src_k": src_k, "src_v": src_v},
+        {"dst_k": dst_k, "dst_v": dst_v},
+        src_indices,
+        dst_indices,
+        layer_id,
+        item_size,
+        src_layout_dim,
+        page_size,
+        head_num,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_all_layer(src_k_layers: Tensor, dst_k_layers: Tensor, src_v_layers: Tensor,
-                          dst_v_layers: Tensor, src_indices: Tensor, dst_indices: Tensor,
-                          item_size: int, num_layers: int, block_quota: int = 2,
-                          num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
-                          src_items_per_layer: int | None = None,
-                          dst_items_per_layer: int | None = None) -> None:
+def transfer_kv_all_layer(
+    src_k_layers: Tensor,
+    dst_k_layers: Tensor,
+    src_v_layers: Tensor,
+    dst_v_layers: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    num_layers: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+    *,
+    src_items_per_layer: int | None = None,
+    dst_items_per_layer: int | None = None,
+) -> None:
     """Every layer, layer_first to layer_first.
 
     Parameters
@@ -115,19 +169,34 @@ def transfer_kv_all_layer(src_k_layers: Tensor, dst_k_layers: Tensor, src_v_laye
         None leaves indices past the end unchecked (see the module).
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.all_layer({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
-                           {"dst_k_layers": dst_k_layers, "dst_v_layers": dst_v_layers},
-                           src_indices, dst_indices, item_size, num_layers, src_items_per_layer,
-                           dst_items_per_layer)
+    plan = plans.all_layer(
+        {"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
+        {"dst_k_layers": dst_k_layers, "dst_v_layers": dst_v_layers},
+        src_indices,
+        dst_indices,
+        item_size,
+        num_layers,
+        src_items_per_layer,
+        dst_items_per_layer,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_all_layer_lf_pf(src_k_layers: Tensor, dst_k: Tensor, src_v_layers: Tensor,
-                                dst_v: Tensor, src_indices: Tensor, dst_indices: Tensor,
-                                item_size: int, dst_layout_dim: int, num_layers: int,
-                                block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
-                                src_items_per_layer: int | None = None) -> None:
+def transfer_kv_all_layer_lf_pf(
+    src_k_layers: Tensor,
+    dst_k: Tensor,
+    src_v_layers: Tensor,
+    dst_v: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    dst_layout_dim: int,
+    num_layers: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+    *,
+    src_items_per_layer: int | None = None,
+) -> None:
     """Every layer from layer_first pointer tables into page_first.
 
     Parameters
@@ -140,18 +209,36 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
         the end unchecked (see the module).
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.all_layer_lf_pf({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
-                                 {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 item_size, dst_layout_dim, num_layers, src_items_per_layer)
+    plan = plans.all_layer_lf_pf(
+        {"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
+        {"dst_k": dst_k, "dst_v": dst_v},
+        src_indices,
+        dst_indices,
+        item_size,
+        dst_layout_dim,
+        num_layers,
+        src_items_per_layer,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_all_layer_lf_ph(src_k_layers: Tensor, dst_k: Tensor, src_v_layers: Tensor,
-                                dst_v: Tensor, src_indices: Tensor, dst_indices: Tensor,
-                                item_size: int, dst_layout_dim: int, num_layers: int,
-                                page_size: int, head_num: int, block_quota: int = 2,
-                                num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
-                                src_items_per_layer: int | None = None) -> None:
+def transfer_kv_all_layer_lf_ph(
+    src_k_layers: Tensor,
+    dst_k: Tensor,
+    src_v_layers: Tensor,
+    dst_v: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    dst_layout_dim: int,
+    num_layers: int,
+    page_size: int,
+    head_num: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+    *,
+    src_items_per_layer: int | None = None,
+) -> None:
     """Every layer from layer_first pointer tables into page_head.
 
     Parameters
@@ -164,53 +251,104 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: Tensor, dst_k: Tensor, src_v_layer
     src_items_per_layer : as in :func:`transfer_kv_all_layer_lf_pf`.
     src_indices, dst_indices, item_size, block_quota, num_warps_per_block : see the module.
     """
-    plan = plans.all_layer_lf_ph({"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
-                                 {"dst_k": dst_k, "dst_v": dst_v}, src_indices, dst_indices,
-                                 item_size, dst_layout_dim, num_layers, page_size, head_num,
-                                 src_items_per_layer)
+    plan = plans.all_layer_lf_ph(
+        {"src_k_layers": src_k_layers, "src_v_layers": src_v_layers},
+        {"dst_k": dst_k, "dst_v": dst_v},
+        src_indices,
+        dst_indices,
+        item_size,
+        dst_layout_dim,
+        num_layers,
+        page_size,
+        head_num,
+        src_items_per_layer,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_per_layer_mla(src: Tensor, dst: Tensor, src_indices: Tensor, dst_indices: Tensor,
-                              item_size: int, block_quota: int = 2,
-                              num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+def transfer_kv_per_layer_mla(
+    src: Tensor,
+    dst: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> None:
     """MLA :func:`transfer_kv_per_layer`: one latent buffer ``[items, 1, kv_dim]`` per side."""
     plan = plans.per_layer({"src": src}, {"dst": dst}, src_indices, dst_indices, item_size)
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_per_layer_mla_pf_lf(src: Tensor, dst: Tensor, src_indices: Tensor,
-                                    dst_indices: Tensor, layer_id: int, item_size: int,
-                                    src_layout_dim: int, block_quota: int = 2,
-                                    num_warps_per_block: int = DEFAULT_NUM_WARPS) -> None:
+def transfer_kv_per_layer_mla_pf_lf(
+    src: Tensor,
+    dst: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    layer_id: int,
+    item_size: int,
+    src_layout_dim: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> None:
     """MLA :func:`transfer_kv_per_layer_pf_lf`: ``src`` is ``[items, layers, 1, kv_dim]``."""
-    plan = plans.per_layer_pf_lf({"src": src}, {"dst": dst}, src_indices, dst_indices, layer_id,
-                                 item_size, src_layout_dim)
+    plan = plans.per_layer_pf_lf(
+        {"src": src}, {"dst": dst}, src_indices, dst_indices, layer_id, item_size, src_layout_dim
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_all_layer_mla(src_layers: Tensor, dst_layers: Tensor, src_indices: Tensor,
-                              dst_indices: Tensor, item_size: int, num_layers: int,
-                              block_quota: int = 2,
-                              num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
-                              src_items_per_layer: int | None = None,
-                              dst_items_per_layer: int | None = None) -> None:
+def transfer_kv_all_layer_mla(
+    src_layers: Tensor,
+    dst_layers: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    num_layers: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+    *,
+    src_items_per_layer: int | None = None,
+    dst_items_per_layer: int | None = None,
+) -> None:
     """MLA :func:`transfer_kv_all_layer`: one pointer table per side (``*_items_per_layer``
     as there)."""
-    plan = plans.all_layer({"src_layers": src_layers}, {"dst_layers": dst_layers}, src_indices,
-                           dst_indices, item_size, num_layers, src_items_per_layer,
-                           dst_items_per_layer)
+    plan = plans.all_layer(
+        {"src_layers": src_layers},
+        {"dst_layers": dst_layers},
+        src_indices,
+        dst_indices,
+        item_size,
+        num_layers,
+        src_items_per_layer,
+        dst_items_per_layer,
+    )
     execute(plan, block_quota, num_warps_per_block)
 
 
-def transfer_kv_all_layer_mla_lf_pf(src_layers: Tensor, dst: Tensor, src_indices: Tensor,
-                                    dst_indices: Tensor, item_size: int, dst_layout_dim: int,
-                                    num_layers: int, block_quota: int = 2,
-                                    num_warps_per_block: int = DEFAULT_NUM_WARPS, *,
-                                    src_items_per_layer: int | None = None) -> None:
+def transfer_kv_all_layer_mla_lf_pf(
+    src_layers: Tensor,
+    dst: Tensor,
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    dst_layout_dim: int,
+    num_layers: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+    *,
+    src_items_per_layer: int | None = None,
+) -> None:
     """MLA :func:`transfer_kv_all_layer_lf_pf`: ``dst`` is ``[items, layers, 1, kv_dim]``
     (``src_items_per_layer`` as there)."""
-    plan = plans.all_layer_lf_pf({"src_layers": src_layers}, {"dst": dst}, src_indices,
-                                 dst_indices, item_size, dst_layout_dim, num_layers,
-                                 src_items_per_layer)
+    plan = plans.all_layer_lf_pf(
+        {"src_layers": src_layers},
+        {"dst": dst},
+        src_indices,
+        dst_indices,
+        item_size,
+        dst_layout_dim,
+        num_layers,
+        src_items_per_layer,
+    )
     execute(plan, block_quota, num_warps_per_block)

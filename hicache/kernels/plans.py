@@ -24,12 +24,19 @@ Named = dict[str, torch.Tensor]
 def _tensor_side(named: Named, geometry: Geometry, first_layer: int = 0) -> Operand:
     check.check_data(named, geometry.page_stride)
     first = next(iter(named.values()))
-    return Operand(tuple(named), tuple(named.values()), False, geometry,
-                   first.shape[0] * geometry.page, first_layer)
+    return Operand(
+        tuple(named),
+        tuple(named.values()),
+        False,
+        geometry,
+        first.shape[0] * geometry.page,
+        first_layer,
+    )
 
 
-def _table_side(named: Named, geometry: Geometry, num_layers: int, items_name: str,
-                items: object) -> Operand:
+def _table_side(
+    named: Named, geometry: Geometry, num_layers: int, items_name: str, items: object
+) -> Operand:
     """A pointer-table side; ``items`` (argument ``items_name``) bounds its item index, or None:
     the buffers behind the addresses are then unknown, and so is their item count."""
     check.check_tables(named, num_layers)
@@ -50,45 +57,76 @@ def _heads(head_num: object, item_size: int) -> int:
     return heads
 
 
-def _plan(src: Operand, dst: Operand, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-          num_layers: int, heads: int, item_size: int) -> CopyPlan:
+def _plan(
+    src: Operand,
+    dst: Operand,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    num_layers: int,
+    heads: int,
+    item_size: int,
+) -> CopyPlan:
     check.check_indices(src_indices, dst_indices)
     data = [pair for side in (src, dst) if not side.is_table for pair in side.named()]
     for name, tensor in data[1:]:
         if tensor.dtype != data[0][1].dtype:
-            raise ValueError(f"{name} is {tensor.dtype} but {data[0][0]} is {data[0][1].dtype}; "
-                             "source and destination must share one dtype")
-    device = check.check_devices(src, dst, {"src_indices": src_indices,
-                                            "dst_indices": dst_indices})
+            raise ValueError(
+                f"{name} is {tensor.dtype} but {data[0][0]} is {data[0][1].dtype}; "
+                "source and destination must share one dtype"
+            )
+    device = check.check_devices(src, dst, {"src_indices": src_indices, "dst_indices": dst_indices})
     for name, idx, side in (("src_indices", src_indices, src), ("dst_indices", dst_indices, dst)):
         check.check_index_range(name, idx, side.num_items)
-    return CopyPlan(src, dst, src_indices, dst_indices, num_layers, heads, item_size // heads,
-                    device)
+    return CopyPlan(
+        src, dst, src_indices, dst_indices, num_layers, heads, item_size // heads, device
+    )
 
 
-def per_layer(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-              item_size: object) -> CopyPlan:
+def per_layer(
+    src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor, item_size: object
+) -> CopyPlan:
     """layer_first -> layer_first, one layer: ``src``/``dst`` are ``[items, ...]`` tensors."""
     size = check.check_item_size(item_size)
     geometry = layer_first(size)
-    return _plan(_tensor_side(src, geometry), _tensor_side(dst, geometry), src_indices,
-                 dst_indices, 1, 1, size)
+    return _plan(
+        _tensor_side(src, geometry),
+        _tensor_side(dst, geometry),
+        src_indices,
+        dst_indices,
+        1,
+        1,
+        size,
+    )
 
 
-def per_layer_pf_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                    layer_id: object, item_size: object, src_layout_dim: object) -> CopyPlan:
+def per_layer_pf_lf(
+    src: Named,
+    dst: Named,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    layer_id: object,
+    item_size: object,
+    src_layout_dim: object,
+) -> CopyPlan:
     """page_first ``[items, layers, ...]`` layer ``layer_id`` -> one layer_first layer."""
     size = check.check_item_size(item_size)
     layout_dim = _layout_dim("src_layout_dim", src_layout_dim, size)
     layer = check.check_layer_id(layer_id, layout_dim // size)
     source = _tensor_side(src, page_first(size, layout_dim), layer)
-    return _plan(source, _tensor_side(dst, layer_first(size)), src_indices, dst_indices, 1, 1,
-                 size)
+    return _plan(source, _tensor_side(dst, layer_first(size)), src_indices, dst_indices, 1, 1, size)
 
 
-def per_layer_ph_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                    layer_id: object, item_size: object, src_layout_dim: object,
-                    page_size: object, head_num: object) -> CopyPlan:
+def per_layer_ph_lf(
+    src: Named,
+    dst: Named,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    layer_id: object,
+    item_size: object,
+    src_layout_dim: object,
+    page_size: object,
+    head_num: object,
+) -> CopyPlan:
     """page_head ``[pages, heads, page_size, layers, head_dim]`` layer ``layer_id`` -> lf."""
     size = check.check_item_size(item_size)
     layout_dim = _layout_dim("src_layout_dim", src_layout_dim, size)
@@ -96,47 +134,90 @@ def per_layer_ph_lf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indic
     page = check.check_int("page_size", page_size, low=1)
     heads = _heads(head_num, size)
     source = _tensor_side(src, page_head(size, layout_dim, page, heads), layer)
-    return _plan(source, _tensor_side(dst, layer_first(size, heads)), src_indices, dst_indices,
-                 1, heads, size)
+    return _plan(
+        source,
+        _tensor_side(dst, layer_first(size, heads)),
+        src_indices,
+        dst_indices,
+        1,
+        heads,
+        size,
+    )
 
 
-def all_layer(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-              item_size: object, num_layers: object, src_items: object,
-              dst_items: object) -> CopyPlan:
+def all_layer(
+    src: Named,
+    dst: Named,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    item_size: object,
+    num_layers: object,
+    src_items: object,
+    dst_items: object,
+) -> CopyPlan:
     """layer_first -> layer_first for every layer; both sides are uint64 pointer tables of
     ``src_items`` / ``dst_items`` items per layer (None: unknown)."""
     size = check.check_item_size(item_size)
     layers = check.check_int("num_layers", num_layers, low=1)
     geometry = layer_first(size)
-    return _plan(_table_side(src, geometry, layers, "src_items_per_layer", src_items),
-                 _table_side(dst, geometry, layers, "dst_items_per_layer", dst_items),
-                 src_indices, dst_indices, layers, 1, size)
+    return _plan(
+        _table_side(src, geometry, layers, "src_items_per_layer", src_items),
+        _table_side(dst, geometry, layers, "dst_items_per_layer", dst_items),
+        src_indices,
+        dst_indices,
+        layers,
+        1,
+        size,
+    )
 
 
 def _all_layer_dim(dst_layout_dim: object, size: int, layers: int) -> int:
     layout_dim = check.check_int("dst_layout_dim", dst_layout_dim, low=1)
     if layout_dim != size * layers:
-        raise ValueError(f"dst_layout_dim ({layout_dim}) must equal item_size * num_layers "
-                         f"({size * layers})")
+        raise ValueError(
+            f"dst_layout_dim ({layout_dim}) must equal item_size * num_layers ({size * layers})"
+        )
     return layout_dim
 
 
-def all_layer_lf_pf(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                    item_size: object, dst_layout_dim: object, num_layers: object,
-                    src_items: object) -> CopyPlan:
+def all_layer_lf_pf(
+    src: Named,
+    dst: Named,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    item_size: object,
+    dst_layout_dim: object,
+    num_layers: object,
+    src_items: object,
+) -> CopyPlan:
     """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_first
     ``[items, layers, ...]``, every layer."""
     size = check.check_item_size(item_size)
     layers = check.check_int("num_layers", num_layers, low=1)
     layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
-    return _plan(_table_side(src, layer_first(size), layers, "src_items_per_layer", src_items),
-                 _tensor_side(dst, page_first(size, layout_dim)), src_indices, dst_indices,
-                 layers, 1, size)
+    return _plan(
+        _table_side(src, layer_first(size), layers, "src_items_per_layer", src_items),
+        _tensor_side(dst, page_first(size, layout_dim)),
+        src_indices,
+        dst_indices,
+        layers,
+        1,
+        size,
+    )
 
 
-def all_layer_lf_ph(src: Named, dst: Named, src_indices: torch.Tensor, dst_indices: torch.Tensor,
-                    item_size: object, dst_layout_dim: object, num_layers: object,
-                    page_size: object, head_num: object, src_items: object) -> CopyPlan:
+def all_layer_lf_ph(
+    src: Named,
+    dst: Named,
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    item_size: object,
+    dst_layout_dim: object,
+    num_layers: object,
+    page_size: object,
+    head_num: object,
+    src_items: object,
+) -> CopyPlan:
     """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_head
     ``[pages, heads, page_size, layers, head_dim]``."""
     size = check.check_item_size(item_size)
@@ -145,6 +226,12 @@ def all_layer_lf_ph(src: Named, dst: Named, src_indices: torch.Tensor, dst_indic
     page = check.check_int("page_size", page_size, low=1)
     heads = _heads(head_num, size)
     source = _table_side(src, layer_first(size, heads), layers, "src_items_per_layer", src_items)
-    return _plan(source,
-                 _tensor_side(dst, page_head(size, layout_dim, page, heads)), src_indices,
-                 dst_indices, layers, heads, size)
+    return _plan(
+        source,
+        _tensor_side(dst, page_head(size, layout_dim, page, heads)),
+        src_indices,
+        dst_indices,
+        layers,
+        heads,
+        size,
+    )

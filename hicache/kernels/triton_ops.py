@@ -83,10 +83,22 @@ def _table_misalignment(addr, num_layers, IS_TABLE: tl.constexpr):
 
 
 @triton.jit
-def _copy_rows(s_addr, d_addr, s_off, d_off, ok, WORD_TY: tl.constexpr, ALIGNED: tl.constexpr,
-               HEADS: tl.constexpr, PARTS: tl.constexpr, S_HEAD_STRIDE: tl.constexpr,
-               D_HEAD_STRIDE: tl.constexpr, SEG: tl.constexpr, RH: tl.constexpr,
-               RP: tl.constexpr):
+def _copy_rows(
+    s_addr,
+    d_addr,
+    s_off,
+    d_off,
+    ok,
+    WORD_TY: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    HEADS: tl.constexpr,
+    PARTS: tl.constexpr,
+    S_HEAD_STRIDE: tl.constexpr,
+    D_HEAD_STRIDE: tl.constexpr,
+    SEG: tl.constexpr,
+    RH: tl.constexpr,
+    RP: tl.constexpr,
+):
     """Copy every item with ``ok`` set: ``HEADS`` slices of ``PARTS`` segments of ``SEG`` words,
     slices ``*_HEAD_STRIDE`` words apart on each side; ``RH`` slices x ``RP`` segments per pass."""
     src = s_addr.to(tl.pointer_type(WORD_TY))
@@ -107,8 +119,9 @@ def _copy_rows(s_addr, d_addr, s_off, d_off, ok, WORD_TY: tl.constexpr, ALIGNED:
             if PARTS % RP != 0:
                 mask = mask & (part < PARTS)
             at = part * SEG + seg
-            vals = tl.load(src + head * S_HEAD_STRIDE + at, mask=mask,
-                           eviction_policy="evict_first")
+            vals = tl.load(
+                src + head * S_HEAD_STRIDE + at, mask=mask, eviction_policy="evict_first"
+            )
             tl.store(dst + head * D_HEAD_STRIDE + at, vals, mask=mask, cache_modifier=".cs")
 
 
@@ -131,59 +144,131 @@ def _tile_indices(src_idx, dst_idx, tile, live, n_rows, ROWS: tl.constexpr):
     """Source and destination item index of each row of ``tile`` (0 unless ``live``)."""
     rows = tile * ROWS + tl.arange(0, ROWS)
     ok = (rows < n_rows) & live
-    return (tl.load(src_idx + rows, mask=ok, other=0),
-            tl.load(dst_idx + rows, mask=ok, other=0))
+    return (tl.load(src_idx + rows, mask=ok, other=0), tl.load(dst_idx + rows, mask=ok, other=0))
 
 
 @triton.jit
-def _copy_work(src_idx, dst_idx, n_rows, num_layers, src_k, src_v, dst_k, dst_v,
-               src_limit, dst_limit,
-               NUM_KV: tl.constexpr, WORD_TY: tl.constexpr, HEADS: tl.constexpr,
-               PARTS: tl.constexpr, SEG: tl.constexpr, RH: tl.constexpr, RP: tl.constexpr,
-               ROWS: tl.constexpr, ALIGNED: tl.constexpr, LAYER_MAJOR: tl.constexpr,
-               S_TABLE: tl.constexpr, S_PAGE: tl.constexpr, S_PAGE_STRIDE: tl.constexpr,
-               S_SLOT_STRIDE: tl.constexpr, S_HEAD_STRIDE: tl.constexpr,
-               S_LAYER_BYTES: tl.constexpr,
-               D_TABLE: tl.constexpr, D_PAGE: tl.constexpr, D_PAGE_STRIDE: tl.constexpr,
-               D_SLOT_STRIDE: tl.constexpr, D_HEAD_STRIDE: tl.constexpr,
-               D_LAYER_BYTES: tl.constexpr):
+def _copy_work(
+    src_idx,
+    dst_idx,
+    n_rows,
+    num_layers,
+    src_k,
+    src_v,
+    dst_k,
+    dst_v,
+    src_limit,
+    dst_limit,
+    NUM_KV: tl.constexpr,
+    WORD_TY: tl.constexpr,
+    HEADS: tl.constexpr,
+    PARTS: tl.constexpr,
+    SEG: tl.constexpr,
+    RH: tl.constexpr,
+    RP: tl.constexpr,
+    ROWS: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    LAYER_MAJOR: tl.constexpr,
+    S_TABLE: tl.constexpr,
+    S_PAGE: tl.constexpr,
+    S_PAGE_STRIDE: tl.constexpr,
+    S_SLOT_STRIDE: tl.constexpr,
+    S_HEAD_STRIDE: tl.constexpr,
+    S_LAYER_BYTES: tl.constexpr,
+    D_TABLE: tl.constexpr,
+    D_PAGE: tl.constexpr,
+    D_PAGE_STRIDE: tl.constexpr,
+    D_SLOT_STRIDE: tl.constexpr,
+    D_HEAD_STRIDE: tl.constexpr,
+    D_LAYER_BYTES: tl.constexpr,
+):
     """Walk this program's work items, each one's indices loaded a work item ahead."""
     n_tiles = tl.cdiv(n_rows, ROWS)
     n_work = n_tiles * num_layers * NUM_KV
     step = tl.num_programs(0)
-    first, _first_layer, _first_kv = _work_item(tl.program_id(0), n_tiles, num_layers, NUM_KV,
-                                                LAYER_MAJOR)
+    first, _first_layer, _first_kv = _work_item(
+        tl.program_id(0), n_tiles, num_layers, NUM_KV, LAYER_MAJOR
+    )
     s_next, d_next = _tile_indices(src_idx, dst_idx, first, True, n_rows, ROWS)
     for w in range(tl.program_id(0), n_work, step):
         s_idx, d_idx = s_next, d_next
         tile, layer, kv = _work_item(w, n_tiles, num_layers, NUM_KV, LAYER_MAJOR)
         following, _, _ = _work_item(w + step, n_tiles, num_layers, NUM_KV, LAYER_MAJOR)
-        s_next, d_next = _tile_indices(src_idx, dst_idx, following, w + step < n_work, n_rows,
-                                       ROWS)
+        s_next, d_next = _tile_indices(src_idx, dst_idx, following, w + step < n_work, n_rows, ROWS)
         rows = tile * ROWS + tl.arange(0, ROWS)
-        ok = ((rows < n_rows) & (s_idx >= 0) & (s_idx < src_limit) & (d_idx >= 0)
-              & (d_idx < dst_limit))
+        ok = (
+            (rows < n_rows)
+            & (s_idx >= 0)
+            & (s_idx < src_limit)
+            & (d_idx >= 0)
+            & (d_idx < dst_limit)
+        )
         s_addr = _layer_address(tl.where(kv == 0, src_k, src_v), layer, S_TABLE, S_LAYER_BYTES)
         d_addr = _layer_address(tl.where(kv == 0, dst_k, dst_v), layer, D_TABLE, D_LAYER_BYTES)
-        _copy_rows(s_addr, d_addr, _row_offsets(s_idx, S_PAGE, S_PAGE_STRIDE, S_SLOT_STRIDE),
-                   _row_offsets(d_idx, D_PAGE, D_PAGE_STRIDE, D_SLOT_STRIDE), ok, WORD_TY,
-                   ALIGNED, HEADS, PARTS, S_HEAD_STRIDE, D_HEAD_STRIDE, SEG, RH, RP)
+        _copy_rows(
+            s_addr,
+            d_addr,
+            _row_offsets(s_idx, S_PAGE, S_PAGE_STRIDE, S_SLOT_STRIDE),
+            _row_offsets(d_idx, D_PAGE, D_PAGE_STRIDE, D_SLOT_STRIDE),
+            ok,
+            WORD_TY,
+            ALIGNED,
+            HEADS,
+            PARTS,
+            S_HEAD_STRIDE,
+            D_HEAD_STRIDE,
+            SEG,
+            RH,
+            RP,
+        )
 
 
-@triton.jit(do_not_specialize=["n_rows", "num_layers", "src_k", "src_v", "dst_k", "dst_v",
-                               "src_limit", "dst_limit"])
-def _transfer_kernel(src_idx, dst_idx, n_rows, num_layers, src_k, src_v, dst_k, dst_v,
-                     src_limit, dst_limit,
-                     NUM_KV: tl.constexpr, WORD_TY: tl.constexpr, HEADS: tl.constexpr,
-                     PARTS: tl.constexpr, SEG: tl.constexpr, RH: tl.constexpr,
-                     RP: tl.constexpr, ROWS: tl.constexpr, ALIGN16: tl.constexpr,
-                     LAYER_MAJOR: tl.constexpr,
-                     S_TABLE: tl.constexpr, S_PAGE: tl.constexpr, S_PAGE_STRIDE: tl.constexpr,
-                     S_SLOT_STRIDE: tl.constexpr, S_HEAD_STRIDE: tl.constexpr,
-                     S_LAYER_BYTES: tl.constexpr,
-                     D_TABLE: tl.constexpr, D_PAGE: tl.constexpr, D_PAGE_STRIDE: tl.constexpr,
-                     D_SLOT_STRIDE: tl.constexpr, D_HEAD_STRIDE: tl.constexpr,
-                     D_LAYER_BYTES: tl.constexpr):
+@triton.jit(
+    do_not_specialize=[
+        "n_rows",
+        "num_layers",
+        "src_k",
+        "src_v",
+        "dst_k",
+        "dst_v",
+        "src_limit",
+        "dst_limit",
+    ]
+)
+def _transfer_kernel(
+    src_idx,
+    dst_idx,
+    n_rows,
+    num_layers,
+    src_k,
+    src_v,
+    dst_k,
+    dst_v,
+    src_limit,
+    dst_limit,
+    NUM_KV: tl.constexpr,
+    WORD_TY: tl.constexpr,
+    HEADS: tl.constexpr,
+    PARTS: tl.constexpr,
+    SEG: tl.constexpr,
+    RH: tl.constexpr,
+    RP: tl.constexpr,
+    ROWS: tl.constexpr,
+    ALIGN16: tl.constexpr,
+    LAYER_MAJOR: tl.constexpr,
+    S_TABLE: tl.constexpr,
+    S_PAGE: tl.constexpr,
+    S_PAGE_STRIDE: tl.constexpr,
+    S_SLOT_STRIDE: tl.constexpr,
+    S_HEAD_STRIDE: tl.constexpr,
+    S_LAYER_BYTES: tl.constexpr,
+    D_TABLE: tl.constexpr,
+    D_PAGE: tl.constexpr,
+    D_PAGE_STRIDE: tl.constexpr,
+    D_SLOT_STRIDE: tl.constexpr,
+    D_HEAD_STRIDE: tl.constexpr,
+    D_LAYER_BYTES: tl.constexpr,
+):
     """Rows ``r`` in ``[0, n_rows)`` are items; strides in words.
 
     With 16-byte strides and a pointer table, the table entries decide once, per program,
@@ -192,22 +277,82 @@ def _transfer_kernel(src_idx, dst_idx, n_rows, num_layers, src_k, src_v, dst_k, 
     """
     aligned = ALIGN16
     if ALIGN16 and (S_TABLE or D_TABLE):
-        aligned = (_table_misalignment(src_k, num_layers, S_TABLE)
-                   | _table_misalignment(src_v, num_layers, S_TABLE)
-                   | _table_misalignment(dst_k, num_layers, D_TABLE)
-                   | _table_misalignment(dst_v, num_layers, D_TABLE)) == 0
+        aligned = (
+            _table_misalignment(src_k, num_layers, S_TABLE)
+            | _table_misalignment(src_v, num_layers, S_TABLE)
+            | _table_misalignment(dst_k, num_layers, D_TABLE)
+            | _table_misalignment(dst_v, num_layers, D_TABLE)
+        ) == 0
     if aligned:
-        _copy_work(src_idx, dst_idx, n_rows, num_layers, src_k, src_v, dst_k, dst_v,
-                   src_limit, dst_limit, NUM_KV, WORD_TY, HEADS, PARTS, SEG, RH, RP, ROWS,
-                   ALIGN16, LAYER_MAJOR, S_TABLE, S_PAGE, S_PAGE_STRIDE, S_SLOT_STRIDE,
-                   S_HEAD_STRIDE, S_LAYER_BYTES, D_TABLE, D_PAGE, D_PAGE_STRIDE, D_SLOT_STRIDE,
-                   D_HEAD_STRIDE, D_LAYER_BYTES)
+        _copy_work(
+            src_idx,
+            dst_idx,
+            n_rows,
+            num_layers,
+            src_k,
+            src_v,
+            dst_k,
+            dst_v,
+            src_limit,
+            dst_limit,
+            NUM_KV,
+            WORD_TY,
+            HEADS,
+            PARTS,
+            SEG,
+            RH,
+            RP,
+            ROWS,
+            ALIGN16,
+            LAYER_MAJOR,
+            S_TABLE,
+            S_PAGE,
+            S_PAGE_STRIDE,
+            S_SLOT_STRIDE,
+            S_HEAD_STRIDE,
+            S_LAYER_BYTES,
+            D_TABLE,
+            D_PAGE,
+            D_PAGE_STRIDE,
+            D_SLOT_STRIDE,
+            D_HEAD_STRIDE,
+            D_LAYER_BYTES,
+        )
     else:
-        _copy_work(src_idx, dst_idx, n_rows, num_layers, src_k, src_v, dst_k, dst_v,
-                   src_limit, dst_limit, NUM_KV, WORD_TY, HEADS, PARTS, SEG, RH, RP, ROWS,
-                   False, LAYER_MAJOR, S_TABLE, S_PAGE, S_PAGE_STRIDE, S_SLOT_STRIDE,
-                   S_HEAD_STRIDE, S_LAYER_BYTES, D_TABLE, D_PAGE, D_PAGE_STRIDE, D_SLOT_STRIDE,
-                   D_HEAD_STRIDE, D_LAYER_BYTES)
+        _copy_work(
+            src_idx,
+            dst_idx,
+            n_rows,
+            num_layers,
+            src_k,
+            src_v,
+            dst_k,
+            dst_v,
+            src_limit,
+            dst_limit,
+            NUM_KV,
+            WORD_TY,
+            HEADS,
+            PARTS,
+            SEG,
+            RH,
+            RP,
+            ROWS,
+            False,
+            LAYER_MAJOR,
+            S_TABLE,
+            S_PAGE,
+            S_PAGE_STRIDE,
+            S_SLOT_STRIDE,
+            S_HEAD_STRIDE,
+            S_LAYER_BYTES,
+            D_TABLE,
+            D_PAGE,
+            D_PAGE_STRIDE,
+            D_SLOT_STRIDE,
+            D_HEAD_STRIDE,
+            D_LAYER_BYTES,
+        )
 
 
 def _addresses(side: Operand) -> tuple[int, int]:
@@ -230,11 +375,14 @@ def _alignment(plan: CopyPlan, limit: int) -> int:
 
 def _side_constexprs(prefix: str, side: Operand, word: int) -> dict[str, object]:
     g = side.geometry
-    return {f"{prefix}_TABLE": side.is_table, f"{prefix}_PAGE": g.page,
-            f"{prefix}_PAGE_STRIDE": g.page_stride // word,
-            f"{prefix}_SLOT_STRIDE": g.slot_stride // word,
-            f"{prefix}_HEAD_STRIDE": g.head_stride // word,
-            f"{prefix}_LAYER_BYTES": g.layer_stride}
+    return {
+        f"{prefix}_TABLE": side.is_table,
+        f"{prefix}_PAGE": g.page,
+        f"{prefix}_PAGE_STRIDE": g.page_stride // word,
+        f"{prefix}_SLOT_STRIDE": g.slot_stride // word,
+        f"{prefix}_HEAD_STRIDE": g.head_stride // word,
+        f"{prefix}_LAYER_BYTES": g.layer_stride,
+    }
 
 
 def _tile(chunk: int, heads: int, word: int, vector: int, num_warps: int) -> dict[str, int]:
@@ -246,8 +394,9 @@ def _tile(chunk: int, heads: int, word: int, vector: int, num_warps: int) -> dic
     slices, and a thread holds ``ACCESSES_PER_THREAD // (RH * RP)`` items, at least one.
     """
     vec = vector // word  # words per access
-    target = min(THREADS_PER_WARP * vec,
-                 max(LINE_BYTES // word, chunk * heads // ACCESSES_PER_THREAD))
+    target = min(
+        THREADS_PER_WARP * vec, max(LINE_BYTES // word, chunk * heads // ACCESSES_PER_THREAD)
+    )
     seg = vec
     while seg * 2 <= target and chunk % (seg * 2) == 0:
         seg *= 2
@@ -255,8 +404,14 @@ def _tile(chunk: int, heads: int, word: int, vector: int, num_warps: int) -> dic
     rp = min(ACCESSES_PER_THREAD, triton.next_power_of_2(parts))
     rh = min(max(1, ACCESSES_PER_THREAD // rp), triton.next_power_of_2(heads))
     rows_per_warp = THREADS_PER_WARP // (seg // vec)
-    return {"HEADS": heads, "PARTS": parts, "SEG": seg, "RH": rh, "RP": rp,
-            "ROWS": rows_per_warp * num_warps * max(1, ACCESSES_PER_THREAD // (rh * rp))}
+    return {
+        "HEADS": heads,
+        "PARTS": parts,
+        "SEG": seg,
+        "RH": rh,
+        "RP": rp,
+        "ROWS": rows_per_warp * num_warps * max(1, ACCESSES_PER_THREAD // (rh * rp)),
+    }
 
 
 def _indices(plan: CopyPlan) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,19 +434,34 @@ def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
     """Run ``plan`` with the Triton kernel on ``plan.device`` (the CPU only when interpreting)."""
     if plan.num_items == 0:
         return
-    assert plan.num_layers * max(plan.src.geometry.layer_stride,
-                                 plan.dst.geometry.layer_stride) < 2**31, "layer offset overflows"
+    assert (
+        plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
+        < 2**31
+    ), "layer offset overflows"
     word = _alignment(plan, 8)
     align16 = _alignment(plan, 16) == 16
     tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
     src_idx, dst_idx = _indices(plan)
-    limits = [side.num_items if side.num_items is not None else TABLE_LIMIT
-              for side in (plan.src, plan.dst)]
+    limits = [
+        side.num_items if side.num_items is not None else TABLE_LIMIT
+        for side in (plan.src, plan.dst)
+    ]
     work = triton.cdiv(plan.num_items, tile["ROWS"]) * plan.num_layers * plan.num_kv
     with _device_scope(plan.device):
         _transfer_kernel[(min(block_quota, work),)](
-            src_idx, dst_idx, plan.num_items, plan.num_layers, *_addresses(plan.src),
-            *_addresses(plan.dst), *limits, NUM_KV=plan.num_kv, WORD_TY=_WORD_TYPES[word],
-            ALIGN16=align16, LAYER_MAJOR=_layer_major(plan), **tile,
-            **_side_constexprs("S", plan.src, word), **_side_constexprs("D", plan.dst, word),
-            num_warps=num_warps)
+            src_idx,
+            dst_idx,
+            plan.num_items,
+            plan.num_layers,
+            *_addresses(plan.src),
+            *_addresses(plan.dst),
+            *limits,
+            NUM_KV=plan.num_kv,
+            WORD_TY=_WORD_TYPES[word],
+            ALIGN16=align16,
+            LAYER_MAJOR=_layer_major(plan),
+            **tile,
+            **_side_constexprs("S", plan.src, word),
+            **_side_constexprs("D", plan.dst, word),
+            num_warps=num_warps,
+        )

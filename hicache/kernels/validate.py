@@ -58,7 +58,8 @@ def check_launch(block_quota: object, num_warps_per_block: object) -> None:
     max_warps = MAX_THREADS_PER_BLOCK // WARP_SIZE
     if warps & (warps - 1) or warps > max_warps:
         raise ValueError(
-            f"num_warps_per_block must be a power of two in [1, {max_warps}], got {warps}")
+            f"num_warps_per_block must be a power of two in [1, {max_warps}], got {warps}"
+        )
 
 
 def check_index_tensor(name: str, idx: object) -> torch.Tensor:
@@ -77,14 +78,15 @@ def check_indices(src_indices: object, dst_indices: object) -> int:
     src_indices = check_index_tensor("src_indices", src_indices)
     dst_indices = check_index_tensor("dst_indices", dst_indices)
     if src_indices.numel() != dst_indices.numel():
-        raise ValueError(f"src_indices and dst_indices differ in length: "
-                         f"{src_indices.numel()} != {dst_indices.numel()}")
+        raise ValueError(
+            f"src_indices and dst_indices differ in length: "
+            f"{src_indices.numel()} != {dst_indices.numel()}"
+        )
     return src_indices.numel()
 
 
 def _range_is_checkable(tensor: torch.Tensor) -> bool:
-    return tensor.numel() > 0 and (tensor.device.type == "cpu"
-                                   or env.device_indices_checked())
+    return tensor.numel() > 0 and (tensor.device.type == "cpu" or env.device_indices_checked())
 
 
 def check_index_range(name: str, indices: torch.Tensor, limit: int | None) -> None:
@@ -111,15 +113,21 @@ def check_data(named: dict[str, object], row_bytes: int) -> None:
             raise ValueError(f"{name} must be a contiguous tensor with at least one dimension")
         got = math.prod(tensor.shape[1:]) * tensor.element_size()
         if got != row_bytes:
-            raise ValueError(f"{name} has {got} bytes per dim-0 row; this layout and "
-                             f"item_size need {row_bytes}")
+            raise ValueError(
+                f"{name} has {got} bytes per dim-0 row; this layout and item_size need {row_bytes}"
+            )
         if first is None:
             first_name, first = name, tensor
-        elif (tensor.dtype, tensor.shape, tensor.device) != (first.dtype, first.shape,
-                                                               first.device):
-            raise ValueError(f"{name} ({tensor.dtype}, {tuple(tensor.shape)}, {tensor.device}) "
-                             f"must match {first_name} ({first.dtype}, {tuple(first.shape)}, "
-                             f"{first.device})")
+        elif (tensor.dtype, tensor.shape, tensor.device) != (
+            first.dtype,
+            first.shape,
+            first.device,
+        ):
+            raise ValueError(
+                f"{name} ({tensor.dtype}, {tuple(tensor.shape)}, {tensor.device}) "
+                f"must match {first_name} ({first.dtype}, {tuple(first.shape)}, "
+                f"{first.device})"
+            )
 
 
 def check_tables(named: dict[str, object], num_layers: int) -> None:
@@ -130,8 +138,10 @@ def check_tables(named: dict[str, object], num_layers: int) -> None:
         if table.dtype != torch.uint64:
             raise TypeError(f"{name} must be a uint64 pointer table, got {table.dtype}")
         if table.dim() != 1 or table.numel() != num_layers:
-            raise ValueError(f"{name} must hold num_layers={num_layers} addresses, "
-                             f"got shape {tuple(table.shape)}")
+            raise ValueError(
+                f"{name} must hold num_layers={num_layers} addresses, "
+                f"got shape {tuple(table.shape)}"
+            )
         if _range_is_checkable(table):
             addresses = table.view(torch.int64)
             if bool(((addresses == 0) | (addresses % 8 != 0)).any()):

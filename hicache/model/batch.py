@@ -71,8 +71,9 @@ class ForwardBatch:
         ends = torch.cumsum(torch.tensor(ext), 0).tolist()
         spans = zip(req_pool_indices, prefix_lens, ext, ends, strict=True)
         segments = tuple(_segment(req_to_token, r, p, n, e, device) for r, p, n, e in spans)
-        positions = torch.cat([torch.arange(p, p + n)
-                               for p, n in zip(prefix_lens, ext, strict=True)])
+        positions = torch.cat(
+            [torch.arange(p, p + n) for p, n in zip(prefix_lens, ext, strict=True)]
+        )
         return cls(
             input_ids=torch.tensor([t for ids in input_ids for t in ids], device=device),
             positions=positions.to(device),

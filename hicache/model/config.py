@@ -36,8 +36,16 @@ class ModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                     "intermediate_size", "kv_lora_rank", "qk_rope_head_dim"):
+        for name in (
+            "vocab_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.attention not in ATTENTION_KINDS:

@@ -23,8 +23,13 @@ def make_kv_pool(
     """A device pool of ``size`` usable slots shaped for ``cfg``'s attention (MHA or MLA)."""
     if cfg.attention == "mla":
         return MLATokenToKVPool(
-            size, page_size, cfg.dtype, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
-            cfg.num_layers, device,
+            size,
+            page_size,
+            cfg.dtype,
+            cfg.kv_lora_rank,
+            cfg.qk_rope_head_dim,
+            cfg.num_layers,
+            device,
         )
     return MHATokenToKVPool(
         size, page_size, cfg.dtype, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, device

@@ -78,15 +78,22 @@ class KVPool:
 
     @property
     def geometry(self) -> dict[str, object]:
-        return {"kind": self.kind, "layer_num": self.layer_num, **self._dims(),
-                "dtype": self.dtype, "page_size": self.page_size, "device": self.device}
+        return {
+            "kind": self.kind,
+            "layer_num": self.layer_num,
+            **self._dims(),
+            "dtype": self.dtype,
+            "page_size": self.page_size,
+            "device": self.device,
+        }
 
     def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
         """Make every getter wait on ``counter.wait_until(layer)`` first (``TypeError`` unless
         ``counter`` has a callable ``wait_until``)."""
         if not callable(getattr(counter, "wait_until", None)):
-            raise TypeError(f"counter must have a wait_until(layer_id) method, got "
-                            f"{type(counter).__name__}")
+            raise TypeError(
+                f"counter must have a wait_until(layer_id) method, got {type(counter).__name__}"
+            )
         self.layer_transfer_counter = counter
 
     def _new_layers(self, shape: tuple[int, ...]) -> list[torch.Tensor]:

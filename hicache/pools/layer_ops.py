@@ -58,8 +58,16 @@ def _mha_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mha_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     hk_ptrs, hv_ptrs = host.host_ptr_tables
     kernels.transfer_kv_all_layer(
-        dev.k_data_ptrs, hk_ptrs, dev.v_data_ptrs, hv_ptrs, d, h, host.item_size, host.layer_num,
-        src_items_per_layer=dev.num_slots, dst_items_per_layer=host.size,
+        dev.k_data_ptrs,
+        hk_ptrs,
+        dev.v_data_ptrs,
+        hv_ptrs,
+        d,
+        h,
+        host.item_size,
+        host.layer_num,
+        src_items_per_layer=dev.num_slots,
+        dst_items_per_layer=host.size,
     )
 
 
@@ -107,8 +115,14 @@ def _mla_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mla_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     (h_ptrs,) = host.host_ptr_tables
     kernels.transfer_kv_all_layer_mla(
-        dev.kv_data_ptrs, h_ptrs, d, h, host.item_size, host.layer_num,
-        src_items_per_layer=dev.num_slots, dst_items_per_layer=host.size,
+        dev.kv_data_ptrs,
+        h_ptrs,
+        d,
+        h,
+        host.item_size,
+        host.layer_num,
+        src_items_per_layer=dev.num_slots,
+        dst_items_per_layer=host.size,
     )
 
 
@@ -122,7 +136,13 @@ def _mla_load_pf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
 def _mla_backup_pf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     (hkv,) = host.host_parts
     kernels.transfer_kv_all_layer_mla_lf_pf(
-        dev.kv_data_ptrs, hkv, d, h, host.item_size, host.layout_dim, host.layer_num,
+        dev.kv_data_ptrs,
+        hkv,
+        d,
+        h,
+        host.item_size,
+        host.layout_dim,
+        host.layer_num,
         src_items_per_layer=dev.num_slots,
     )
 

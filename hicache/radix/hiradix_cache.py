@@ -71,17 +71,32 @@ class HiRadixCache(RadixCache):
         verify: str = "off",
         verify_sample_period: int = 8,
     ) -> None:
-        self.hi_config = HiCacheConfig(hicache_ratio, hicache_size_gb, write_policy, io_backend,
-                                       mem_layout, load_back_threshold, verify,
-                                       verify_sample_period)
+        self.hi_config = HiCacheConfig(
+            hicache_ratio,
+            hicache_size_gb,
+            write_policy,
+            io_backend,
+            mem_layout,
+            load_back_threshold,
+            verify,
+            verify_sample_period,
+        )
         self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
         self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
-        super().__init__(req_to_token_pool, token_to_kv_pool_allocator, page_size,
-                         eviction_policy=eviction_policy)
+        super().__init__(
+            req_to_token_pool,
+            token_to_kv_pool_allocator,
+            page_size,
+            eviction_policy=eviction_policy,
+        )
         host_pool = build_host_pool(token_to_kv_pool_allocator, page_size, self.hi_config)
         self.cache_controller = HiCacheController(
-            token_to_kv_pool_allocator, host_pool, page_size,
-            write_policy=write_policy, io_backend=io_backend, verify=verify,
+            token_to_kv_pool_allocator,
+            host_pool,
+            page_size,
+            write_policy=write_policy,
+            io_backend=io_backend,
+            verify=verify,
             verify_sample_period=verify_sample_period,
         )
 
@@ -181,8 +196,10 @@ class HiRadixCache(RadixCache):
         """As ``RadixCache.inc_lock_ref``; ``ValueError`` (no change) for a host-only node:
         load it back (``init_load_back``) and lock the node that returns."""
         if isinstance(node, TreeNode) and node.slots is None:
-            raise ValueError(f"inc_lock_ref: node {node.id} is host-only (evicted from the "
-                             "device); load it back with init_load_back first")
+            raise ValueError(
+                f"inc_lock_ref: node {node.id} is host-only (evicted from the "
+                "device); load it back with init_load_back first"
+            )
         return self._lock(node)
 
     def _lock(self, node: TreeNode) -> int:
@@ -270,8 +287,7 @@ class HiRadixCache(RadixCache):
 
     # ---- internals and hooks -----------------------------------------------------------------
 
-    def _insert(self, key: Any, value: Slots | None, priority: int
-                ) -> tuple[int, list[TreeNode]]:
+    def _insert(self, key: Any, value: Slots | None, priority: int) -> tuple[int, list[TreeNode]]:
         present, path = super()._insert(key, value, priority)
         if path:
             host_io.backup_path(self, path[-1])
@@ -305,12 +321,19 @@ class HiRadixCache(RadixCache):
             self._host_evictable.add(node)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
-        return (node.lock_ref == 0 and node.slots is not None
-                and all(child.slots is None for child in node.children.values()))
+        return (
+            node.lock_ref == 0
+            and node.slots is not None
+            and all(child.slots is None for child in node.children.values())
+        )
 
     def _is_host_leaf(self, node: TreeNode) -> bool:
-        return (node.lock_ref == 0 and node.slots is None and node.host_slots is not None
-                and not node.children)
+        return (
+            node.lock_ref == 0
+            and node.slots is None
+            and node.host_slots is not None
+            and not node.children
+        )
 
     def _sync(self, node: TreeNode) -> None:
         super()._sync(node)

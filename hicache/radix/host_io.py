@@ -95,8 +95,10 @@ def finish_writes(cache: HiRadixCache) -> None:
 def pop_acks(cache: HiRadixCache) -> None:
     """Pop the finished write and load acks (``query()``, no wait) and unlock their nodes."""
     ctrl = cache.cache_controller
-    for queue, waiting in ((ctrl.ack_write_queue, cache._writing),
-                           (ctrl.ack_load_queue, cache._loading)):
+    for queue, waiting in (
+        (ctrl.ack_write_queue, cache._writing),
+        (ctrl.ack_load_queue, cache._loading),
+    ):
         for ack in pop_finished_acks(queue):
             for node_id in ack.node_ids:
                 node = waiting.pop(node_id, None)

@@ -124,8 +124,13 @@ def build_host_pool(allocator: Any, page_size: int, config: HiCacheConfig) -> Ho
             f"MLATokenToKVPool, got {type(device_pool).__name__}"
         )
     return host_cls(
-        device_pool, config.hicache_ratio, config.hicache_size_gb, page_size, config.mem_layout,
-        pin_memory=True, io_backend=config.io_backend,
+        device_pool,
+        config.hicache_ratio,
+        config.hicache_size_gb,
+        page_size,
+        config.mem_layout,
+        pin_memory=True,
+        io_backend=config.io_backend,
     )
 
 
@@ -163,8 +168,9 @@ def check_host_tier(cache: HiRadixCache) -> None:
 def _check_host_slots(cache: HiRadixCache, nodes: list) -> None:
     host_pool = cache.cache_controller.mem_pool_host
     host_pool.check_invariants()
-    held = concat_slots([n.host_slots for n in nodes if n.host_slots is not None],
-                        torch.device("cpu"))
+    held = concat_slots(
+        [n.host_slots for n in nodes if n.host_slots is not None], torch.device("cpu")
+    )
     if held.unique().numel() != held.numel():
         _fail("a host slot is owned by two tree positions")
     free = host_pool.free_slots()
@@ -173,5 +179,7 @@ def _check_host_slots(cache: HiRadixCache, nodes: list) -> None:
     if held.numel() != cache.host_size():
         _fail(f"host_size() is {cache.host_size()}, the nodes hold {held.numel()} host slots")
     if held.numel() + free.numel() != host_pool.size:
-        _fail(f"host slots leaked: {host_pool.size - held.numel() - free.numel()} are neither "
-              "free nor owned by a node")
+        _fail(
+            f"host slots leaked: {host_pool.size - held.numel() - free.numel()} are neither "
+            "free nor owned by a node"
+        )

@@ -39,8 +39,10 @@ def _check_slots(name: str, node: TreeNode, slots: Slots | None) -> None:
     if slots is None:
         return
     if slots.dtype not in _INT64 or slots.ndim != 1 or slots.shape[0] != len(node.key):
-        _fail(f"node {node.id}: {name} must be int64 [{len(node.key)}], "
-              f"got {slots.dtype} {tuple(slots.shape)}")
+        _fail(
+            f"node {node.id}: {name} must be int64 [{len(node.key)}], "
+            f"got {slots.dtype} {tuple(slots.shape)}"
+        )
 
 
 def _valid_namespace(extra_key: object) -> bool:
@@ -79,8 +81,10 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
             _fail(f"node {node.id} is backed up but its parent is not")
     below = sum(child.lock_ref for child in node.children.values())
     if node.own_lock_ref < 0 or node.lock_ref != node.own_lock_ref + below:
-        _fail(f"node {node.id}: lock_ref {node.lock_ref} is not its own locks "
-              f"{node.own_lock_ref} plus its children's {below}")
+        _fail(
+            f"node {node.id}: lock_ref {node.lock_ref} is not its own locks "
+            f"{node.own_lock_ref} plus its children's {below}"
+        )
     member = node in cache._evictable
     if member != cache._is_evictable_leaf(node):
         _fail(f"node {node.id}: evictable-set membership {member} is wrong")
@@ -120,8 +124,10 @@ def check_tree(cache: RadixCache) -> None:
         protected += size if node.lock_ref else 0
         members += node in cache._evictable
     if (evictable, protected) != (cache.evictable_size(), cache.protected_size()):
-        _fail(f"sizes (evictable, protected) are ({cache.evictable_size()}, "
-              f"{cache.protected_size()}), the nodes hold ({evictable}, {protected})")
+        _fail(
+            f"sizes (evictable, protected) are ({cache.evictable_size()}, "
+            f"{cache.protected_size()}), the nodes hold ({evictable}, {protected})"
+        )
     if members != len(cache._evictable):
         _fail("the evictable set holds nodes that are not in the tree")
     _check_slot_ownership(cache, nodes)
@@ -133,14 +139,18 @@ def _describe(node: TreeNode, max_tokens: int) -> str:
     flags = "".join(
         flag for flag, on in ((" evicted", node.evicted), (" backuped", node.backuped)) if on
     )
-    return (f"#{node.id} {ids}{more} len={len(node.key)} lock={node.lock_ref} "
-            f"hits={node.hit_count} t={node.last_access_time}{flags}")
+    return (
+        f"#{node.id} {ids}{more} len={len(node.key)} lock={node.lock_ref} "
+        f"hits={node.hit_count} t={node.last_access_time}{flags}"
+    )
 
 
 def format_tree(cache: RadixCache, max_tokens: int = 8) -> str:
     """One line per node, indented by depth, children in insertion order."""
-    lines = [f"root evictable={cache.evictable_size()} protected={cache.protected_size()} "
-             f"page_size={cache.page_size} policy={cache.config.eviction_policy}"]
+    lines = [
+        f"root evictable={cache.evictable_size()} protected={cache.protected_size()} "
+        f"page_size={cache.page_size} policy={cache.config.eviction_policy}"
+    ]
     stack = [(child, 1) for child in reversed(cache.root.children.values())]
     while stack:
         node, depth = stack.pop()

@@ -29,8 +29,9 @@ _NOT_ID_SEQUENCES = (str, bytes, bytearray, memoryview)
 # Namespace atoms: exact built-in types, whose equality and hash are by value and never mix
 # (bool, float and subclasses such as enums or numpy scalars may equal an int of another meaning).
 _EXTRA_KEY_ATOMS = (str, bytes, int, type(None))
-_EXTRA_KEY_RULE = ("extra_key must be hashable: None, a str, bytes, an int (not bool) or a tuple "
-                   "of those")
+_EXTRA_KEY_RULE = (
+    "extra_key must be hashable: None, a str, bytes, an int (not bool) or a tuple of those"
+)
 
 
 def check_extra_key(extra_key: Any) -> Hashable | None:
@@ -98,8 +99,9 @@ def _reject_bools(ids: Sequence[Any], arr: np.ndarray) -> None:
     count = int(np.count_nonzero(small))
     items = ids if count * 8 >= len(arr) else map(ids.__getitem__, np.flatnonzero(small).tolist())
     if bool in set(map(type, items)):
-        raise TypeError("token_ids must be a sequence of ints, got a bool (True/False are not "
-                        "token ids)")
+        raise TypeError(
+            "token_ids must be a sequence of ints, got a bool (True/False are not token ids)"
+        )
 
 
 def as_token_array(token_ids: Any) -> np.ndarray:
@@ -204,9 +206,7 @@ class RadixKey:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RadixKey):
             return NotImplemented
-        return self.extra_key == other.extra_key and np.array_equal(
-            self.token_ids, other.token_ids
-        )
+        return self.extra_key == other.extra_key and np.array_equal(self.token_ids, other.token_ids)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-equality semantics: not a dict key
 

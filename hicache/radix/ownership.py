@@ -77,8 +77,11 @@ def check_pages(slots: Slots, name: str, allocator: Any) -> None:
     ordered = np.sort(starts)
     low, high = int(ordered[0]), int(ordered[-1]) + page - 1
     if low < lo or high >= hi:
-        _fail(name, f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
-                    f"got pages spanning [{low}, {high}]")
+        _fail(
+            name,
+            f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
+            f"got pages spanning [{low}, {high}]",
+        )
     if ordered.size > 1 and (ordered[1:] == ordered[:-1]).any():
         _fail(name, "holds a slot more than once")
 
@@ -90,11 +93,16 @@ def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
     rows, tail = ids[:whole].reshape(-1, page), ids[whole:]
     starts = np.concatenate([rows[:, 0], tail[:1]])
     lanes = np.arange(page)
-    if (starts % page).any() or not np.array_equal(rows, rows[:, :1] + lanes) or (
-        tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size])
+    if (
+        (starts % page).any()
+        or not np.array_equal(rows, rows[:, :1] + lanes)
+        or (tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size]))
     ):
-        _fail(name, f"must come in whole aligned pages of {page} consecutive slots "
-                    "(a page's slots may not straddle two pages)")
+        _fail(
+            name,
+            f"must come in whole aligned pages of {page} consecutive slots "
+            "(a page's slots may not straddle two pages)",
+        )
     return starts
 
 
@@ -111,7 +119,8 @@ class SlotOwners:
     def __init__(self, allocator: Any) -> None:
         bounds = None if allocator is None else slot_bounds(allocator)
         on = bounds is not None and (
-            torch.device(allocator.device).type == "cpu" or env.device_indices_checked())
+            torch.device(allocator.device).type == "cpu" or env.device_indices_checked()
+        )
         self._held = np.zeros(bounds[1], dtype=bool) if on and bounds else None
 
     def take(self, slots: Slots) -> None:
@@ -159,8 +168,9 @@ def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
     if value is None:
         raise ValueError("value is required: this cache frees its values to an allocator")
     if value.device != cache.device:
-        raise ValueError(f"value must be on the allocator's device {cache.device}, "
-                         f"got {value.device}")
+        raise ValueError(
+            f"value must be on the allocator's device {cache.device}, got {value.device}"
+        )
     check_pages(value, "value", allocator)
     end = len(key) - len(key) % cache.page_size
     owners = cache.slot_owners

@@ -155,8 +155,10 @@ class RadixCache(BasePrefixCache):
         path = self._path_to_root(node)
         if path and node.own_lock_ref <= 0:
             held = "only through a locked descendant" if node.lock_ref > 0 else "at all"
-            raise ValueError(f"dec_lock_ref: node {node.id} is not locked {held}; "
-                             "call it once per inc_lock_ref on the same node")
+            raise ValueError(
+                f"dec_lock_ref: node {node.id} is not locked {held}; "
+                "call it once per inc_lock_ref on the same node"
+            )
         if path:
             node.own_lock_ref -= 1
         moved = 0
@@ -222,8 +224,11 @@ class RadixCache(BasePrefixCache):
             n = len(ids) - len(ids) % self.page_size
             slots = ids[pos:n].astype(np.int64) if value is None else copy_slots(value, pos, n)
             parent = path[-1] if path else self.root
-            path.append(self._add_leaf(parent, edge_ids(ids[pos:n]), slots, key.extra_key,
-                                       tick, priority, missing))
+            path.append(
+                self._add_leaf(
+                    parent, edge_ids(ids[pos:n]), slots, key.extra_key, tick, priority, missing
+                )
+            )
         return present, path
 
     def _match_result(self, path: list[TreeNode]) -> MatchResult:
@@ -242,9 +247,16 @@ class RadixCache(BasePrefixCache):
         assert all(v is not None for v in values), "path has a node without a device copy"
         return concat_slots(values, self.device)
 
-    def _add_leaf(self, parent: TreeNode, ids: np.ndarray, value: Slots,
-                  extra_key: Hashable | None, tick: int, priority: int,
-                  child_key: ChildKey) -> TreeNode:
+    def _add_leaf(
+        self,
+        parent: TreeNode,
+        ids: np.ndarray,
+        value: Slots,
+        extra_key: Hashable | None,
+        tick: int,
+        priority: int,
+        child_key: ChildKey,
+    ) -> TreeNode:
         """Link a new leaf under ``parent`` at ``child_key`` (``walk.child_key`` of the leaf)."""
         leaf = TreeNode(ids, value, parent, extra_key, tick, priority)
         self.slot_owners.take(value)

@@ -104,22 +104,27 @@ def _row_id(cache: RadixCache, req: Any) -> int:
     """``req.req_pool_idx`` as a row id the request pool has handed out (no state change)."""
     idx = req.req_pool_idx
     if idx is None:
-        raise ValueError("req.req_pool_idx is None: the request holds no row (never scheduled, "
-                         "or already finished: cache_finished_req releases the row)")
+        raise ValueError(
+            "req.req_pool_idx is None: the request holds no row (never scheduled, "
+            "or already finished: cache_finished_req releases the row)"
+        )
     if isinstance(idx, (bool, np.bool_)):
         raise TypeError(f"req.req_pool_idx must be an int row id, got {idx!r}")
     try:
         idx = operator.index(idx)
     except TypeError:
-        raise TypeError(f"req.req_pool_idx must be an int row id, got "
-                        f"{type(req.req_pool_idx).__name__}") from None
+        raise TypeError(
+            f"req.req_pool_idx must be an int row id, got {type(req.req_pool_idx).__name__}"
+        ) from None
     pool = cache.req_to_token_pool
     rows = pool.req_to_token.shape[0]
     if not 0 <= idx < rows:
         raise IndexError(f"req.req_pool_idx must be in [0, {rows}), got {idx}")
     if not pool.is_allocated(idx):
-        raise ValueError(f"req.req_pool_idx={idx} is not an allocated row (a stale row id, or "
-                         "the request was already finished)")
+        raise ValueError(
+            f"req.req_pool_idx={idx} is not an allocated row (a stale row id, or "
+            "the request was already finished)"
+        )
     return idx
 
 
@@ -129,8 +134,10 @@ def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
     protected, node = req.cache_protected_len, req.last_node
     check_int("req.cache_protected_len", protected, minimum=0)
     if protected % cache.page_size:
-        raise ValueError(f"req.cache_protected_len must be a multiple of page_size="
-                         f"{cache.page_size}, got {protected}")
+        raise ValueError(
+            f"req.cache_protected_len must be a multiple of page_size="
+            f"{cache.page_size}, got {protected}"
+        )
     depth = 0
     if node is not None and node is not cache.root:
         if not isinstance(node, TreeNode):
@@ -140,12 +147,16 @@ def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
         # on the request's device path (hence in this tree): its depth is the path up to it
         at = next((i for i, n in enumerate(on_device) if n is node), None)
         if at is None:
-            raise ValueError(f"req.last_node (node {node.id}) is not in this tree on the "
-                             "device path of the request's tokens")
+            raise ValueError(
+                f"req.last_node (node {node.id}) is not in this tree on the "
+                "device path of the request's tokens"
+            )
         depth = sum(len(n.key) for n in on_device[: at + 1])
     if protected > depth:
-        raise ValueError(f"req.cache_protected_len={protected} exceeds the {depth} tokens "
-                         "req.last_node keeps locked")
+        raise ValueError(
+            f"req.cache_protected_len={protected} exceeds the {depth} tokens "
+            "req.last_node keeps locked"
+        )
 
 
 def _validate(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
@@ -159,8 +170,9 @@ def _validate(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
     key = kv_key(req)
     table = cache.req_to_token_pool.req_to_token
     if len(key) > table.shape[1]:
-        raise ValueError(f"req.kv_len={len(key)} exceeds the request pool's max_context_len="
-                         f"{table.shape[1]}")
+        raise ValueError(
+            f"req.kv_len={len(key)} exceeds the request pool's max_context_len={table.shape[1]}"
+        )
     check_int("req.priority", req.priority, minimum=-(2**63))
     aligned = key[: len(key) - len(key) % cache.page_size]
     present, on_device = device_prefix(cache, aligned)
@@ -191,7 +203,7 @@ def cache_finished(cache: RadixCache, req: Any) -> None:
     if cache.disable:
         cache._free_device([row])
     else:
-        cache._free_device([row[protected:present], row[len(key):]])
+        cache._free_device([row[protected:present], row[len(key) :]])
         cache._insert(key, row, req.priority)
     _release(cache, req, idx)
 

@@ -60,8 +60,9 @@ def stored_form(value: Slots | None) -> Slots | None:
     if value is None or isinstance(value, np.ndarray):
         return value
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"slots must be a torch.Tensor, a numpy array or None, "
-                        f"got {type(value).__name__}")
+        raise TypeError(
+            f"slots must be a torch.Tensor, a numpy array or None, got {type(value).__name__}"
+        )
     return value.numpy() if value.is_cpu else value
 
 
@@ -82,6 +83,5 @@ def check_value(value: Any, key_len: int) -> None:
         raise TypeError(f"value must be an integer tensor, got dtype {dtype}")
     if value.dim() != 1 or value.shape[0] != key_len:
         raise ValueError(
-            f"value must be 1-D with one slot per token ({key_len}), got shape "
-            f"{tuple(value.shape)}"
+            f"value must be 1-D with one slot per token ({key_len}), got shape {tuple(value.shape)}"
         )

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 _CPU = torch.device("cpu")
 
 
-def check_load(cache: HiRadixCache, chain: list[TreeNode], device: torch.Tensor
-               ) -> tuple[torch.Tensor, TreeNode]:
+def check_load(
+    cache: HiRadixCache, chain: list[TreeNode], device: torch.Tensor
+) -> tuple[torch.Tensor, TreeNode]:
     """``init_load_back``'s result for ``chain`` just queued by ``host_io.load_chain`` into
     ``device``: ``(device, chain[-1])`` unless a verified page differs from its backup, then the
     verified prefix and its last node (``chain[0].parent`` and no slots when nothing is left)."""

@@ -43,9 +43,7 @@ def walk(
     while child is not None:
         key = child.key
         end = pos + len(key)
-        if end <= n and len(key) <= BYTES_COMPARE_MAX and (
-            key.tobytes() == ids[pos:end].tobytes()
-        ):
+        if end <= n and len(key) <= BYTES_COMPARE_MAX and (key.tobytes() == ids[pos:end].tobytes()):
             pos = end
         else:
             if n > len(cache._scratch):
@@ -72,8 +70,14 @@ def split_node(cache: RadixCache, node: TreeNode, at: int) -> TreeNode:
     """
     parent = node.parent
     assert parent is not None and 0 < at < len(node.key), "bad split"
-    upper = TreeNode(edge_ids(node.key[:at]), head_slots(node.slots, at), parent,
-                     extra_key=node.extra_key, tick=node.creation_time, priority=node.priority)
+    upper = TreeNode(
+        edge_ids(node.key[:at]),
+        head_slots(node.slots, at),
+        parent,
+        extra_key=node.extra_key,
+        tick=node.creation_time,
+        priority=node.priority,
+    )
     upper.host_slots = head_slots(node.host_slots, at)
     upper.lock_ref, upper.hit_count = node.lock_ref, node.hit_count
     upper.last_access_time = node.last_access_time

@@ -29,23 +29,45 @@ from hicache.stress.runner import Report, matrix, run
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m hicache.stress", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m hicache.stress",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--ops", type=int, default=2000, help="random ops per scenario")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--page-sizes", type=int, nargs="+", default=[1, 64])
-    p.add_argument("--full", action="store_true",
-                   help="every write policy for every route (else rotated across routes)")
-    p.add_argument("--faults", type=float, default=0.0,
-                   help="rate of injected faults (allocator short, transfer failing)")
-    p.add_argument("--full-every", type=int, default=1000,
-                   help="ops between full checks (each op's changes are always checked)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="every write policy for every route (else rotated across routes)",
+    )
+    p.add_argument(
+        "--faults",
+        type=float,
+        default=0.0,
+        help="rate of injected faults (allocator short, transfer failing)",
+    )
+    p.add_argument(
+        "--full-every",
+        type=int,
+        default=1000,
+        help="ops between full checks (each op's changes are always checked)",
+    )
     p.add_argument("--device", default="cpu", help="device pool device: cpu or cuda")
     p.add_argument("--only", default="", help="run scenarios whose label contains this")
-    p.add_argument("--max-seconds", type=float, default=None,
-                   help="wall-clock budget, split evenly over the scenarios (each stops early)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress on stderr (default: when stderr is a terminal)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="wall-clock budget, split evenly over the scenarios (each stops early)",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr (default: when stderr is a terminal)",
+    )
     return p.parse_args(argv)
 
 
@@ -70,9 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     # Every tensor here is tiny: torch's intra-op threads only add wake-up latency (on a loaded
     # 2-core machine, ~16 ms per parallel op, a 10x slowdown of the whole run).
     torch.set_num_threads(1)
-    base = StressConfig(ops=args.ops, seed=args.seed, p_alloc_none=args.faults,
-                        p_transfer_fail=args.faults, full_every=args.full_every,
-                        device=args.device)
+    base = StressConfig(
+        ops=args.ops,
+        seed=args.seed,
+        p_alloc_none=args.faults,
+        p_transfer_fail=args.faults,
+        full_every=args.full_every,
+        device=args.device,
+    )
     configs = [c for c in matrix(base, args.page_sizes, args.full) if args.only in c.label()]
     show = sys.stderr.isatty() if args.progress is None else args.progress
     start, ops, failed = time.perf_counter(), 0, 0
@@ -85,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             print("\n".join("    " + v for v in report.violations[:20]), flush=True)
     seconds = time.perf_counter() - start
-    print(f"TOTAL scenarios={len(configs)} ops={ops} time={seconds:.1f}s "
-          f"ops/s={ops / max(seconds, 1e-9):.0f} violations={failed}")
+    print(
+        f"TOTAL scenarios={len(configs)} ops={ops} time={seconds:.1f}s "
+        f"ops/s={ops / max(seconds, 1e-9):.0f} violations={failed}"
+    )
     return 1 if failed else 0
 
 

@@ -43,8 +43,9 @@ def walk(cache: Any) -> Iterator[tuple[Any, np.ndarray]]:
         stack.extend((c, np.concatenate([ids, c.key])) for c in node.children.values())
 
 
-def _claims(name: str, all_slots: torch.Tensor, free: torch.Tensor,
-            owners: list[torch.Tensor]) -> list[str]:
+def _claims(
+    name: str, all_slots: torch.Tensor, free: torch.Tensor, owners: list[torch.Tensor]
+) -> list[str]:
     held = _cat(owners)
     if held.unique().numel() != held.numel():
         return [f"{name}: a slot is owned twice"]
@@ -57,19 +58,29 @@ def _claims(name: str, all_slots: torch.Tensor, free: torch.Tensor,
     return []
 
 
-def ownership(cache: Any, allocator: Any, host_pool: Any, request_slots: list[torch.Tensor],
-              all_device: torch.Tensor, all_host: torch.Tensor) -> list[str]:
+def ownership(
+    cache: Any,
+    allocator: Any,
+    host_pool: Any,
+    request_slots: list[torch.Tensor],
+    all_device: torch.Tensor,
+    all_host: torch.Tensor,
+) -> list[str]:
     nodes = [node for node, _ in walk(cache)]
     device = [n.value for n in nodes if not n.evicted] + request_slots
     host = [n.host_value for n in nodes if n.backuped]
-    return (_claims("device", all_device, allocator.free_slots(), device)
-            + _claims("host", all_host, host_pool.free_slots(), host))
+    return _claims("device", all_device, allocator.free_slots(), device) + _claims(
+        "host", all_host, host_pool.free_slots(), host
+    )
 
 
 def namespace(nodes: list[Any], extra_key: Hashable) -> list[str]:
     """Every node a match reached must live in the namespace it was asked for."""
-    return [f"a match for extra_key={extra_key!r} reached node {n.id} of {n.extra_key!r}"
-            for n in nodes if n.extra_key != extra_key]
+    return [
+        f"a match for extra_key={extra_key!r} reached node {n.id} of {n.extra_key!r}"
+        for n in nodes
+        if n.extra_key != extra_key
+    ]
 
 
 def path_to(cache: Any, node: Any) -> list[Any]:
@@ -90,8 +101,9 @@ def pending(controller: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return loads, writes
 
 
-def check_prefix(pool: Any, slots: torch.Tensor, tokens: list[int], salt: int,
-                 skip: torch.Tensor = _EMPTY) -> list[str]:
+def check_prefix(
+    pool: Any, slots: torch.Tensor, tokens: list[int], salt: int, skip: torch.Tensor = _EMPTY
+) -> list[str]:
     """The device KV at ``slots`` is that of ``tokens[:len(slots)]`` (except ``skip`` slots)."""
     slots = slots.cpu()
     keep = ~torch.isin(slots, skip)
@@ -100,8 +112,9 @@ def check_prefix(pool: Any, slots: torch.Tensor, tokens: list[int], salt: int,
     ids = torch.tensor(tokens[: slots.numel()], dtype=torch.int64)[keep]
     positions = torch.arange(slots.numel())[keep]
     slots = slots[keep]
-    return differences(pool, device_rows(pool, slots), expected_rows(pool, ids, positions, salt),
-                       slots)
+    return differences(
+        pool, device_rows(pool, slots), expected_rows(pool, ids, positions, salt), slots
+    )
 
 
 def sweep(cache: Any) -> list[str]:
@@ -109,25 +122,34 @@ def sweep(cache: Any) -> list[str]:
     node by node to name the nodes when a batch differs."""
     ctrl = cache.cache_controller
     dev_pool, host_pool = ctrl.mem_pool_device, ctrl.mem_pool_host
-    copies = ((lambda n: n.value, device_kv, dev_pool, "device"),
-              (lambda n: n.host_value, host_kv, host_pool, "host"))
+    copies = (
+        (lambda n: n.value, device_kv, dev_pool, "device"),
+        (lambda n: n.host_value, host_kv, host_pool, "host"),
+    )
     nodes = list(walk(cache))
     bad: list[str] = []
     for (get, reader, pool, tier), skip in zip(copies, pending(ctrl), strict=True):
         read = lambda layer, part, s, r=reader, p=pool: r(p, layer, part, s)  # noqa: E731
-        rows = [(node, *_rows(node, ids, get(node), skip.numpy())) for node, ids in nodes
-                if get(node) is not None]
+        rows = [
+            (node, *_rows(node, ids, get(node), skip.numpy()))
+            for node, ids in nodes
+            if get(node) is not None
+        ]
         if not rows:
             continue
         slots, *columns = (np.concatenate(c) for c in zip(*(r[1:] for r in rows), strict=True))
         if mismatches(dev_pool, read, torch.from_numpy(slots), *columns):
-            bad += [f"node {node.id} {tier} copy: {msg}" for node, slots, *cols in rows
-                    for msg in mismatches(dev_pool, read, torch.from_numpy(slots), *cols)]
+            bad += [
+                f"node {node.id} {tier} copy: {msg}"
+                for node, slots, *cols in rows
+                for msg in mismatches(dev_pool, read, torch.from_numpy(slots), *cols)
+            ]
     return bad
 
 
-def _rows(node: Any, ids: np.ndarray, slots: torch.Tensor, skip: np.ndarray
-          ) -> tuple[np.ndarray, ...]:
+def _rows(
+    node: Any, ids: np.ndarray, slots: torch.Tensor, skip: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """(slots, tokens, positions, salts), int64 numpy, of one copy of ``node`` (whose path
     holds ``ids``), without the slots still in flight (``skip``)."""
     n, slots = len(node.key), slots.cpu().numpy()

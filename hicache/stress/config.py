@@ -66,8 +66,10 @@ class StressConfig:
 
     def __post_init__(self) -> None:
         if (self.kind, self.io_backend, self.layout) not in ROUTES:
-            raise ValueError(f"(kind, io_backend, layout) must be one of {ROUTES}, got "
-                             f"{(self.kind, self.io_backend, self.layout)}")
+            raise ValueError(
+                f"(kind, io_backend, layout) must be one of {ROUTES}, got "
+                f"{(self.kind, self.io_backend, self.layout)}"
+            )
         if self.write_policy not in WRITE_POLICIES:
             raise ValueError(f"write_policy must be one of {WRITE_POLICIES}")
         for name in ("page_size", "ops", "full_every"):
@@ -95,8 +97,10 @@ class StressConfig:
         return -(-5 * self.unit // self.page_size) * self.page_size
 
     def label(self) -> str:
-        return (f"{self.kind}/{self.io_backend}/{self.layout}/p{self.page_size}/"
-                f"{self.write_policy}/{self.eviction_policy}")
+        return (
+            f"{self.kind}/{self.io_backend}/{self.layout}/p{self.page_size}/"
+            f"{self.write_policy}/{self.eviction_policy}"
+        )
 
     def with_(self, **changes: Any) -> StressConfig:
         return replace(self, **changes)
@@ -114,11 +118,13 @@ class Stack:
 def build_stack(cfg: StressConfig) -> Stack:
     size = cfg.pages * cfg.page_size
     if cfg.kind == "mha":
-        pool: Any = MHATokenToKVPool(size, cfg.page_size, torch.float32, HEADS, HEAD_DIM, LAYERS,
-                                     cfg.device)
+        pool: Any = MHATokenToKVPool(
+            size, cfg.page_size, torch.float32, HEADS, HEAD_DIM, LAYERS, cfg.device
+        )
     else:
-        pool = MLATokenToKVPool(size, cfg.page_size, torch.bfloat16, MLA_RANK, MLA_ROPE, LAYERS,
-                                cfg.device)
+        pool = MLATokenToKVPool(
+            size, cfg.page_size, torch.bfloat16, MLA_RANK, MLA_ROPE, LAYERS, cfg.device
+        )
     allocator = TokenToKVPoolAllocator(size, cfg.page_size, cfg.device, kvcache=pool)
     req_pool = ReqToTokenPool(MAX_LIVE + 1, cfg.max_context + cfg.page_size, cfg.device)
     return Stack(allocator, pool, req_pool)

@@ -53,10 +53,16 @@ class Driver:
         self.stack = build_stack(cfg)
         self.all_device = self.stack.allocator.free_slots()
         self.cache = HiRadixCache(
-            self.stack.req_pool, self.stack.allocator, cfg.page_size,
-            hicache_ratio=cfg.host_ratio, write_policy=cfg.write_policy,
-            io_backend=cfg.io_backend, mem_layout=cfg.layout, eviction_policy=cfg.eviction_policy,
-            load_back_threshold=cfg.load_back_threshold)
+            self.stack.req_pool,
+            self.stack.allocator,
+            cfg.page_size,
+            hicache_ratio=cfg.host_ratio,
+            write_policy=cfg.write_policy,
+            io_backend=cfg.io_backend,
+            mem_layout=cfg.layout,
+            eviction_policy=cfg.eviction_policy,
+            load_back_threshold=cfg.load_back_threshold,
+        )
         self.host_pool = self.cache.cache_controller.mem_pool_host
         self.all_host = self.host_pool.free_slots()
         self.pool = self.stack.device_pool
@@ -66,8 +72,14 @@ class Driver:
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()
         self.violations: list[str] = []
-        self.tracker = Tracker(self.cache, self.stack.allocator, self.host_pool,
-                               self.stack.req_pool, self.all_device, self.all_host)
+        self.tracker = Tracker(
+            self.cache,
+            self.stack.allocator,
+            self.host_pool,
+            self.stack.req_pool,
+            self.all_device,
+            self.all_host,
+        )
         self._install_faults()
 
     def _install_faults(self) -> None:
@@ -104,10 +116,10 @@ class Driver:
             return self._reject(turn, node, "rejected_fault")
         if producer >= 0:
             self.cache.cache_controller.layer_done_counter.set_consumer(producer)
-        self._expect(checker.check_prefix(self.pool, prefix, turn.prompt,
-                                          turn.conversation.salt))
-        live = Live(turn, self._new_req(turn, prefix, node, slots, target), slots, len(prefix),
-                    target)
+        self._expect(checker.check_prefix(self.pool, prefix, turn.prompt, turn.conversation.salt))
+        live = Live(
+            turn, self._new_req(turn, prefix, node, slots, target), slots, len(prefix), target
+        )
         self._compute(live, self.rng.randint(len(prefix), target))
         self.live.append(live)
 
@@ -124,23 +136,36 @@ class Driver:
         self.cache.inc_lock_ref(node)
         return prefix, node
 
-    def _new_req(self, turn: Turn, prefix: torch.Tensor, node: Any, slots: torch.Tensor,
-                 target: int) -> Req:
+    def _new_req(
+        self, turn: Turn, prefix: torch.Tensor, node: Any, slots: torch.Tensor, target: int
+    ) -> Req:
         (row,) = self.stack.req_pool.alloc(1)
         pool, n = self.stack.req_pool, len(prefix)
         pool.write((row, slice(0, n)), prefix.to(pool.device))
         pool.write((row, slice(n, target)), slots[: target - n].to(pool.device))
-        return Req(row, turn.prompt, list(turn.output), kv_len=n,
-                   extra_key=turn.conversation.tenant, prefix_indices=prefix, last_node=node,
-                   cache_protected_len=n)
+        return Req(
+            row,
+            turn.prompt,
+            list(turn.output),
+            kv_len=n,
+            extra_key=turn.conversation.tenant,
+            prefix_indices=prefix,
+            last_node=node,
+            cache_protected_len=n,
+        )
 
     def _compute(self, live: Live, end: int) -> None:
         """The model's forward over positions ``[kv_len, end)``: write their KV."""
         start, req = live.req.kv_len, live.req
         ids = (list(req.origin_input_ids) + req.output_ids)[start:end]
         tokens = torch.tensor(ids, dtype=torch.int64)
-        write_kv(self.pool, live.slots[start - live.base:end - live.base], tokens,
-                 torch.arange(start, end), live.turn.conversation.salt)
+        write_kv(
+            self.pool,
+            live.slots[start - live.base : end - live.base],
+            tokens,
+            torch.arange(start, end),
+            live.turn.conversation.salt,
+        )
         req.kv_len = end
 
     def advance(self) -> None:
@@ -170,7 +195,7 @@ class Driver:
         """``cache_finished_req``; then free the pages past ``kv_len``'s last page ourselves."""
         self._completes(self.cache.cache_finished_req, live.req)
         beyond = self._ceil(live.req.kv_len) - live.base
-        self.stack.allocator.free(live.slots[max(beyond, 0):])
+        self.stack.allocator.free(live.slots[max(beyond, 0) :])
         self._drop(live, completed)
 
     def _drop(self, live: Live, completed: bool) -> None:
@@ -211,8 +236,9 @@ class Driver:
         m = self.cache.match_prefix(RadixKey(prefix, tenant))
         self._expect(checker.namespace(checker.path_to(self.cache, m.last_host_node), tenant))
         loading, _ = checker.pending(self.cache.cache_controller)
-        self._expect(checker.check_prefix(self.pool, m.device_indices, prefix, SALTS[tenant],
-                                          loading))
+        self._expect(
+            checker.check_prefix(self.pool, m.device_indices, prefix, SALTS[tenant], loading)
+        )
         return m.last_device_node
 
     def lock(self) -> None:
@@ -248,7 +274,9 @@ class Driver:
         self.cache.reset()
         self.counts["reset"] += 1
         if (self.stack.allocator.available_size(), self.host_pool.available_size()) != (
-                self.all_device.numel(), self.all_host.numel()):
+            self.all_device.numel(),
+            self.all_host.numel(),
+        ):
             self.violations.append("reset left slots allocated")
 
     # ---- checks -------------------------------------------------------------------------------
@@ -268,8 +296,10 @@ class Driver:
             held.update(n.id for n in checker.path_to(self.cache, node))
         for node, _ in checker.walk(self.cache):
             if node.lock_ref != held[node.id]:
-                self.violations.append(f"node {node.id}: lock_ref {node.lock_ref} but the driver "
-                                       f"holds {held[node.id]} locks through it (leaked lock)")
+                self.violations.append(
+                    f"node {node.id}: lock_ref {node.lock_ref} but the driver "
+                    f"holds {held[node.id]} locks through it (leaked lock)"
+                )
 
     def _expect(self, problems: list[str]) -> None:
         self.violations.extend(problems)
@@ -293,8 +323,16 @@ class Driver:
             except RuntimeError as err:
                 self.violations.append(f"check_invariants: {err}")
             requests, locks = self._held()
-            self._expect(checker.ownership(self.cache, self.stack.allocator, self.host_pool,
-                                           requests, self.all_device, self.all_host))
+            self._expect(
+                checker.ownership(
+                    self.cache,
+                    self.stack.allocator,
+                    self.host_pool,
+                    requests,
+                    self.all_device,
+                    self.all_host,
+                )
+            )
             self._expect(checker.sweep(self.cache))
             self.tracker.reset()
             self._expect(self.tracker.check(requests, locks, verify=False))

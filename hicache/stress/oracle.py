@@ -27,9 +27,16 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x * _G % _P
 
 
-def kv_values(tokens: torch.Tensor, positions: torch.Tensor, layer: int, part: int,
-              heads: int, dim: int, dtype: torch.dtype, salt: int | torch.Tensor = 0
-              ) -> torch.Tensor:
+def kv_values(
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    layer: int,
+    part: int,
+    heads: int,
+    dim: int,
+    dtype: torch.dtype,
+    salt: int | torch.Tensor = 0,
+) -> torch.Tensor:
     """KV of part ``part`` (0 = K or the MLA latent, 1 = V) in ``layer`` for each token.
 
     Parameters
@@ -43,8 +50,13 @@ def kv_values(tokens: torch.Tensor, positions: torch.Tensor, layer: int, part: i
     -------
     ``[n, heads, dim]`` CPU tensor of ``dtype``, integers in ``[-125, 125]``.
     """
-    seed = (tokens * 1_000_003 + positions * 7919 + layer * 104_729 + part * 15_485_863
-            + salt * 2_147_483)
+    seed = (
+        tokens * 1_000_003
+        + positions * 7919
+        + layer * 104_729
+        + part * 15_485_863
+        + salt * 2_147_483
+    )
     channel = torch.arange(heads * dim, dtype=torch.int64).view(1, heads, dim) * 2_654_435
     values = _mix(_mix(seed.view(-1, 1, 1) + 1) + channel) % 251 - 125
     return values.to(dtype)
@@ -72,14 +84,18 @@ class _Table:
         self.bounds = (0, 0, 0)
         self.values = torch.empty(0, layers * parts, heads, dim, dtype=dtype)
 
-    def direct(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
-               ) -> torch.Tensor:
+    def direct(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray) -> torch.Tensor:
         t, p, s = (torch.from_numpy(x) for x in (tokens, positions, salts))
-        return torch.stack([kv_values(t, p, layer, part, self.heads, self.dim, self.dtype, s)
-                            for layer in range(self.layers) for part in range(self.parts)], 1)
+        return torch.stack(
+            [
+                kv_values(t, p, layer, part, self.heads, self.dim, self.dtype, s)
+                for layer in range(self.layers)
+                for part in range(self.parts)
+            ],
+            1,
+        )
 
-    def lookup(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray
-               ) -> torch.Tensor:
+    def lookup(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray) -> torch.Tensor:
         """``[n, layers * parts, heads, dim]`` for int64 ``[n]`` inputs."""
         if tokens.size == 0:
             return self.direct(tokens, positions, salts)
@@ -94,8 +110,10 @@ class _Table:
         return self.values[torch.from_numpy((salts * t + tokens) * p + positions)]
 
     def _grow(self, need: tuple[int, ...]) -> bool:
-        bounds = tuple(b if n <= b else max(2 * b, -(-n // q) * q)  # salts: few, exact
-                       for n, b, q in zip(need, self.bounds, (1, 16, 16), strict=True))
+        bounds = tuple(
+            b if n <= b else max(2 * b, -(-n // q) * q)  # salts: few, exact
+            for n, b, q in zip(need, self.bounds, (1, 16, 16), strict=True)
+        )
         if np.prod(bounds) * self.layers * self.parts * self.heads * self.dim > _TABLE_CAP:
             return False
         grid = np.indices(bounds).reshape(3, -1)
@@ -110,9 +128,12 @@ def _int64(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
 
 
-def expected_rows(pool: Any, tokens: torch.Tensor | np.ndarray,
-                  positions: torch.Tensor | np.ndarray,
-                  salt: int | torch.Tensor | np.ndarray = 0) -> torch.Tensor:
+def expected_rows(
+    pool: Any,
+    tokens: torch.Tensor | np.ndarray,
+    positions: torch.Tensor | np.ndarray,
+    salt: int | torch.Tensor | np.ndarray = 0,
+) -> torch.Tensor:
     """What :func:`write_kv` stored for these tokens, every layer and part at once: CPU
     ``[n, layers * parts, heads, dim]`` of the pool's ``dtype`` (index ``layer * parts + part``).
     ``tokens``, ``positions`` : integer ``[n]`` (CPU tensors or numpy); ``salt`` an int or an
@@ -127,19 +148,26 @@ def expected_rows(pool: Any, tokens: torch.Tensor | np.ndarray,
     return table.lookup(tokens, _int64(positions), salts)
 
 
-def expected_kv(pool: Any, layer: int, part: int, tokens: torch.Tensor,
-                positions: torch.Tensor, salt: int | torch.Tensor = 0) -> torch.Tensor:
+def expected_kv(
+    pool: Any,
+    layer: int,
+    part: int,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    salt: int | torch.Tensor = 0,
+) -> torch.Tensor:
     """What :func:`write_kv` stored for these tokens in one (layer, part) (CPU, ``dtype``)."""
     return expected_rows(pool, tokens, positions, salt)[:, layer * _parts(pool) + part]
 
 
-def write_kv(pool: Any, slots: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-             salt: int = 0) -> None:
+def write_kv(
+    pool: Any, slots: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, salt: int = 0
+) -> None:
     """Store every layer's KV of ``tokens`` at device ``slots`` (int64 ``[n]``) like a forward."""
     loc, parts = slots.to(pool.device), _parts(pool)
     rows = expected_rows(pool, tokens, positions, salt).to(pool.device)
     for layer in range(pool.layer_num):
-        pool.set_kv_buffer(layer, loc, *rows[:, layer * parts:(layer + 1) * parts].unbind(1))
+        pool.set_kv_buffer(layer, loc, *rows[:, layer * parts : (layer + 1) * parts].unbind(1))
 
 
 def device_kv(pool: Any, layer: int, part: int, slots: torch.Tensor) -> torch.Tensor:
@@ -168,8 +196,7 @@ def device_rows(pool: Any, slots: torch.Tensor) -> torch.Tensor:
     ``[n, layers * parts, heads, dim]``, read through the pool's getters (one wait per layer)."""
     loc, columns = slots.to(pool.device), []
     for layer in range(pool.layer_num):
-        parts = pool.get_kv_buffer(layer) if _parts(pool) == 2 else (
-            pool.get_key_buffer(layer),)
+        parts = pool.get_kv_buffer(layer) if _parts(pool) == 2 else (pool.get_key_buffer(layer),)
         columns += [buf[loc] for buf in parts]
     return torch.stack(columns, 1).cpu()
 
@@ -191,8 +218,7 @@ def host_rows(host: Any, slots: torch.Tensor) -> torch.Tensor:
     return torch.stack(parts, 2).flatten(1, 2)
 
 
-def differences(pool: Any, got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor
-                ) -> list[str]:
+def differences(pool: Any, got: torch.Tensor, want: torch.Tensor, slots: torch.Tensor) -> list[str]:
     """Every (layer, part) where rows ``got`` and ``want`` (``[n, layers * parts, ...]``) of
     ``slots`` differ."""
     if torch.equal(got, want):
@@ -202,13 +228,21 @@ def differences(pool: Any, got: torch.Tensor, want: torch.Tensor, slots: torch.T
         wrong = (got[:, column] != want[:, column]).flatten(1).any(1)
         if bool(wrong.any()):
             rows = wrong.nonzero().flatten()[:4].tolist()
-            bad.append(f"layer {column // parts} part {column % parts}: slots "
-                       f"{slots[rows].tolist()} differ")
+            bad.append(
+                f"layer {column // parts} part {column % parts}: slots "
+                f"{slots[rows].tolist()} differ"
+            )
     return bad
 
 
-def mismatches(pool: Any, read: Any, slots: torch.Tensor, tokens: Any, positions: Any,
-               salt: int | torch.Tensor | np.ndarray = 0) -> list[str]:
+def mismatches(
+    pool: Any,
+    read: Any,
+    slots: torch.Tensor,
+    tokens: Any,
+    positions: Any,
+    salt: int | torch.Tensor | np.ndarray = 0,
+) -> list[str]:
     """Every (layer, part) where ``read(layer, part, slots)`` differs from the expected KV of
     ``tokens`` at ``positions``."""
     if slots.numel() == 0:

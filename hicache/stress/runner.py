@@ -51,9 +51,11 @@ class Report:
         shown = " ".join(f"{k}={self.counts.get(k, 0)}" for k in keys)
         faults = sum(self.injected.values())
         cpu = self.ops / max(self.cpu_seconds, 1e-9)
-        return (f"{self.label:<48} ops={self.ops:<7} time={self.seconds:7.2f}s "
-                f"ops/s={self.ops_per_second:<5.0f} (cpu {cpu:.0f}) "
-                f"violations={len(self.violations)} faults={faults} {shown}")
+        return (
+            f"{self.label:<48} ops={self.ops:<7} time={self.seconds:7.2f}s "
+            f"ops/s={self.ops_per_second:<5.0f} (cpu {cpu:.0f}) "
+            f"violations={len(self.violations)} faults={faults} {shown}"
+        )
 
 
 Progress = Callable[[int, int], None]  # (ops done, violations so far)
@@ -70,8 +72,9 @@ def _step(driver: Driver, name: str) -> None:
     except InjectedFault:
         driver.counts[f"fault_surfaced_in_{name}"] += 1
     except Exception as err:  # a crash of the cache under test is a violation too
-        driver.violations.append(f"raised {type(err).__name__}: {err}\n"
-                                 + traceback.format_exc(limit=-4))
+        driver.violations.append(
+            f"raised {type(err).__name__}: {err}\n" + traceback.format_exc(limit=-4)
+        )
     _checked(driver, driver.check)
 
 
@@ -82,8 +85,9 @@ def _checked(driver: Driver, check: Callable[[], None]) -> None:
         driver.violations.append(f"checking it raised {type(err).__name__}: {err}")
 
 
-def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | None = None
-        ) -> Report:
+def run(
+    cfg: StressConfig, seconds: float | None = None, progress: Progress | None = None
+) -> Report:
     """Run ``cfg.ops`` random ops (or fewer when ``seconds`` run out), checking what each
     changed after it and everything every ``cfg.full_every`` ops and at the end; stop at the
     first violation. ``progress`` is called every :data:`PROGRESS_EVERY` ops and at the end."""
@@ -114,8 +118,15 @@ def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | No
             driver.violations.insert(0, f"final check after op {done}, seed {cfg.seed}:")
     if progress is not None:
         progress(done, len(driver.violations))
-    return Report(cfg.label(), done, time.perf_counter() - start, driver.violations,
-                  driver.counts, dict(driver.faults.injected), time.process_time() - cpu)
+    return Report(
+        cfg.label(),
+        done,
+        time.perf_counter() - start,
+        driver.violations,
+        driver.counts,
+        dict(driver.faults.injected),
+        time.process_time() - cpu,
+    )
 
 
 # (write policy, eviction policy) pairs: mru evicts the just-matched path first, the order
@@ -123,14 +134,23 @@ def run(cfg: StressConfig, seconds: float | None = None, progress: Progress | No
 POLICY_PAIRS = list(itertools.product(WRITE_POLICIES, ("lru", "mru")))
 
 
-def matrix(base: StressConfig, page_sizes: Iterable[int] = (1, 64), full: bool = False
-           ) -> list[StressConfig]:
+def matrix(
+    base: StressConfig, page_sizes: Iterable[int] = (1, 64), full: bool = False
+) -> list[StressConfig]:
     """Every route x page size, with every policy pair (``full``) or one, rotated."""
     configs = []
     for i, ((kind, backend, layout), page) in enumerate(itertools.product(ROUTES, page_sizes)):
         pairs = POLICY_PAIRS if full else [POLICY_PAIRS[i % len(POLICY_PAIRS)]]
         for j, (write, evict) in enumerate(pairs):
-            configs.append(base.with_(kind=kind, io_backend=backend, layout=layout,
-                                      page_size=page, write_policy=write, eviction_policy=evict,
-                                      seed=base.seed + 1000 * i + j))
+            configs.append(
+                base.with_(
+                    kind=kind,
+                    io_backend=backend,
+                    layout=layout,
+                    page_size=page,
+                    write_policy=write,
+                    eviction_policy=evict,
+                    seed=base.seed + 1000 * i + j,
+                )
+            )
     return configs

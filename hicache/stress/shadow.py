@@ -26,8 +26,11 @@ def owner_name(tag: int) -> str:
 def pack(tokens: np.ndarray, positions: np.ndarray, salt: int) -> np.ndarray:
     """One int64 per row naming (salt, token, position) of a node's ascending positions;
     all UNKNOWN when a field does not fit."""
-    if not tokens.size or int(tokens.view(np.uint64).max()) >= _FIELD or not (
-            0 <= salt < _FIELD and int(positions[-1]) < _FIELD):  # negative tokens wrap
+    if (
+        not tokens.size
+        or int(tokens.view(np.uint64).max()) >= _FIELD
+        or not (0 <= salt < _FIELD and int(positions[-1]) < _FIELD)
+    ):  # negative tokens wrap
         return np.full(tokens.shape, UNKNOWN, np.int64)
     return (salt * _FIELD + tokens) * _FIELD + positions
 
@@ -76,8 +79,10 @@ class TierShadow:
         owners = self.owner[slots]
         if (owners != FREE).any():
             k = int(np.flatnonzero(owners != FREE)[0])
-            return [f"{self.name}: slot {int(slots[k])} is owned twice: by {owner_name(tag)} "
-                    f"and by {owner_name(int(owners[k]))}"]
+            return [
+                f"{self.name}: slot {int(slots[k])} is owned twice: by {owner_name(tag)} "
+                f"and by {owner_name(int(owners[k]))}"
+            ]
         self.owner[slots] = tag
         self.claims[tag] = slots
         self.held += slots.size
@@ -94,8 +99,10 @@ class TierShadow:
         released, taken = (np.concatenate(x) if x else _NONE for x in (self.released, self.taken))
         self.released, self.taken = [], []
         bad = []
-        if taken.size and np.count_nonzero((self.owner >= 0) | (self.owner < RESERVED)
-                                           ) != self.held:
+        if (
+            taken.size
+            and np.count_nonzero((self.owner >= 0) | (self.owner < RESERVED)) != self.held
+        ):
             bad.append(f"{self.name}: an owner holds one slot twice")
         gave = released[self.owner[released] == FREE]
         self.content[gave] = UNKNOWN
@@ -106,11 +113,15 @@ class TierShadow:
             free = self.mask(self.pool.free_slots().numpy())
             both, lost = taken[free[taken]], gave[~free[gave]]
             if both.size:
-                bad.append(f"{self.name}: slots {both[:8].tolist()} are owned and free at once "
-                           "(freed while in use)")
+                bad.append(
+                    f"{self.name}: slots {both[:8].tolist()} are owned and free at once "
+                    "(freed while in use)"
+                )
             if lost.size:
-                bad.append(f"{self.name}: slots leaked (given up, neither free nor owned): "
-                           f"{lost[:8].tolist()}")
+                bad.append(
+                    f"{self.name}: slots leaked (given up, neither free nor owned): "
+                    f"{lost[:8].tolist()}"
+                )
         self.available = available
         return bad
 
@@ -119,5 +130,7 @@ class TierShadow:
         free, size = self.pool.available_size(), self.every.size
         if free + self.held == size:
             return []
-        return [f"{self.name}: {free} free + {self.held} owned != {size} slots (a slot leaked "
-                "or is counted twice)"]
+        return [
+            f"{self.name}: {free} free + {self.held} owned != {size} slots (a slot leaked "
+            "or is counted twice)"
+        ]

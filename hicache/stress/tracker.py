@@ -51,8 +51,15 @@ class Tracker:
     all_device, all_host : every slot each tier can hand out (int64 CPU).
     """
 
-    def __init__(self, cache: Any, allocator: Any, host_pool: Any, req_pool: Any,
-                 all_device: torch.Tensor, all_host: torch.Tensor) -> None:
+    def __init__(
+        self,
+        cache: Any,
+        allocator: Any,
+        host_pool: Any,
+        req_pool: Any,
+        all_device: torch.Tensor,
+        all_host: torch.Tensor,
+    ) -> None:
         self.cache, self.req_pool = cache, req_pool
         self.pools = {"device": allocator, "host": host_pool}
         self.every = {"device": all_device.numpy(), "host": all_host.numpy()}
@@ -69,8 +76,9 @@ class Tracker:
         self.requests: list[tuple[int, int]] = []  # (data_ptr, numel) of each request's slots
         self.request_slots: list[torch.Tensor] = []  # kept alive: the pointers are not reused
 
-    def check(self, requests: list[torch.Tensor], locks: Counter[int], verify: bool = True
-              ) -> list[str]:
+    def check(
+        self, requests: list[torch.Tensor], locks: Counter[int], verify: bool = True
+    ) -> list[str]:
         """Check what changed since the last call.
 
         Parameters
@@ -82,15 +90,18 @@ class Tracker:
         root = self.cache.root
         nodes, changed = self._walk(root)
         new = sum(node.id not in self.seen for node in changed)
-        gone = [] if len(self.seen) + new == len(nodes) else [
-            i for i in self.seen if i not in nodes]
+        gone = (
+            [] if len(self.seen) + new == len(nodes) else [i for i in self.seen if i not in nodes]
+        )
         ctrl = self.cache.cache_controller
-        for queue in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue,
-                      ctrl.ack_load_queue):
+        for queue in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue):
             for item in queue:  # a queued or unacknowledged transfer locks its nodes
                 locks.update(item.node_ids)
-        touched = set() if locks == self.locks else {
-            i for i in locks.keys() | self.locks.keys() if locks[i] != self.locks[i]}
+        touched = (
+            set()
+            if locks == self.locks
+            else {i for i in locks.keys() | self.locks.keys() if locks[i] != self.locks[i]}
+        )
         self.locks = locks
         moved = self._moves(changed, gone)
         bad = self._take(moved, requests)
@@ -116,8 +127,13 @@ class Tracker:
         while stack:
             node = stack.pop()
             nodes[node.id] = node
-            if seen.get(node.id) != (id(node.key), id(node.slots), id(node.host_slots),
-                                     node.parent, node.lock_ref):  # ``_header`` inlined
+            if seen.get(node.id) != (
+                id(node.key),
+                id(node.slots),
+                id(node.host_slots),
+                node.parent,
+                node.lock_ref,
+            ):  # ``_header`` inlined
                 changed.append(node)
             stack.extend(node.children.values())
         return nodes, changed
@@ -163,11 +179,15 @@ class Tracker:
         device = cache.evictable_size() + cache.protected_size()
         for tier, size in (("device", device), ("host", cache.host_size())):
             if size != self.tiers[tier].in_tree or tier == "device" and size != cache.total_size():
-                bad.append(f"{tier}: the tree counts {size} tokens, its nodes hold "
-                           f"{self.tiers[tier].in_tree}")
+                bad.append(
+                    f"{tier}: the tree counts {size} tokens, its nodes hold "
+                    f"{self.tiers[tier].in_tree}"
+                )
         if self.req_pool.available_size() + live != self.rows:
-            bad.append(f"request rows: {self.req_pool.available_size()} free with {live} live "
-                       f"requests, of {self.rows}")
+            bad.append(
+                f"request rows: {self.req_pool.available_size()} free with {live} live "
+                f"requests, of {self.rows}"
+            )
         return bad
 
     # ---- nodes -------------------------------------------------------------------------------
@@ -184,19 +204,33 @@ class Tracker:
         if parent is None or parent.children.get(node.child_key) is not node:
             return bad + [f"node {node.id} is not its parent's child"]
         if parent is not root:
-            bad += [f"node {node.id}: {what}" for what, wrong in (
-                ("extra_key differs from its parent's", node.extra_key != parent.extra_key),
-                ("on the device, its parent is not", node.slots is not None
-                 and parent.slots is None),
-                ("backed up, its parent is not", node.host_slots is not None
-                 and parent.host_slots is None)) if wrong]
+            bad += [
+                f"node {node.id}: {what}"
+                for what, wrong in (
+                    ("extra_key differs from its parent's", node.extra_key != parent.extra_key),
+                    (
+                        "on the device, its parent is not",
+                        node.slots is not None and parent.slots is None,
+                    ),
+                    (
+                        "backed up, its parent is not",
+                        node.host_slots is not None and parent.host_slots is None,
+                    ),
+                )
+                if wrong
+            ]
         return bad
 
     def _lock(self, node: Any, locks: Counter[int]) -> list[str]:
         want = locks[node.id] + sum(c.lock_ref for c in node.children.values())
-        bad = [] if node.lock_ref == want else [
-            f"node {node.id}: lock_ref {node.lock_ref}, but {locks[node.id]} locks on it and "
-            f"{want - locks[node.id]} below it are held (a lock leaked or was lost)"]
+        bad = (
+            []
+            if node.lock_ref == want
+            else [
+                f"node {node.id}: lock_ref {node.lock_ref}, but {locks[node.id]} locks on it and "
+                f"{want - locks[node.id]} below it are held (a lock leaked or was lost)"
+            ]
+        )
         if node.lock_ref and node.slots is None:
             bad.append(f"node {node.id} is locked but has no device copy")
         return bad
@@ -212,8 +246,10 @@ class Tracker:
         self.deferred = {}
         if not work:
             return []
-        in_flight = {t: self.tiers[t].mask(x.numpy()) if x.numel() else None
-                     for t, x in zip(TIERS, pending(self.cache.cache_controller), strict=True)}
+        in_flight = {
+            t: self.tiers[t].mask(x.numpy()) if x.numel() else None
+            for t, x in zip(TIERS, pending(self.cache.cache_controller), strict=True)
+        }
         todo: list[tuple[Any, ...]] = []
         for (i, tier), node in sorted(work.items(), key=lambda item: item[0][1]):  # by tier
             rows = _rows(node, _offset(node, self.cache.root), tier)
@@ -232,7 +268,8 @@ class Tracker:
         dev = self.cache.cache_controller.mem_pool_device
         tiers, _, *columns = zip(*todo, strict=True)
         slots, tokens, positions, salts, packed = (
-            c[0] if len(c) == 1 else np.concatenate(c) for c in columns)
+            c[0] if len(c) == 1 else np.concatenate(c) for c in columns
+        )
         want = expected_rows(dev, tokens, positions, salts)
         sizes = np.cumsum([0] + [len(c) for c in columns[0]])
         bad: list[str] = []
@@ -245,8 +282,14 @@ class Tracker:
                 continue
             for t, node, slot, *cols in todo:
                 s = torch.from_numpy(slot)
-                bad += [f"node {node.id} {tier} copy: {msg}" for msg in differences(
-                    dev, read(s), expected_rows(dev, *cols[:3]), s)] if t == tier else []
+                bad += (
+                    [
+                        f"node {node.id} {tier} copy: {msg}"
+                        for msg in differences(dev, read(s), expected_rows(dev, *cols[:3]), s)
+                    ]
+                    if t == tier
+                    else []
+                )
         return bad
 
     def _reader(self, tier: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -284,5 +327,12 @@ def _rows(node: Any, offset: int, tier: str) -> tuple[Any, ...]:
     int64 numpy columns, ``packed`` naming each row's content (see ``shadow.pack``)."""
     n, salt = len(node.key), SALTS[node.extra_key]
     tokens, positions = node.key.astype(np.int64), np.arange(offset, offset + n)
-    return (tier, node, _array(_slots(node, tier)), tokens, positions, np.full(n, salt),
-            pack(tokens, positions, salt))
+    return (
+        tier,
+        node,
+        _array(_slots(node, tier)),
+        tokens,
+        positions,
+        np.full(n, salt),
+        pack(tokens, positions, salt),
+    )

@@ -47,12 +47,12 @@ class Workload:
     max_context : a conversation whose next turn could exceed this starts over.
     """
 
-    def __init__(self, rng: random.Random, unit: int, max_context: int,
-                 conversations: int = 8) -> None:
+    def __init__(
+        self, rng: random.Random, unit: int, max_context: int, conversations: int = 8
+    ) -> None:
         self.rng, self.unit, self.max_context = rng, unit, max_context
         self.systems = [self._tokens(rng.randint(unit, 2 * unit)) for _ in range(2)]
-        self.conversations = [Conversation(TENANTS[i % len(TENANTS)])
-                              for i in range(conversations)]
+        self.conversations = [Conversation(TENANTS[i % len(TENANTS)]) for i in range(conversations)]
         for conv in self.conversations:
             self._restart(conv)
 

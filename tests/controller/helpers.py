@@ -19,7 +19,6 @@ from hicache.pools import (
 LAYERS = 3
 
 
-
 @dataclass
 class Rig:
     allocator: TokenToKVPoolAllocator

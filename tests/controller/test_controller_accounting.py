@@ -180,4 +180,3 @@ def test_bad_indices_raise_before_any_change(indices, error):
         ctrl.load(indices, node_id=1)
     assert slot_counts(rig) == before
     assert ctrl.write_queue == [] and ctrl.load_queue == []
-

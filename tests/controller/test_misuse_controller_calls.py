@@ -10,8 +10,12 @@ from tests.controller.helpers import make_rig
 
 def counts(rig) -> tuple[int, int, int, int]:
     ctrl = rig.controller
-    return (rig.allocator.available_size(), rig.host_pool.available_size(),
-            len(ctrl.write_queue), len(ctrl.load_queue))
+    return (
+        rig.allocator.available_size(),
+        rig.host_pool.available_size(),
+        len(ctrl.write_queue),
+        len(ctrl.load_queue),
+    )
 
 
 @pytest.mark.parametrize("node_id", [True, 1.0, "1", None], ids=repr)

@@ -16,8 +16,15 @@ from hicache.pools import (
     TokenToKVPoolAllocator,
 )
 
-BASE = {"size": 8, "page_size": 2, "dtype": torch.float16, "head_num": 2, "head_dim": 8,
-        "layer_num": 3, "device": "cpu"}
+BASE = {
+    "size": 8,
+    "page_size": 2,
+    "dtype": torch.float16,
+    "head_num": 2,
+    "head_dim": 8,
+    "layer_num": 3,
+    "device": "cpu",
+}
 
 
 def mha(**changes: object) -> MHATokenToKVPool:
@@ -25,8 +32,15 @@ def mha(**changes: object) -> MHATokenToKVPool:
 
 
 def mla(**changes: object) -> MLATokenToKVPool:
-    args = {"size": 8, "page_size": 2, "dtype": torch.float16, "kv_lora_rank": 12,
-            "qk_rope_head_dim": 4, "layer_num": 3, "device": "cpu"} | changes
+    args = {
+        "size": 8,
+        "page_size": 2,
+        "dtype": torch.float16,
+        "kv_lora_rank": 12,
+        "qk_rope_head_dim": 4,
+        "layer_num": 3,
+        "device": "cpu",
+    } | changes
     return MLATokenToKVPool(**args)
 
 

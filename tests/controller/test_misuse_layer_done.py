@@ -37,10 +37,19 @@ def test_wait_until_rejects_layers_out_of_range(layer):
         counter.wait_until(layer)
 
 
-@pytest.mark.parametrize(("index", "error"), [
-    (True, TypeError), (0.0, TypeError), ("0", TypeError), (None, TypeError),
-    (1, ValueError), (3, ValueError), (-2, ValueError),  # slots never produced
-], ids=repr)
+@pytest.mark.parametrize(
+    ("index", "error"),
+    [
+        (True, TypeError),
+        (0.0, TypeError),
+        ("0", TypeError),
+        (None, TypeError),
+        (1, ValueError),
+        (3, ValueError),
+        (-2, ValueError),  # slots never produced
+    ],
+    ids=repr,
+)
 def test_set_consumer_rejects_bad_indices(index, error):
     counter = LayerDoneCounter(2, "cpu")
     counter.update_producer()
@@ -50,8 +59,9 @@ def test_set_consumer_rejects_bad_indices(index, error):
 
 
 @pytest.mark.parametrize("method", ["complete", "wait"])
-@pytest.mark.parametrize("layer, exc", [(-1, ValueError), (3, ValueError), (True, TypeError),
-                                        (0.0, TypeError)])
+@pytest.mark.parametrize(
+    "layer, exc", [(-1, ValueError), (3, ValueError), (True, TypeError), (0.0, TypeError)]
+)
 def test_loading_event_methods_check_the_layer(method, layer, exc):
     """``complete(-1)`` used to record the last layer's event (negative list indexing)."""
     event = LayerLoadingEvent(3, "cpu")
@@ -61,8 +71,9 @@ def test_loading_event_methods_check_the_layer(method, layer, exc):
 
 
 @pytest.mark.parametrize("cls", [LayerDoneCounter, LayerLoadingEvent])
-@pytest.mark.parametrize("num_layers, exc", [(True, TypeError), (2.0, TypeError),
-                                             (0, ValueError), (-3, ValueError)])
+@pytest.mark.parametrize(
+    "num_layers, exc", [(True, TypeError), (2.0, TypeError), (0, ValueError), (-3, ValueError)]
+)
 def test_constructors_check_num_layers(cls, num_layers, exc):
     with pytest.raises(exc, match="num_layers"):
         cls(num_layers, "cpu")

@@ -12,8 +12,13 @@ from hicache.model import reference_logits
 
 
 def chat(
-    engine: Engine, users: int, rounds: int, seed: int = 0, system_len: int = 24,
-    turn_len: tuple[int, int] = (3, 20), answer_len: tuple[int, int] = (1, 8),
+    engine: Engine,
+    users: int,
+    rounds: int,
+    seed: int = 0,
+    system_len: int = 24,
+    turn_len: tuple[int, int] = (3, 20),
+    answer_len: tuple[int, int] = (1, 8),
 ) -> list[Request]:
     """Run ``rounds`` rounds of ``users`` conversations sharing a system prompt; all requests."""
     rng = random.Random(seed)

@@ -19,21 +19,45 @@ from hicache.bench import BenchConfig, run_bench
 from hicache.bench.png import Canvas, encode_png
 from hicache.bench.progress import ProgressBar
 
-TINY = {"users": 3, "rounds": 3, "system_len": 24, "prompt_len": 16, "answer_len": 3,
-        "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 32,
-        "vocab": 64, "device_tokens": 96, "max_running": 2, "device": "cpu"}
+TINY = {
+    "users": 3,
+    "rounds": 3,
+    "system_len": 24,
+    "prompt_len": 16,
+    "answer_len": 3,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": 16,
+    "intermediate": 32,
+    "vocab": 64,
+    "device_tokens": 96,
+    "max_running": 2,
+    "device": "cpu",
+}
 
 
-@pytest.mark.parametrize("argv", [
-    ["bench", "--users", "-1"], ["bench", "--device-tokens", "0"], ["bench", "--host-ratio", "0.5"],
-    ["bench", "--host-ratio", "1"], ["bench", "--host-ratio", "nan"],
-    ["bench", "--arrival-rate", "inf"], ["bench", "--threads", "0"], ["bench", "--device", "foo"],
-    ["bench", "--policy", "random"], ["bench", "--rounds", "two"], ["bench", "--heads", "6"],
-    ["bench", "--io-backend", "direct", "--mem-layout", "page_head"],
-    ["bench", "--device-tokens", "3000000000"], ["frobnicate"], [],
-])
-def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], tmp_path: Path,
-                                                  capsys) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--users", "-1"],
+        ["bench", "--device-tokens", "0"],
+        ["bench", "--host-ratio", "0.5"],
+        ["bench", "--host-ratio", "1"],
+        ["bench", "--host-ratio", "nan"],
+        ["bench", "--arrival-rate", "inf"],
+        ["bench", "--threads", "0"],
+        ["bench", "--device", "foo"],
+        ["bench", "--policy", "random"],
+        ["bench", "--rounds", "two"],
+        ["bench", "--heads", "6"],
+        ["bench", "--io-backend", "direct", "--mem-layout", "page_head"],
+        ["bench", "--device-tokens", "3000000000"],
+        ["frobnicate"],
+        [],
+    ],
+)
+def test_bad_arguments_exit_nonzero_with_one_line(argv: list[str], tmp_path: Path, capsys) -> None:
     if argv[:1] == ["bench"]:
         argv = [*argv, "--out-dir", str(tmp_path)]
     try:
@@ -54,8 +78,12 @@ def test_unwritable_out_dir_is_one_line(tmp_path: Path, capsys) -> None:
 
 
 def test_module_entry_point_reports_without_traceback() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hicache", "bench", "--answer-len", "-4"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hicache", "bench", "--answer-len", "-4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "hicache bench: error: --answer-len must be positive, got -4"
 
@@ -67,10 +95,19 @@ def test_tiny_bench_writes_table_json_and_png(tmp_path: Path) -> None:
     results = run_bench(cfg, progress=False, out=out)
     assert torch.get_num_threads() == threads, "the bench must restore torch's thread count"
     table = out.getvalue()
-    for row in ("hit rate: device (L1)", "hit rate: host (L2)", "prefill tokens computed",
-                "prefill tokens reused", "TTFT p50 (ms)", "TTFT p99 (ms)", "throughput",
-                "host->device (GB/s)", "device->host (MB)", "evicted from device",
-                "host tier vs device-only"):
+    for row in (
+        "hit rate: device (L1)",
+        "hit rate: host (L2)",
+        "prefill tokens computed",
+        "prefill tokens reused",
+        "TTFT p50 (ms)",
+        "TTFT p99 (ms)",
+        "throughput",
+        "host->device (GB/s)",
+        "device->host (MB)",
+        "evicted from device",
+        "host tier vs device-only",
+    ):
         assert row in table, row
     saved = json.loads((tmp_path / "results.json").read_text())
     for mode in ("device-only", "host-tier"):

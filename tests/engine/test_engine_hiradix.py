@@ -15,12 +15,17 @@ MLA = ModelConfig(attention="mla", num_layers=3, num_kv_heads=1)
 RECORD = EngineConfig(max_running_requests=3, max_prefill_tokens=48, record_logits=True)
 
 
-def hi_engine(cfg: ModelConfig, device: str = "cpu", config: EngineConfig = RECORD,
-              **spec: object):
+def hi_engine(cfg: ModelConfig, device: str = "cpu", config: EngineConfig = RECORD, **spec: object):
     """A HiRadixCache engine whose device pool (160 slots) is far smaller than the chats' KV,
     so prefixes are offloaded and come back from the host; its load waits are spied on."""
-    base = {"kind": "hiradix", "device_tokens": 160, "max_context_len": 512, "max_requests": 8,
-            "hicache_ratio": 8.0, "load_back_threshold": 4}
+    base = {
+        "kind": "hiradix",
+        "device_tokens": 160,
+        "max_context_len": 512,
+        "max_requests": 8,
+        "hicache_ratio": 8.0,
+        "load_back_threshold": 4,
+    }
     engine = build_engine(TinyTransformer(cfg, device), CacheSpec(**{**base, **spec}), config)
     return engine, LoadSpy(engine.cache.cache_controller.layer_done_counter)
 
@@ -40,16 +45,21 @@ def test_host_hits_load_back_and_match_reference(cfg: ModelConfig, page_size: in
     assert_no_leak(engine)
 
 
-@pytest.mark.parametrize(("write_policy", "mem_layout", "io_backend"), [
-    ("write_through", "page_first", "kernel"),
-    ("write_through_selective", "page_head", "kernel"),
-    ("write_back", "page_first_direct", "direct"),
-    ("write_back", "layer_first", "direct"),
-])
-def test_policies_and_layouts_match_reference(write_policy: str, mem_layout: str,
-                                              io_backend: str) -> None:
-    engine, _ = hi_engine(MHA, write_policy=write_policy, mem_layout=mem_layout,
-                          io_backend=io_backend)
+@pytest.mark.parametrize(
+    ("write_policy", "mem_layout", "io_backend"),
+    [
+        ("write_through", "page_first", "kernel"),
+        ("write_through_selective", "page_head", "kernel"),
+        ("write_back", "page_first_direct", "direct"),
+        ("write_back", "layer_first", "direct"),
+    ],
+)
+def test_policies_and_layouts_match_reference(
+    write_policy: str, mem_layout: str, io_backend: str
+) -> None:
+    engine, _ = hi_engine(
+        MHA, write_policy=write_policy, mem_layout=mem_layout, io_backend=io_backend
+    )
     reqs = chat(engine, users=4, rounds=3, seed=3)
     assert_matches_reference(engine, reqs, atol=1e-5)
     assert_no_leak(engine)
@@ -57,23 +67,35 @@ def test_policies_and_layouts_match_reference(write_policy: str, mem_layout: str
 
 def test_host_tier_reuses_more_than_device_only() -> None:
     hi, _ = hi_engine(MHA)
-    radix = build_engine(hi.model, CacheSpec(kind="radix", device_tokens=160, max_context_len=512,
-                                             max_requests=8), RECORD)
+    radix = build_engine(
+        hi.model,
+        CacheSpec(kind="radix", device_tokens=160, max_context_len=512, max_requests=8),
+        RECORD,
+    )
     reused = [sum(r.device_hit + r.host_hit for r in chat(e, 4, 3)) for e in (hi, radix)]
     assert reused[0] > reused[1]
 
 
-@pytest.mark.parametrize(("policy", "seed", "cfg"), [("filo", 2, MLA), ("mru", 3, MHA),
-                                                     ("lfu", 2, MHA)],
-                         ids=["filo-mla", "mru-mha", "lfu-mha"])
-def test_write_back_eviction_leaves_no_write_pending(policy: str, seed: int,
-                                                     cfg: ModelConfig) -> None:
+@pytest.mark.parametrize(
+    ("policy", "seed", "cfg"),
+    [("filo", 2, MLA), ("mru", 3, MHA), ("lfu", 2, MHA)],
+    ids=["filo-mla", "mru-mha", "lfu-mha"],
+)
+def test_write_back_eviction_leaves_no_write_pending(
+    policy: str, seed: int, cfg: ModelConfig
+) -> None:
     """Regression: a write_back ``evict`` that freed enough through backed-up leaves while
     other leaves' writes were still queued left those nodes locked, so the slots an admitted
     request had reserved could not be evicted ("out of KV slots for admitted request")."""
-    engine, _ = hi_engine(cfg, config=EngineConfig(4, 7, record_logits=True), device_tokens=96,
-                          hicache_ratio=1.5, write_policy="write_back", eviction_policy=policy,
-                          load_back_threshold=1)
+    engine, _ = hi_engine(
+        cfg,
+        config=EngineConfig(4, 7, record_logits=True),
+        device_tokens=96,
+        hicache_ratio=1.5,
+        write_policy="write_back",
+        eviction_policy=policy,
+        load_back_threshold=1,
+    )
     cache, evict = engine.cache, engine.cache.evict
 
     def evict_and_check(num_tokens: int) -> int:
@@ -82,8 +104,9 @@ def test_write_back_eviction_leaves_no_write_pending(policy: str, seed: int,
         return freed
 
     cache.evict = evict_and_check
-    reqs = chat(engine, users=3, rounds=2, seed=seed, system_len=16, turn_len=(20, 30),
-                answer_len=(1, 3))
+    reqs = chat(
+        engine, users=3, rounds=2, seed=seed, system_len=16, turn_len=(20, 30), answer_len=(1, 3)
+    )
     assert host_hits(reqs) > 0
     assert_matches_reference(engine, reqs, atol=1e-5)
     assert_no_leak(engine)
@@ -114,8 +137,14 @@ def test_bf16_cuda_matches_reference_within_bf16_noise(attention: str) -> None:
     at most 0.03). atol 0.1 is ~3x that and far below the logit spread, so a wrong or stale KV
     row still fails. Greedy tokens must agree wherever the reference top-2 margin exceeds
     twice the tolerance. The LM head runs in fp32, so logits carry no final bf16 rounding."""
-    cfg = ModelConfig(attention=attention, num_layers=4, num_heads=8, head_dim=64,
-                      num_kv_heads=2 if attention == "mha" else 1, dtype=torch.bfloat16)
+    cfg = ModelConfig(
+        attention=attention,
+        num_layers=4,
+        num_heads=8,
+        head_dim=64,
+        num_kv_heads=2 if attention == "mha" else 1,
+        dtype=torch.bfloat16,
+    )
     engine, spy = hi_engine(cfg, "cuda", device_tokens=256)
     reqs = chat(engine, users=4, rounds=3, seed=4, system_len=64, turn_len=(16, 40))
     assert host_hits(reqs) > 0

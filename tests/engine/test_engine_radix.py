@@ -14,8 +14,13 @@ RECORD = EngineConfig(max_running_requests=4, max_prefill_tokens=32, record_logi
 
 
 def engine_for(cfg: ModelConfig, device_tokens: int, page_size: int = 1, **kw: object):
-    spec = CacheSpec(kind="radix", device_tokens=device_tokens, page_size=page_size,
-                     max_context_len=512, max_requests=8)
+    spec = CacheSpec(
+        kind="radix",
+        device_tokens=device_tokens,
+        page_size=page_size,
+        max_context_len=512,
+        max_requests=8,
+    )
     return build_engine(TinyTransformer(cfg), spec, EngineConfig(**{**RECORD.__dict__, **kw}))
 
 

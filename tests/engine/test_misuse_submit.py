@@ -61,8 +61,13 @@ def engine() -> Engine:
 
 def state(engine: Engine) -> tuple:
     engine.cache.check_invariants()
-    return (engine.has_work(), engine.allocator.available_size(), engine.cache.total_size(),
-            engine.req_to_token_pool.available_size(), engine.forward_passes)
+    return (
+        engine.has_work(),
+        engine.allocator.available_size(),
+        engine.cache.total_size(),
+        engine.req_to_token_pool.available_size(),
+        engine.forward_passes,
+    )
 
 
 def serve(engine: Engine, **kw: Any) -> Any:
@@ -124,8 +129,11 @@ def test_engine_parts_must_fit_together() -> None:
         Engine(model, cache, other_pool, allocator)
     with pytest.raises(ValueError, match="allocator"):
         Engine(model, cache, pool, other_allocator)
-    for cfg in (ModelConfig(num_layers=2, vocab_size=64), ModelConfig(head_dim=8, vocab_size=64),
-                ModelConfig(attention="mla", num_layers=1, num_kv_heads=1, vocab_size=64)):
+    for cfg in (
+        ModelConfig(num_layers=2, vocab_size=64),
+        ModelConfig(head_dim=8, vocab_size=64),
+        ModelConfig(attention="mla", num_layers=1, num_kv_heads=1, vocab_size=64),
+    ):
         pool2, allocator2 = _parts(cfg)
         with pytest.raises((TypeError, ValueError), match="get_kvcache"):
             Engine(model, build_cache(SPEC, pool2, allocator2), pool2, allocator2)

@@ -73,8 +73,12 @@ class Config:
 
     def shape(self, layout: str, items: int, heads: int) -> tuple[int, ...]:
         h, d, L, ps = heads, self.head_dim, self.layers, self.page_size
-        return {"lf": (items, h, d), "tables": (items, h, d), "pf": (items, L, h, d),
-                "ph": (items // ps, h, ps, L, d)}[layout]
+        return {
+            "lf": (items, h, d),
+            "tables": (items, h, d),
+            "pf": (items, L, h, d),
+            "ph": (items // ps, h, ps, L, d),
+        }[layout]
 
 
 def random_bytes(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -158,15 +162,21 @@ class Case:
             for layer in self.layer_pairs():
                 for s, d in pairs:
                     item_view(self.spec.dst, target_buf, d, layer, self.cfg.page_size).copy_(
-                        item_view(self.spec.src, buf, s, layer, self.cfg.page_size))
+                        item_view(self.spec.src, buf, s, layer, self.cfg.page_size)
+                    )
         return [[t.view(torch.uint8) for t in ts] for ts in out]
 
     def extras(self) -> dict[str, int]:
         layout_dim = self.item_size * self.cfg.layers
-        values = {"item_size": self.item_size, "layer_id": self.layer_id,
-                  "src_layout_dim": layout_dim, "dst_layout_dim": layout_dim,
-                  "num_layers": self.cfg.layers, "page_size": self.cfg.page_size,
-                  "head_num": self.heads}
+        values = {
+            "item_size": self.item_size,
+            "layer_id": self.layer_id,
+            "src_layout_dim": layout_dim,
+            "dst_layout_dim": layout_dim,
+            "num_layers": self.cfg.layers,
+            "page_size": self.cfg.page_size,
+            "head_num": self.heads,
+        }
         params = inspect.signature(self.spec.op).parameters
         return {k: v for k, v in values.items() if k in params}
 
@@ -176,8 +186,9 @@ def build(spec: OpSpec, cfg: Config, seed: int = 0) -> Case:
     case = Case(spec, cfg)
     heads = case.heads
     for _ in spec.kvs:
-        case.src.append(_make(spec.src, cfg, cfg.src_items, heads,
-                              lambda s, d: random_bytes(s, d, gen)))
+        case.src.append(
+            _make(spec.src, cfg, cfg.src_items, heads, lambda s, d: random_bytes(s, d, gen))
+        )
         case.dst.append(_make(spec.dst, cfg, cfg.dst_items, heads, poisoned))
     page = cfg.page_size if cfg.pattern == "runs" else 1
     case.src_indices = indices(cfg.src_items, cfg.n, page, cfg.pattern, gen)
@@ -210,8 +221,9 @@ class Call:
     dst: list[Buffer]
 
 
-def prepare(case: Case, src_device: str = "cpu", dst_device: str = "cpu",
-            index_device: str = "cpu") -> Call:
+def prepare(
+    case: Case, src_device: str = "cpu", dst_device: str = "cpu", index_device: str = "cpu"
+) -> Call:
     """Place the buffers ("cpu", "pinned" or "cuda") and build the op's keyword arguments."""
     src = [_place(b, src_device) for b in case.src]
     dst = [_place(b, dst_device) for b in case.dst]
@@ -226,8 +238,13 @@ def prepare(case: Case, src_device: str = "cpu", dst_device: str = "cpu",
     return Call({**kwargs, **case.extras()}, src, dst)
 
 
-def run(case: Case, src_device: str = "cpu", dst_device: str = "cpu",
-        index_device: str = "cpu", **launch) -> list[list[torch.Tensor]]:
+def run(
+    case: Case,
+    src_device: str = "cpu",
+    dst_device: str = "cpu",
+    index_device: str = "cpu",
+    **launch,
+) -> list[list[torch.Tensor]]:
     """Place the buffers, call the op by keyword, return the destination as CPU bytes."""
     call = prepare(case, src_device, dst_device, index_device)
     case.spec.op(**call.kwargs, **launch)

@@ -13,16 +13,26 @@ from hicache.kernels import page_checksums, record_page_checksums, verify_page_c
 from tests.kernels.cases import random_bytes
 
 CUDA = torch.cuda.is_available()
-INTERPRET = pytest.mark.skipif(CUDA or not env.ENV.triton_interpret,
-                               reason="interpreter tests run on CPU-only machines")
+INTERPRET = pytest.mark.skipif(
+    CUDA or not env.ENV.triton_interpret, reason="interpreter tests run on CPU-only machines"
+)
 POISON = -0x5A5A5A5A5A5A5A5B
 
 
-def make_layers(parts: int, layers: int, slots: int, shape: tuple[int, ...], dtype: torch.dtype,
-                seed: int = 0, device: str = "cpu") -> list[list[torch.Tensor]]:
+def make_layers(
+    parts: int,
+    layers: int,
+    slots: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    seed: int = 0,
+    device: str = "cpu",
+) -> list[list[torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
-    return [[random_bytes((slots, *shape), dtype, gen).to(device) for _ in range(layers)]
-            for _ in range(parts)]
+    return [
+        [random_bytes((slots, *shape), dtype, gen).to(device) for _ in range(layers)]
+        for _ in range(parts)
+    ]
 
 
 def slots_of(n: int, slots: int, seed: int = 1) -> torch.Tensor:
@@ -53,7 +63,7 @@ def oracle(layers, indices: torch.Tensor, page_size: int) -> list[list[int]]:
                     raw = part[layer][int(indices[p * page_size + t])].contiguous()
                     data = raw.view(torch.uint8).reshape(-1).tolist()
                     for j in range(item // word):
-                        w = int.from_bytes(bytes(data[j * word:(j + 1) * word]), "little")
+                        w = int.from_bytes(bytes(data[j * word : (j + 1) * word]), "little")
                         key = ((k * page_size + t) * (item // word) + j) * C.KEY_MUL & m32
                         s1 += mix(w ^ key, C.A1, C.B1)
                         s2 += mix(w ^ ((key + C.KEY_ADD) & m32), C.A2, C.B2)
@@ -127,27 +137,35 @@ def test_record_then_verify_reports_the_first_bad_page_and_the_count() -> None:
     assert page_checksums(layers, empty, 2).shape == (0, 3)
 
 
-@pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"indices": torch.tensor([1, 2, 3]), "page_size": 2}, ValueError, "indices"),
-    ({"indices": torch.tensor([1.0, 2.0])}, TypeError, "indices"),
-    ({"indices": torch.tensor([1, 16])}, IndexError, "indices"),
-    ({"indices": torch.tensor([-1, 2])}, IndexError, "indices"),
-    ({"page_size": 0}, ValueError, "page_size"),
-    ({"page_size": True}, TypeError, "page_size"),
-    ({"rows": torch.tensor([0, 4])}, IndexError, "rows"),
-    ({"rows": torch.tensor([0])}, ValueError, "rows"),
-    ({"store": torch.full((4, 3), 7, dtype=torch.int64)}, ValueError, "store"),
-    ({"store": torch.full((4, 2), 7, dtype=torch.int32)}, ValueError, "store"),
-    ({"store": torch.full((2, 4), 7, dtype=torch.int64).t()}, ValueError, "store"),
-    ({"layers": []}, TypeError, "layers"),
-    ({"layers": "kv"}, TypeError, "layers"),
-    ({"backend": "cuda"}, ValueError, "backend"),
-    ({"max_programs": 0}, ValueError, "max_programs"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"indices": torch.tensor([1, 2, 3]), "page_size": 2}, ValueError, "indices"),
+        ({"indices": torch.tensor([1.0, 2.0])}, TypeError, "indices"),
+        ({"indices": torch.tensor([1, 16])}, IndexError, "indices"),
+        ({"indices": torch.tensor([-1, 2])}, IndexError, "indices"),
+        ({"page_size": 0}, ValueError, "page_size"),
+        ({"page_size": True}, TypeError, "page_size"),
+        ({"rows": torch.tensor([0, 4])}, IndexError, "rows"),
+        ({"rows": torch.tensor([0])}, ValueError, "rows"),
+        ({"store": torch.full((4, 3), 7, dtype=torch.int64)}, ValueError, "store"),
+        ({"store": torch.full((4, 2), 7, dtype=torch.int32)}, ValueError, "store"),
+        ({"store": torch.full((2, 4), 7, dtype=torch.int64).t()}, ValueError, "store"),
+        ({"layers": []}, TypeError, "layers"),
+        ({"layers": "kv"}, TypeError, "layers"),
+        ({"backend": "cuda"}, ValueError, "backend"),
+        ({"max_programs": 0}, ValueError, "max_programs"),
+    ],
+)
 def test_bad_arguments_raise_before_anything_is_written(kwargs, error, match) -> None:
     layers = make_layers(2, 2, 16, (1, 4), torch.float16)
-    args = {"layers": layers, "indices": torch.tensor([4, 5]), "page_size": 1,
-            "store": torch.full((4, 2), POISON, dtype=torch.int64), "rows": torch.tensor([0, 3])}
+    args = {
+        "layers": layers,
+        "indices": torch.tensor([4, 5]),
+        "page_size": 1,
+        "store": torch.full((4, 2), POISON, dtype=torch.int64),
+        "rows": torch.tensor([0, 3]),
+    }
     args.update(kwargs)
     before = args["store"].clone()
     with pytest.raises(error, match=match):
@@ -177,14 +195,16 @@ def check_triton_matches_reference(parts, shape, dtype, page_size, device, max_p
     store = torch.full((5, 2), POISON, dtype=torch.int64)
     store = store.pin_memory() if device == "cuda" else store
     rows = torch.tensor([4, 0, 2])
-    record_page_checksums(layers, idx, page_size, store, rows, backend="triton",
-                          max_programs=max_programs)
+    record_page_checksums(
+        layers, idx, page_size, store, rows, backend="triton", max_programs=max_programs
+    )
     if device == "cuda":
         torch.cuda.synchronize()
     assert torch.equal(store[rows], want) and bool((store[[1, 3]] == POISON).all())
     layers[parts - 1][1][idx[page_size]].view(torch.uint8).view(-1)[-1] ^= 0x80  # page 1
-    result = verify_page_checksums(layers, idx, page_size, store, rows, backend="triton",
-                                   max_programs=max_programs)
+    result = verify_page_checksums(
+        layers, idx, page_size, store, rows, backend="triton", max_programs=max_programs
+    )
     assert result.tolist() == [1, 1]
 
 
@@ -202,9 +222,15 @@ def test_triton_interpreter_walks_work_with_few_programs_and_wide_items() -> Non
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize(("parts", "shape", "dtype", "page_size"), [
-    *GEOMETRIES, (2, (8, 128), torch.bfloat16, 64), (1, (1, 576), torch.bfloat16, 16),
-    (2, (8, 128), torch.bfloat16, 1)])
+@pytest.mark.parametrize(
+    ("parts", "shape", "dtype", "page_size"),
+    [
+        *GEOMETRIES,
+        (2, (8, 128), torch.bfloat16, 64),
+        (1, (1, 576), torch.bfloat16, 16),
+        (2, (8, 128), torch.bfloat16, 1),
+    ],
+)
 def test_cuda_matches_reference(parts, shape, dtype, page_size) -> None:
     check_triton_matches_reference(parts, shape, dtype, page_size, "cuda")
 
@@ -214,5 +240,10 @@ def test_cuda_matches_reference(parts, shape, dtype, page_size) -> None:
 def test_cuda_needs_a_pinned_store() -> None:
     layers = make_layers(2, 2, 16, (1, 4), torch.float16, device="cuda")
     with pytest.raises(ValueError, match="pinned"):
-        record_page_checksums(layers, torch.tensor([1], device="cuda"), 1,
-                              torch.zeros(4, 2, dtype=torch.int64), torch.tensor([0]))
+        record_page_checksums(
+            layers,
+            torch.tensor([1], device="cuda"),
+            1,
+            torch.zeros(4, 2, dtype=torch.int64),
+            torch.tensor([0]),
+        )

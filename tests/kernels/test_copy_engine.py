@@ -12,8 +12,10 @@ from hicache.devices import pin_tensor, unpin_tensor
 from hicache.kernels import copy_engine
 from tests.kernels.cases import POISON, poisoned, random_bytes
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 CHUNK = 4096
 
@@ -50,9 +52,12 @@ def test_copy_batch_moves_exactly_the_planned_bytes(direction, side_stream, pinn
     sizes = torch.randint(1, CHUNK // 8 + 1, (chunks,), generator=gen) * 8  # partial rows too
     stream = torch.cuda.Stream() if side_stream else torch.cuda.default_stream()
     with torch.cuda.stream(stream):
-        copy_engine.copy_batch(dst.data_ptr() + rows_dst.numpy() * CHUNK,
-                               src.data_ptr() + rows_src.numpy() * CHUNK, sizes.numpy(),
-                               torch.device("cuda"))
+        copy_engine.copy_batch(
+            dst.data_ptr() + rows_dst.numpy() * CHUNK,
+            src.data_ptr() + rows_src.numpy() * CHUNK,
+            sizes.numpy(),
+            torch.device("cuda"),
+        )
     stream.synchronize()
     want = poisoned((2 * chunks, CHUNK), torch.uint8)
     src_cpu = src.cpu()
@@ -68,24 +73,24 @@ def test_copy_batch_accepts_an_empty_batch():
 
 @pytest.mark.parametrize("pinned", [True, False])
 @pytest.mark.parametrize("page_first_direct", [False, True])
-def test_direct_ops_use_the_engine_for_pinned_host_memory(monkeypatch, page_first_direct, pinned,
-                                                          pinned_copy):
+def test_direct_ops_use_the_engine_for_pinned_host_memory(
+    monkeypatch, page_first_direct, pinned, pinned_copy
+):
     calls = []
     real = copy_engine.copy_batch
-    monkeypatch.setattr(copy_engine, "copy_batch",
-                        lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(copy_engine, "copy_batch", lambda *a: calls.append(len(a[0])) or real(*a))
     gen = torch.Generator().manual_seed(7)
     page, layers, pages = 16, 3, 8
     place = pinned_copy if pinned else torch.Tensor.clone
-    host_idx = (torch.randperm(pages, generator=gen)[:4, None] * page
-                + torch.arange(page)).flatten()
-    dev_idx = torch.randperm(pages * page, generator=gen)[:4 * page]  # scattered slots
+    host_idx = (
+        torch.randperm(pages, generator=gen)[:4, None] * page + torch.arange(page)
+    ).flatten()
+    dev_idx = torch.randperm(pages * page, generator=gen)[: 4 * page]  # scattered slots
     dev = [random_bytes((pages * page, 2, 64), torch.bfloat16, gen).cuda() for _ in range(2)]
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         if page_first_direct:
-            host = [place(poisoned((pages, layers, page, 2, 64), torch.bfloat16))
-                    for _ in range(2)]
+            host = [place(poisoned((pages, layers, page, 2, 64), torch.bfloat16)) for _ in range(2)]
             layer_list = [t for t in dev for _ in range(layers)]  # every layer = the same tensor
             K.transfer_kv_all_layer_direct_lf_pf(layer_list, host, dev_idx, host_idx, page)
             stream.synchronize()

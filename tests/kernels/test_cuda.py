@@ -26,8 +26,10 @@ from tests.kernels.cases import (
     table,
 )
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 SPEC = {s.name: s for s in SPECS}
 PLACEMENTS = {"h2d": ("pinned", "cuda"), "d2h": ("cuda", "pinned"), "d2d": ("cuda", "cuda")}
@@ -53,8 +55,16 @@ def test_mixed_host_device(spec, dtype, placement, index_device):
 def test_realistic_sizes_match_cpu_reference(spec, placement):
     """2 KiB items (8 heads x 128 bf16; MLA 576), 4 layers, 2048 random slots of 4096."""
     head_dim = 576 if spec.mla else 128
-    cfg = Config(dtype=torch.bfloat16, heads=8, head_dim=head_dim, layers=4, page_size=64,
-                 src_items=4096, dst_items=4096, n=2048)
+    cfg = Config(
+        dtype=torch.bfloat16,
+        heads=8,
+        head_dim=head_dim,
+        layers=4,
+        page_size=64,
+        src_items=4096,
+        dst_items=4096,
+        n=2048,
+    )
     case = build(spec, cfg)
     assert_bytes_equal(run(case, *PLACEMENTS[placement]), run(case))
 
@@ -62,18 +72,23 @@ def test_realistic_sizes_match_cpu_reference(spec, placement):
 @pytest.mark.parametrize("block_quota, num_warps", [(1, 1), (1, 4), (2, 32), (8, 8), (132, 32)])
 @pytest.mark.parametrize("name", ["transfer_kv_per_layer_ph_lf", "transfer_kv_all_layer_lf_pf"])
 def test_launch_shapes(name, block_quota, num_warps):
-    cfg = Config(dtype=torch.float16, heads=4, head_dim=64, page_size=16, src_items=512,
-                 dst_items=512, n=300)
+    cfg = Config(
+        dtype=torch.float16, heads=4, head_dim=64, page_size=16, src_items=512, dst_items=512, n=300
+    )
     case = build(SPEC[name], cfg)
     got = run(case, "pinned", "cuda", block_quota=block_quota, num_warps_per_block=num_warps)
     assert_bytes_equal(got, case.expected())
 
 
-@pytest.mark.parametrize("name, cfg", [
-    ("transfer_kv_per_layer_ph_lf", Config(heads=4, head_dim=2, page_size=4)),  # 4-byte slices
-    ("transfer_kv_per_layer_pf_lf", Config(dtype=torch.float32, heads=1, head_dim=1024)),
-    ("transfer_kv_all_layer_mla_lf_pf", Config(dtype=torch.bfloat16, head_dim=576)),
-], ids=["word4", "row_over_tile", "mla576"])
+@pytest.mark.parametrize(
+    "name, cfg",
+    [
+        ("transfer_kv_per_layer_ph_lf", Config(heads=4, head_dim=2, page_size=4)),  # 4-byte slices
+        ("transfer_kv_per_layer_pf_lf", Config(dtype=torch.float32, heads=1, head_dim=1024)),
+        ("transfer_kv_all_layer_mla_lf_pf", Config(dtype=torch.bfloat16, head_dim=576)),
+    ],
+    ids=["word4", "row_over_tile", "mla576"],
+)
 def test_unusual_row_widths(name, cfg):
     case = build(SPEC[name], cfg)
     got = run(case, "cuda", "pinned", num_warps_per_block=1)
@@ -85,7 +100,7 @@ def offset_copy(tensor: torch.Tensor, offset: int) -> torch.Tensor:
     nbytes = tensor.numel() * tensor.element_size()
     raw = torch.empty(nbytes + 64, dtype=torch.uint8, device=tensor.device)
     start = (-raw.data_ptr()) % 64 + offset
-    return raw[start:start + nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+    return raw[start : start + nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
 
 
 def test_tables_and_bases_aligned_to_8_not_16():

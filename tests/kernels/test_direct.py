@@ -20,8 +20,9 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
 SLOT = (2, 8)  # (heads, head_dim); MLA uses (1, kv_dim)
 
 
-def paged_indices(slots: int, n: int, page: int, gen: torch.Generator,
-                  whole_pages: bool = True) -> torch.Tensor:
+def paged_indices(
+    slots: int, n: int, page: int, gen: torch.Generator, whole_pages: bool = True
+) -> torch.Tensor:
     """``n`` slots made of whole random pages, each page's slots in order (else random slots)."""
     if not whole_pages:
         return torch.randperm(slots, generator=gen)[:n]
@@ -38,8 +39,11 @@ def batches(request, monkeypatch) -> list[int] | None:
     spans: list[tuple[int, int]] = []  # [start, end) of every tensor of the op
 
     def engine_device(pairs):
-        spans[:] = [(t.data_ptr(), t.data_ptr() + t.nbytes)
-                    for pair in pairs for t in (pair[0].tensor, pair[1].tensor)]
+        spans[:] = [
+            (t.data_ptr(), t.data_ptr() + t.nbytes)
+            for pair in pairs
+            for t in (pair[0].tensor, pair[1].tensor)
+        ]
         return pairs[0][0].tensor.device
 
     def memmove_batch(dst, src, nbytes, device):
@@ -142,8 +146,9 @@ def test_direct_copies_once_per_run(monkeypatch):
     """Two runs of whole pages: one copy_ per run and tensor."""
     calls = []
     original = torch.Tensor.copy_
-    monkeypatch.setattr(torch.Tensor, "copy_",
-                        lambda self, src, **kw: calls.append(1) or original(self, src, **kw))
+    monkeypatch.setattr(
+        torch.Tensor, "copy_", lambda self, src, **kw: calls.append(1) or original(self, src, **kw)
+    )
     src = [torch.ones(64, 4), torch.ones(64, 4)]
     dst = [torch.zeros(64, 4), torch.zeros(64, 4)]
     src_idx = torch.cat([torch.arange(0, 32), torch.arange(48, 64)])

@@ -23,9 +23,16 @@ from hicache.kernels.dispatch import force_backend
 from tests.kernels.cases import SPECS, Config, OpSpec, poisoned, random_bytes, table
 
 GUARD = 2  # poisoned rows before, between and after the buffers
-BACKENDS = ["reference", pytest.param("triton", marks=pytest.mark.skipif(
-    torch.cuda.is_available() or not env.ENV.triton_interpret,
-    reason="the Triton interpreter runs on CPU-only machines (TRITON_INTERPRET=1)"))]
+BACKENDS = [
+    "reference",
+    pytest.param(
+        "triton",
+        marks=pytest.mark.skipif(
+            torch.cuda.is_available() or not env.ENV.triton_interpret,
+            reason="the Triton interpreter runs on CPU-only machines (TRITON_INTERPRET=1)",
+        ),
+    ),
+]
 CFG = Config(layers=2, heads=2, head_dim=4, page_size=2, src_items=8, dst_items=6, n=4)
 TABLE_SPECS = [s for s in SPECS if "tables" in (s.src, s.dst)]
 
@@ -44,7 +51,7 @@ class Arena:
         views = []
         for j, part in enumerate(parts):
             start = GUARD + j * (rows + GUARD)
-            views.append(whole[start:start + rows])
+            views.append(whole[start : start + rows])
             views[-1].copy_(part)
         return cls(whole, views if is_table else views[0])
 
@@ -73,20 +80,32 @@ class Setup:
 def setup(spec: OpSpec, with_sizes: bool = True) -> Setup:
     gen = torch.Generator().manual_seed(5)
     heads = 1 if spec.mla else CFG.heads
-    src = [Arena.around(_fill(spec.src, CFG.src_items, heads,
-                              lambda s, d: random_bytes(s, d, gen)), spec.src == "tables")
-           for _ in spec.kvs]
-    dst = [Arena.around(_fill(spec.dst, CFG.dst_items, heads, poisoned), spec.dst == "tables")
-           for _ in spec.kvs]
+    src = [
+        Arena.around(
+            _fill(spec.src, CFG.src_items, heads, lambda s, d: random_bytes(s, d, gen)),
+            spec.src == "tables",
+        )
+        for _ in spec.kvs
+    ]
+    dst = [
+        Arena.around(_fill(spec.dst, CFG.dst_items, heads, poisoned), spec.dst == "tables")
+        for _ in spec.kvs
+    ]
     kwargs: dict[str, object] = {}
     for side, arenas in (("src", src), ("dst", dst)):
         for kv, arena in zip(spec.kvs, arenas, strict=True):
             buf = arena.buffer
             kwargs[spec.arg_name(side, kv)] = table(buf, "cpu") if isinstance(buf, list) else buf
     item_size = heads * CFG.head_dim * CFG.dtype.itemsize
-    extras = {"item_size": item_size, "layer_id": CFG.layers - 1, "num_layers": CFG.layers,
-              "src_layout_dim": item_size * CFG.layers, "dst_layout_dim": item_size * CFG.layers,
-              "page_size": CFG.page_size, "head_num": heads}
+    extras = {
+        "item_size": item_size,
+        "layer_id": CFG.layers - 1,
+        "num_layers": CFG.layers,
+        "src_layout_dim": item_size * CFG.layers,
+        "dst_layout_dim": item_size * CFG.layers,
+        "page_size": CFG.page_size,
+        "head_num": heads,
+    }
     if with_sizes:
         extras |= {"src_items_per_layer": CFG.src_items, "dst_items_per_layer": CFG.dst_items}
     params = inspect.signature(spec.op).parameters
@@ -156,12 +175,13 @@ def test_last_row_of_each_layer_copies_and_guards_stay_poisoned(spec, backend):
         outside = torch.ones(arena.whole.shape[0], dtype=torch.bool)
         for layer in layers:
             start = (layer.data_ptr() - arena.whole.data_ptr()) // layer[0].nbytes
-            outside[start:start + layer.shape[0]] = False
+            outside[start : start + layer.shape[0]] = False
         assert bool((arena.whole[outside].view(torch.uint8) == 0xA5).all()), "a guard row changed"
 
 
-@pytest.mark.parametrize("value, exc", [(0, ValueError), (True, TypeError), (8.0, TypeError),
-                                        (-4, ValueError)])
+@pytest.mark.parametrize(
+    "value, exc", [(0, ValueError), (True, TypeError), (8.0, TypeError), (-4, ValueError)]
+)
 @pytest.mark.parametrize("spec", TABLE_SPECS, ids=str)
 def test_bad_items_per_layer_is_rejected(spec, value, exc):
     s = setup(spec)
@@ -177,11 +197,21 @@ def test_kernel_masks_table_rows_past_items_per_layer():
         pytest.skip("the Triton interpreter runs on CPU-only machines (TRITON_INTERPRET=1)")
     s = setup(next(spec for spec in SPECS if spec.name == "transfer_kv_all_layer_mla"))
     kw = s.kwargs
-    plan = plans.all_layer({"src_layers": kw["src_layers"]}, {"dst_layers": kw["dst_layers"]},
-                           kw["src_indices"], kw["dst_indices"], kw["item_size"], CFG.layers,
-                           CFG.src_items, CFG.dst_items)
-    bad = dataclasses.replace(plan, src_indices=torch.tensor([1, CFG.src_items, 2]),
-                              dst_indices=torch.tensor([CFG.dst_items, 0, 1]))
+    plan = plans.all_layer(
+        {"src_layers": kw["src_layers"]},
+        {"dst_layers": kw["dst_layers"]},
+        kw["src_indices"],
+        kw["dst_indices"],
+        kw["item_size"],
+        CFG.layers,
+        CFG.src_items,
+        CFG.dst_items,
+    )
+    bad = dataclasses.replace(
+        plan,
+        src_indices=torch.tensor([1, CFG.src_items, 2]),
+        dst_indices=torch.tensor([CFG.dst_items, 0, 1]),
+    )
     triton_ops.launch(bad, block_quota=1, num_warps=1)
     (arena,) = s.dst
     for layer, src_layer in zip(arena.buffer, s.src[0].buffer, strict=True):
@@ -197,29 +227,43 @@ PAGE, LAYERS, SLOTS_SRC, SLOTS_DST = 2, 2, 8, 6
 
 def _direct_setup(name: str) -> tuple[list[Arena], list[Arena], dict[str, object]]:
     gen = torch.Generator().manual_seed(9)
-    lf_src = [Arena.around([random_bytes((SLOTS_SRC, 2, 4), CFG.dtype, gen)], False)
-              for _ in range(2 * LAYERS)]
-    pf_src = [Arena.around([random_bytes((SLOTS_SRC // PAGE, LAYERS, PAGE, 2, 4), CFG.dtype,
-                                         gen)], False) for _ in range(2)]
-    lf_dst = [Arena.around([poisoned((SLOTS_DST, 2, 4), CFG.dtype)], False)
-              for _ in range(2 * LAYERS)]
-    pf_dst = [Arena.around([poisoned((SLOTS_DST // PAGE, LAYERS, PAGE, 2, 4), CFG.dtype)], False)
-              for _ in range(2)]
-    src, dst, keys = {"transfer_kv_direct": (lf_src, lf_dst, ("src_layers", "dst_layers")),
-                      "transfer_kv_per_layer_direct_pf_lf": (pf_src, lf_dst[:2],
-                                                             ("src_ptrs", "dst_ptrs")),
-                      "transfer_kv_all_layer_direct_lf_pf": (lf_src, pf_dst,
-                                                             ("src_ptrs", "dst_ptrs"))}[name]
-    kwargs: dict[str, object] = {keys[0]: [a.buffer for a in src], keys[1]: [a.buffer for a in dst],
-                                 "src_indices": torch.tensor([2, 3, 6, 7]),
-                                 "dst_indices": torch.tensor([0, 1, 4, 5]), "page_size": PAGE}
+    lf_src = [
+        Arena.around([random_bytes((SLOTS_SRC, 2, 4), CFG.dtype, gen)], False)
+        for _ in range(2 * LAYERS)
+    ]
+    pf_src = [
+        Arena.around([random_bytes((SLOTS_SRC // PAGE, LAYERS, PAGE, 2, 4), CFG.dtype, gen)], False)
+        for _ in range(2)
+    ]
+    lf_dst = [
+        Arena.around([poisoned((SLOTS_DST, 2, 4), CFG.dtype)], False) for _ in range(2 * LAYERS)
+    ]
+    pf_dst = [
+        Arena.around([poisoned((SLOTS_DST // PAGE, LAYERS, PAGE, 2, 4), CFG.dtype)], False)
+        for _ in range(2)
+    ]
+    src, dst, keys = {
+        "transfer_kv_direct": (lf_src, lf_dst, ("src_layers", "dst_layers")),
+        "transfer_kv_per_layer_direct_pf_lf": (pf_src, lf_dst[:2], ("src_ptrs", "dst_ptrs")),
+        "transfer_kv_all_layer_direct_lf_pf": (lf_src, pf_dst, ("src_ptrs", "dst_ptrs")),
+    }[name]
+    kwargs: dict[str, object] = {
+        keys[0]: [a.buffer for a in src],
+        keys[1]: [a.buffer for a in dst],
+        "src_indices": torch.tensor([2, 3, 6, 7]),
+        "dst_indices": torch.tensor([0, 1, 4, 5]),
+        "page_size": PAGE,
+    }
     if name == "transfer_kv_per_layer_direct_pf_lf":
         kwargs["layer_id"] = LAYERS - 1
     return src, dst, kwargs
 
 
-DIRECT = ["transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf",
-          "transfer_kv_all_layer_direct_lf_pf"]
+DIRECT = [
+    "transfer_kv_direct",
+    "transfer_kv_per_layer_direct_pf_lf",
+    "transfer_kv_all_layer_direct_lf_pf",
+]
 
 
 @pytest.mark.parametrize("kind", BAD)
@@ -251,8 +295,10 @@ def test_direct_op_rejects_zero_dim_tensors():
 @pytest.mark.parametrize("side", ["src", "dst"])
 def test_buffers_off_cpu_and_cuda_are_rejected(name, side):
     """A ``meta`` buffer was silently "copied" into, or failed inside torch."""
-    live, meta = torch.zeros(8, 2, 4, dtype=CFG.dtype), torch.zeros(8, 2, 4, dtype=CFG.dtype,
-                                                                   device="meta")
+    live, meta = (
+        torch.zeros(8, 2, 4, dtype=CFG.dtype),
+        torch.zeros(8, 2, 4, dtype=CFG.dtype, device="meta"),
+    )
     src, dst = (meta, live) if side == "src" else (live, meta)
     idx = torch.tensor([1, 2])
     with pytest.raises(ValueError, match=f"{side}.* is on meta"):

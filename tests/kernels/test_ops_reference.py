@@ -22,9 +22,15 @@ def test_op_matches_oracle(spec, dtype):
 @pytest.mark.parametrize("spec", PH_SPECS, ids=str)
 def test_page_head_page_sizes(spec, page_size, pattern):
     items = max(64, 2 * page_size)
-    cfg = Config(dtype=torch.bfloat16, heads=4, page_size=page_size, src_items=items,
-                 dst_items=items, n=page_size * (items // page_size // 2) if pattern == "runs"
-                 else 40, pattern=pattern)
+    cfg = Config(
+        dtype=torch.bfloat16,
+        heads=4,
+        page_size=page_size,
+        src_items=items,
+        dst_items=items,
+        n=page_size * (items // page_size // 2) if pattern == "runs" else 40,
+        pattern=pattern,
+    )
     case = build(spec, cfg)
     assert_bytes_equal(run(case), case.expected())
 

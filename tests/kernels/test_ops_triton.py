@@ -27,7 +27,8 @@ from tests.kernels.cases import (
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() or not env.ENV.triton_interpret,
-    reason="interpreter tests run on CPU-only machines (TRITON_INTERPRET=1)")
+    reason="interpreter tests run on CPU-only machines (TRITON_INTERPRET=1)",
+)
 
 SPEC = {s.name: s for s in SPECS}
 
@@ -47,8 +48,15 @@ def test_kernel_matches_oracle(spec, dtype):
 @pytest.mark.parametrize("page_size", [16, 64])
 @pytest.mark.parametrize("spec", PH_SPECS, ids=str)
 def test_kernel_page_head_page_sizes(spec, page_size):
-    cfg = Config(dtype=torch.bfloat16, heads=4, page_size=page_size, src_items=2 * page_size,
-                 dst_items=2 * page_size, n=page_size, layers=2)
+    cfg = Config(
+        dtype=torch.bfloat16,
+        heads=4,
+        page_size=page_size,
+        src_items=2 * page_size,
+        dst_items=2 * page_size,
+        n=page_size,
+        layers=2,
+    )
     case = build(spec, cfg)
     assert_bytes_equal(run_triton(case), case.expected())
 
@@ -63,11 +71,15 @@ def test_persistent_grid_walks_every_tile(name, block_quota):
     assert_bytes_equal(got, case.expected())
 
 
-@pytest.mark.parametrize("name, cfg", [
-    ("transfer_kv_per_layer_ph_lf", Config(heads=4, head_dim=2, page_size=4)),  # 4-byte slices
-    ("transfer_kv_per_layer_pf_lf", Config(dtype=torch.float32, heads=1, head_dim=1024)),
-    ("transfer_kv_all_layer_mla_lf_pf", Config(dtype=torch.bfloat16, head_dim=576, layers=2)),
-], ids=["word4", "row_over_tile", "mla576"])
+@pytest.mark.parametrize(
+    "name, cfg",
+    [
+        ("transfer_kv_per_layer_ph_lf", Config(heads=4, head_dim=2, page_size=4)),  # 4-byte slices
+        ("transfer_kv_per_layer_pf_lf", Config(dtype=torch.float32, heads=1, head_dim=1024)),
+        ("transfer_kv_all_layer_mla_lf_pf", Config(dtype=torch.bfloat16, head_dim=576, layers=2)),
+    ],
+    ids=["word4", "row_over_tile", "mla576"],
+)
 def test_unusual_row_widths(name, cfg):
     case = build(SPEC[name], cfg)
     assert_bytes_equal(run_triton(case, num_warps_per_block=1), case.expected())
@@ -78,7 +90,7 @@ def offset_copy(tensor: torch.Tensor, offset: int) -> torch.Tensor:
     nbytes = tensor.numel() * tensor.element_size()
     raw = torch.empty(nbytes + 64, dtype=torch.uint8)
     start = (-raw.data_ptr()) % 64 + offset
-    out = raw[start:start + nbytes].view(tensor.dtype).view(tensor.shape)
+    out = raw[start : start + nbytes].view(tensor.dtype).view(tensor.shape)
     return out.copy_(tensor)
 
 
@@ -90,8 +102,7 @@ def test_bases_aligned_to_8_not_16(backend):
     dst = [offset_copy(poisoned((12, 2, 8), torch.float16), 8) for _ in range(2)]
     src_idx, dst_idx = torch.tensor([5, 0, 15, 7]), torch.tensor([11, 3, 0, 4])
     with force_backend(backend):
-        transfer_kv_all_layer_mla(table(layers, "cpu"), table(dst, "cpu"), src_idx, dst_idx,
-                                  32, 2)
+        transfer_kv_all_layer_mla(table(layers, "cpu"), table(dst, "cpu"), src_idx, dst_idx, 32, 2)
         transfer_kv_per_layer(layers[0], dst[0], layers[1], dst[1], src_idx, dst_idx, 32)
     for layer, out in zip(layers, dst, strict=True):
         assert torch.equal(out[dst_idx].view(torch.uint8), layer[src_idx].view(torch.uint8))
@@ -107,8 +118,9 @@ def test_kernel_skips_out_of_range_rows():
     dst = poisoned((8, 1, 8), torch.float16)
     ok_src, ok_dst = torch.tensor([1, 2, 3, 4]), torch.tensor([0, 1, 2, 3])
     plan = plans.per_layer({"src": src}, {"dst": dst}, ok_src, ok_dst, 16)
-    bad = dataclasses.replace(plan, src_indices=torch.tensor([1, 8, -1, 4]),
-                              dst_indices=torch.tensor([0, 1, 2, 9]))
+    bad = dataclasses.replace(
+        plan, src_indices=torch.tensor([1, 8, -1, 4]), dst_indices=torch.tensor([0, 1, 2, 9])
+    )
     triton_ops.launch(bad, block_quota=2, num_warps=1)
     assert torch.equal(dst[0].view(torch.uint8), src[1].view(torch.uint8))
     assert bool((dst[1:].view(torch.uint8) == 0xA5).all())

@@ -14,10 +14,15 @@ import hicache.kernels as K
 from tests.kernels.cases import poisoned, random_bytes, table
 
 
-def ph_offset(i: int, h: int, layer: int, item_size: int, layout_dim: int, ps: int,
-              heads: int) -> int:
-    return ((i // ps) * ps * layout_dim + h * ps * layout_dim // heads
-            + (i % ps) * layout_dim // heads + layer * item_size // heads)
+def ph_offset(
+    i: int, h: int, layer: int, item_size: int, layout_dim: int, ps: int, heads: int
+) -> int:
+    return (
+        (i // ps) * ps * layout_dim
+        + h * ps * layout_dim // heads
+        + (i % ps) * layout_dim // heads
+        + layer * item_size // heads
+    )
 
 
 GEOMETRIES = [  # (page_size, heads, head_dim, layers, dtype)
@@ -47,9 +52,10 @@ def test_ph_lf_reads_the_design_offsets(geometry):
         for s, d in zip(src_idx.tolist(), dst_idx.tolist(), strict=True):
             for h in range(heads):
                 at = ph_offset(s, h, layer, item_size, layout_dim, ps, heads)
-                out[d * item_size + h * chunk:][:chunk] = flat[at:at + chunk]
-    K.transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_idx, dst_idx, layer,
-                                  item_size, layout_dim, ps, heads)
+                out[d * item_size + h * chunk :][:chunk] = flat[at : at + chunk]
+    K.transfer_kv_per_layer_ph_lf(
+        src_k, dst_k, src_v, dst_v, src_idx, dst_idx, layer, item_size, layout_dim, ps, heads
+    )
     for got, out in zip((dst_k, dst_v), want, strict=True):
         assert torch.equal(got.view(torch.uint8).flatten(), out)
 
@@ -74,8 +80,19 @@ def test_lf_ph_writes_the_design_offsets(geometry):
             for s, d in zip(src_idx.tolist(), dst_idx.tolist(), strict=True):
                 for h in range(heads):
                     at = ph_offset(d, h, layer, item_size, layout_dim, ps, heads)
-                    out[at:at + chunk] = flat[s * item_size + h * chunk:][:chunk]
-    K.transfer_kv_all_layer_lf_ph(table(src_k, "cpu"), dst_k, table(src_v, "cpu"), dst_v,
-                                  src_idx, dst_idx, item_size, layout_dim, layers, ps, heads)
+                    out[at : at + chunk] = flat[s * item_size + h * chunk :][:chunk]
+    K.transfer_kv_all_layer_lf_ph(
+        table(src_k, "cpu"),
+        dst_k,
+        table(src_v, "cpu"),
+        dst_v,
+        src_idx,
+        dst_idx,
+        item_size,
+        layout_dim,
+        layers,
+        ps,
+        heads,
+    )
     for got, out in zip((dst_k, dst_v), want, strict=True):
         assert torch.equal(got.view(torch.uint8).flatten(), out)

@@ -39,8 +39,16 @@ class Harness:
         return self.model(batch, self.pool)
 
 
-@pytest.mark.parametrize("bad", [{"num_layers": 0}, {"attention": "gqa"}, {"num_heads": 3},
-                                 {"head_dim": 7}, {"dtype": torch.int32}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"num_layers": 0},
+        {"attention": "gqa"},
+        {"num_heads": 3},
+        {"head_dim": 7},
+        {"dtype": torch.int32},
+    ],
+)
 def test_config_rejects_bad_values(bad: dict) -> None:
     with pytest.raises((ValueError, TypeError)):
         ModelConfig(**bad)

@@ -37,9 +37,17 @@ def test_a_gpu_this_machine_lacks(kind):
         BUILDERS[kind](f"cuda:{torch.cuda.device_count()}")
 
 
-@pytest.mark.parametrize("device, exc", [("gpu", ValueError), ("meta", ValueError),
-                                         ("mps", ValueError), (0, TypeError), (None, TypeError)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "device, exc",
+    [
+        ("gpu", ValueError),
+        ("meta", ValueError),
+        ("mps", ValueError),
+        (0, TypeError),
+        (None, TypeError),
+    ],
+    ids=repr,
+)
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
 def test_unusable_devices(kind, device, exc):
     with pytest.raises(exc, match="device"):

@@ -30,8 +30,14 @@ def test_bad_reserve_does_not_break_import_and_is_named_on_use():
         "try:\n    host_pool()\nexcept ValueError as e:\n    print('ValueError', e)\n"
     )
     run_env = {**os.environ, RESERVE: "two", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", script], env=run_env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=run_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert f"ValueError {RESERVE}='two'" in out.stdout
 

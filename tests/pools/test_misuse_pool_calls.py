@@ -31,8 +31,15 @@ def slot_pools():
     return {"device": TokenToKVPoolAllocator(8, PAGE, "cpu"), "host": host_pool()}
 
 
-BAD_N = [(True, TypeError), (2.0, TypeError), ("2", TypeError), (None, TypeError),
-         (np.int64(2), TypeError), (-2, ValueError), (3, ValueError)]
+BAD_N = [
+    (True, TypeError),
+    (2.0, TypeError),
+    ("2", TypeError),
+    (None, TypeError),
+    (np.int64(2), TypeError),
+    (-2, ValueError),
+    (3, ValueError),
+]
 
 
 @pytest.mark.parametrize("n, exc", BAD_N, ids=[repr(n) for n, _ in BAD_N])
@@ -79,14 +86,21 @@ def test_free_rejects_slots_it_does_not_own(which, case):
     assert pool.free(held) == PAGE
 
 
-@pytest.mark.parametrize("kwargs", [{"host_to_device_ratio": math.inf},
-                                    {"host_size_gb": math.inf},
-                                    {"host_to_device_ratio": math.nan}], ids=str)
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"host_to_device_ratio": math.inf},
+        {"host_size_gb": math.inf},
+        {"host_to_device_ratio": math.nan},
+    ],
+    ids=str,
+)
 def test_host_pool_rejects_infinite_sizes(kwargs):
     args = {"host_to_device_ratio": 2.0, "host_size_gb": 0} | kwargs
     with pytest.raises(ValueError, match=next(iter(kwargs))):
-        MHATokenToKVPoolHost(device_pool(), args["host_to_device_ratio"], args["host_size_gb"],
-                             PAGE, "layer_first")
+        MHATokenToKVPoolHost(
+            device_pool(), args["host_to_device_ratio"], args["host_size_gb"], PAGE, "layer_first"
+        )
 
 
 @pytest.mark.parametrize("pin", ["no", 0, None])
@@ -103,16 +117,22 @@ def _transfer(host, dev, h, d, backup: bool, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backup", [True, False], ids=["backup", "load"])
-@pytest.mark.parametrize("layout, backend", [("layer_first", "kernel"), ("page_first", "kernel"),
-                                             ("layer_first", "direct")])
-@pytest.mark.parametrize("bad, exc, name", [
-    (lambda h, d: (h.int(), d), TypeError, "host_indices"),
-    (lambda h, d: (h, d.double()), TypeError, "device_indices"),
-    (lambda h, d: (h[None], d), ValueError, "host_indices"),
-    (lambda h, d: (h, d[:1]), ValueError, "equally long"),
-    (lambda h, d: (h - 10, d), IndexError, "host_indices"),
-    (lambda h, d: (h, d + 100), IndexError, "device_indices"),
-], ids=["int32", "float", "2d", "lengths", "negative", "past_end"])
+@pytest.mark.parametrize(
+    "layout, backend",
+    [("layer_first", "kernel"), ("page_first", "kernel"), ("layer_first", "direct")],
+)
+@pytest.mark.parametrize(
+    "bad, exc, name",
+    [
+        (lambda h, d: (h.int(), d), TypeError, "host_indices"),
+        (lambda h, d: (h, d.double()), TypeError, "device_indices"),
+        (lambda h, d: (h[None], d), ValueError, "host_indices"),
+        (lambda h, d: (h, d[:1]), ValueError, "equally long"),
+        (lambda h, d: (h - 10, d), IndexError, "host_indices"),
+        (lambda h, d: (h, d + 100), IndexError, "device_indices"),
+    ],
+    ids=["int32", "float", "2d", "lengths", "negative", "past_end"],
+)
 def test_host_pool_transfers_check_their_indices(layout, backend, backup, bad, exc, name):
     host = host_pool(layout)
     dev = host.device_pool

@@ -12,8 +12,16 @@ from .fakes import FakeAllocator, FakeReqToTokenPool, check_accounting
 class MiniEngine:
     """Admit requests (match + lock + allocate), compute KV, decode, cache, finish."""
 
-    def __init__(self, page_size: int, slots: int = 256, rows: int = 16, context: int = 64,
-                 allocator=None, pool=None, **cache_kw) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        slots: int = 256,
+        rows: int = 16,
+        context: int = 64,
+        allocator=None,
+        pool=None,
+        **cache_kw,
+    ) -> None:
         self.page_size = page_size
         self.allocator = allocator or FakeAllocator(slots, page_size)
         self.pool = pool or FakeReqToTokenPool(rows, context)
@@ -29,9 +37,15 @@ class MiniEngine:
         prefix = len(match.device_indices)
         row = self.pool.alloc(1)[0]
         self.pool.write((row, slice(0, prefix)), match.device_indices)
-        req = Req(row, list(ids), kv_len=prefix, extra_key=extra_key,
-                  prefix_indices=match.device_indices, last_node=match.last_device_node,
-                  cache_protected_len=prefix)
+        req = Req(
+            row,
+            list(ids),
+            kv_len=prefix,
+            extra_key=extra_key,
+            prefix_indices=match.device_indices,
+            last_node=match.last_device_node,
+            cache_protected_len=prefix,
+        )
         self.live.append(req)
         if not self.compute(req, max(prefix, len(ids) if kv_len is None else kv_len)):
             self.abort(req)

@@ -102,8 +102,12 @@ def snapshot(cache: RadixCache) -> tuple:
 
 def tree_pages(cache: RadixCache) -> list[int]:
     page = cache.page_size
-    return [s // page for n in iter_nodes(cache) if n.value is not None
-            for s in n.value.tolist()[::page]]
+    return [
+        s // page
+        for n in iter_nodes(cache)
+        if n.value is not None
+        for s in n.value.tolist()[::page]
+    ]
 
 
 def req_pages(req: Req, table: torch.Tensor, page_size: int) -> set[int]:

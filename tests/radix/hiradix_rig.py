@@ -25,8 +25,14 @@ POLICIES = ["write_through", "write_through_selective", "write_back"]
 
 
 def make_cache(
-    kind: str = "mha", io_backend: str = "kernel", layout: str = "layer_first",
-    page_size: int = 1, pages: int = 16, *, device: str = "cpu", **kwargs: Any,
+    kind: str = "mha",
+    io_backend: str = "kernel",
+    layout: str = "layer_first",
+    page_size: int = 1,
+    pages: int = 16,
+    *,
+    device: str = "cpu",
+    **kwargs: Any,
 ) -> HiRadixCache:
     """A HiRadixCache over a device pool of ``pages`` pages (float32) and a request table."""
     size = pages * page_size
@@ -37,16 +43,18 @@ def make_cache(
     allocator = TokenToKVPoolAllocator(size, page_size, device, kvcache=pool)
     req_pool = ReqToTokenPool(4, 4 * size, device)
     kwargs.setdefault("load_back_threshold", 1)
-    return HiRadixCache(req_pool, allocator, page_size, io_backend=io_backend,
-                        mem_layout=layout, **kwargs)
+    return HiRadixCache(
+        req_pool, allocator, page_size, io_backend=io_backend, mem_layout=layout, **kwargs
+    )
 
 
 def device_pool(cache: HiRadixCache) -> Any:
     return cache.cache_controller.mem_pool_device
 
 
-def _pattern(pool: Any, tokens: torch.Tensor, positions: torch.Tensor, layer: int,
-             part: int) -> torch.Tensor:
+def _pattern(
+    pool: Any, tokens: torch.Tensor, positions: torch.Tensor, layer: int, part: int
+) -> torch.Tensor:
     """``[n, heads, dim]`` float32 of distinct integers (exact in float32, < 2**24)."""
     heads = pool.head_num
     dim = pool.kv_dim if isinstance(pool, MLATokenToKVPool) else pool.head_dim
@@ -63,8 +71,9 @@ def fill_kv(pool: Any, slots: torch.Tensor, tokens: list[int], start: int = 0) -
         if isinstance(pool, MLATokenToKVPool):
             pool.set_kv_buffer(layer, slots, _pattern(pool, tok, pos, layer, 0))
         else:
-            pool.set_kv_buffer(layer, slots, _pattern(pool, tok, pos, layer, 0),
-                               _pattern(pool, tok, pos, layer, 1))
+            pool.set_kv_buffer(
+                layer, slots, _pattern(pool, tok, pos, layer, 0), _pattern(pool, tok, pos, layer, 1)
+            )
 
 
 def assert_kv(pool: Any, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
@@ -133,12 +142,20 @@ def tokens_of(n: int, seed: int) -> list[int]:
 def snapshot(cache: HiRadixCache) -> tuple:
     """Everything observable about both tiers, to assert a failed call changed nothing."""
     nodes = sorted(
-        (n.id, n.lock_ref, n.hit_count, n.last_access_time, tuple(n.key.tolist()),
-         None if n.value is None else tuple(n.value.tolist()),
-         None if n.host_value is None else tuple(n.host_value.tolist()))
+        (
+            n.id,
+            n.lock_ref,
+            n.hit_count,
+            n.last_access_time,
+            tuple(n.key.tolist()),
+            None if n.value is None else tuple(n.value.tolist()),
+            None if n.host_value is None else tuple(n.host_value.tolist()),
+        )
         for n in iter_nodes(cache)
     )
     sizes = (cache.evictable_size(), cache.protected_size(), cache.host_size())
-    free = (cache.token_to_kv_pool_allocator.free_slots().tolist(),
-            cache.cache_controller.mem_pool_host.free_slots().tolist())
+    free = (
+        cache.token_to_kv_pool_allocator.free_slots().tolist(),
+        cache.cache_controller.mem_pool_host.free_slots().tolist(),
+    )
     return nodes, sizes, free

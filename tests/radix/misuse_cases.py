@@ -58,6 +58,10 @@ BAD_KEYS: dict[str, Any] = {
     "a (0, 3) array": np.zeros((0, 3), dtype=np.int64),
     "a 2-D tensor": torch.tensor([[1, 2], [3, 4]]),
 }
-BAD_EXTRA_KEYS: dict[str, Any] = {"a list": [1], "a float": 1.5, "a bool": True,
-                                  "NaN": float("nan")}
+BAD_EXTRA_KEYS: dict[str, Any] = {
+    "a list": [1],
+    "a float": 1.5,
+    "a bool": True,
+    "NaN": float("nan"),
+}
 BAD_COUNTS: dict[str, Any] = {"-1": -1, "1.5": 1.5, "True": True, "'2'": "2", "None": None}

@@ -38,8 +38,9 @@ def make_radix(page_size: int, eviction_policy: str) -> RadixCache:
 
 def make_hiradix(page_size: int, write_policy: str) -> HiRadixCache:
     """The same with a host tier twice the device's; host hits of any length are loaded."""
-    return HiRadixCache(*_pools(page_size), page_size, write_policy=write_policy,
-                        load_back_threshold=1)
+    return HiRadixCache(
+        *_pools(page_size), page_size, write_policy=write_policy, load_back_threshold=1
+    )
 
 
 def _slot_list(slots: torch.Tensor | None) -> tuple[int, ...] | None:
@@ -48,15 +49,31 @@ def _slot_list(slots: torch.Tensor | None) -> tuple[int, ...] | None:
 
 def _req_state(req: Req) -> tuple:
     last = None if req.last_node is None else req.last_node.id
-    return (req.req_pool_idx, req.kv_len, req.cache_protected_len, last,
-            req.prefix_indices.tolist(), repr(req.extra_key), list(req.output_ids))
+    return (
+        req.req_pool_idx,
+        req.kv_len,
+        req.cache_protected_len,
+        last,
+        req.prefix_indices.tolist(),
+        repr(req.extra_key),
+        list(req.output_ids),
+    )
 
 
 def _node_state(node: TreeNode) -> tuple:
     parent = None if node.parent is None else node.parent.id
-    return (node.id, parent, repr(node.extra_key), tuple(node.key.tolist()),
-            _slot_list(node.value), _slot_list(node.host_value), node.lock_ref, node.hit_count,
-            node.last_access_time, node.priority)
+    return (
+        node.id,
+        parent,
+        repr(node.extra_key),
+        tuple(node.key.tolist()),
+        _slot_list(node.value),
+        _slot_list(node.host_value),
+        node.lock_ref,
+        node.hit_count,
+        node.last_access_time,
+        node.priority,
+    )
 
 
 class Rig:
@@ -117,8 +134,15 @@ class Rig:
             cache.ready_to_load_host_cache()
         (row,) = self.rows.alloc(1)
         self.rows.write((row, slice(0, len(prefix))), prefix)
-        req = Req(row, list(ids), kv_len=len(prefix), extra_key=extra_key,
-                  prefix_indices=prefix, last_node=node, cache_protected_len=len(prefix))
+        req = Req(
+            row,
+            list(ids),
+            kv_len=len(prefix),
+            extra_key=extra_key,
+            prefix_indices=prefix,
+            last_node=node,
+            cache_protected_len=len(prefix),
+        )
         self.live.append(req)
         if not self.compute(req, max(kv_len, len(prefix))):
             self.abort(req)
@@ -192,8 +216,12 @@ class Rig:
         if self.host is not None:
             ctrl = cache.cache_controller
             queues = (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue)
-            snap["host"] = (cache.host_size(), self.host.available_size(),
-                            self.host.free_slots().tolist(), [len(q) for q in queues])
+            snap["host"] = (
+                cache.host_size(),
+                self.host.available_size(),
+                self.host.free_slots().tolist(),
+                [len(q) for q in queues],
+            )
         return snap
 
     def check(self) -> None:
@@ -211,7 +239,8 @@ class Rig:
         assert tree.numel() % p == 0, "the tree holds a partial page"
         pages = tree.view(-1, p)
         assert bool((pages[:, 0] % p == 0).all()) and torch.equal(
-            pages, pages[:, :1] + torch.arange(p)), "a tree node holds a misaligned page"
+            pages, pages[:, :1] + torch.arange(p)
+        ), "a tree node holds a misaligned page"
         owners = [("tree", pages[:, 0] // p), ("free", self.allocator.free_slots()[::p] // p)]
         table = self.rows.req_to_token
         for req in self.live:
@@ -221,12 +250,14 @@ class Rig:
             own = row[req.cache_protected_len : req.kv_len] // p
             owners.append((f"request row {req.req_pool_idx}", own.unique()))
         claimed = torch.cat([ids for _, ids in owners])
-        assert claimed.numel() == 0 or (int(claimed.min()) >= 1 and int(claimed.max())
-                                        <= num_pages), "a device page out of range is owned"
+        assert claimed.numel() == 0 or (
+            int(claimed.min()) >= 1 and int(claimed.max()) <= num_pages
+        ), "a device page out of range is owned"
         counts = torch.bincount(claimed, minlength=num_pages + 1)[1:]
         twice = (counts > 1).nonzero().flatten() + 1
         assert not twice.numel(), f"device pages {twice.tolist()} claimed twice: " + ", ".join(
-            name for name, ids in owners if bool(torch.isin(ids, twice).any()))
+            name for name, ids in owners if bool(torch.isin(ids, twice).any())
+        )
         leaked = (counts == 0).nonzero().flatten() + 1
         assert not leaked.numel(), f"device pages {leaked.tolist()} leaked (free nor owned)"
 

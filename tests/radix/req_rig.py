@@ -40,9 +40,15 @@ class Rig:
         assert own is not None, "rig: device pool too small"
         slots = torch.cat([match.device_indices, own[:rest]])
         self.req_pool.write((row, slice(0, len(ids))), slots.to(torch.int32))
-        req = Req(row, list(ids), kv_len=len(ids), extra_key=extra_key,
-                  prefix_indices=match.device_indices, last_node=match.last_device_node,
-                  cache_protected_len=prefix)
+        req = Req(
+            row,
+            list(ids),
+            kv_len=len(ids),
+            extra_key=extra_key,
+            prefix_indices=match.device_indices,
+            last_node=match.last_device_node,
+            cache_protected_len=prefix,
+        )
         self.live.append(req)
         return req
 
@@ -52,12 +58,20 @@ class Rig:
 
     def state(self) -> tuple:
         """Tree, sizes, locks and every pool's free count."""
-        return (snapshot(self.cache), self.allocator.available_size(),
-                self.req_pool.available_size(), tuple(self.allocator.free_slots().tolist()))
+        return (
+            snapshot(self.cache),
+            self.allocator.available_size(),
+            self.req_pool.available_size(),
+            tuple(self.allocator.free_slots().tolist()),
+        )
 
     def check(self) -> None:
         """Tree and allocator invariants; every page free or owned exactly once."""
         self.cache.check_invariants()
         self.allocator.check_invariants()
-        check_accounting(self.cache, self.allocator, self.req_pool.req_to_token,
-                         [r for r in self.live if r.req_pool_idx is not None])
+        check_accounting(
+            self.cache,
+            self.allocator,
+            self.req_pool.req_to_token,
+            [r for r in self.live if r.req_pool_idx is not None],
+        )

@@ -22,9 +22,15 @@ def cache() -> RadixCache:
 
 
 BAD_KEYS = [
-    ([1.0, 2.0], TypeError), ([1, -2], ValueError), (["a", "b"], TypeError), ("ab", TypeError),
-    ([True, False], TypeError), (np.array([[1, 2]]), ValueError), (torch.tensor([0.5]), TypeError),
-    ([2**40], ValueError), (None, TypeError),
+    ([1.0, 2.0], TypeError),
+    ([1, -2], ValueError),
+    (["a", "b"], TypeError),
+    ("ab", TypeError),
+    ([True, False], TypeError),
+    (np.array([[1, 2]]), ValueError),
+    (torch.tensor([0.5]), TypeError),
+    ([2**40], ValueError),
+    (None, TypeError),
 ]
 
 
@@ -101,8 +107,9 @@ def test_evicted_node_cannot_be_locked():
         cache.inc_lock_ref(node)
 
 
-@pytest.mark.parametrize(("page_size", "error"), [(0, ValueError), (-1, ValueError),
-                                                  (1.0, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("page_size", "error"), [(0, ValueError), (-1, ValueError), (1.0, TypeError), (True, TypeError)]
+)
 def test_bad_page_size(page_size, error):
     with pytest.raises(error, match="page_size"):
         RadixCache(None, None, page_size)

@@ -188,8 +188,12 @@ def test_leaf_set_orders_and_discards():
     assert leaves.pop() is None
 
 
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "discard", "pop"]), st.integers(0, 9),
-                              st.integers(0, 5)), max_size=60))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "discard", "pop"]), st.integers(0, 9), st.integers(0, 5)),
+        max_size=60,
+    )
+)
 def test_leaf_set_matches_a_sorted_model(ops):
     """In-order adds (the O(1) tail) and out-of-order ones (the sorted run) pop as one order."""
     from hicache.radix.node import TreeNode

@@ -96,11 +96,16 @@ def test_node_of_another_cache_is_refused(cache: HiRadixCache) -> None:
     assert snapshot(cache) == before
 
 
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda c: c.evict_host(-1), ValueError), (lambda c: c.evict_host("1"), TypeError),
-    (lambda c: c.evict(-1), ValueError), (lambda c: c.reset(), ValueError),
-    (lambda c: c.insert(RadixKey([1, 2]), None), ValueError),
-])
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda c: c.evict_host(-1), ValueError),
+        (lambda c: c.evict_host("1"), TypeError),
+        (lambda c: c.evict(-1), ValueError),
+        (lambda c: c.reset(), ValueError),
+        (lambda c: c.insert(RadixKey([1, 2]), None), ValueError),
+    ],
+)
 def test_bad_calls_leave_both_tiers_unchanged(cache: HiRadixCache, call, error: type) -> None:
     before = snapshot(cache)
     with pytest.raises(error):

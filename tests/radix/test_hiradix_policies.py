@@ -257,8 +257,11 @@ def test_a_failed_load_is_retried(monkeypatch) -> None:
     cache.evict(8)
     host_pool = cache.cache_controller.mem_pool_host
     real = host_pool.load_to_device_per_layer
-    monkeypatch.setattr(host_pool, "load_to_device_per_layer",
-                        lambda *a: (_ for _ in ()).throw(RuntimeError("injected")))
+    monkeypatch.setattr(
+        host_pool,
+        "load_to_device_per_layer",
+        lambda *a: (_ for _ in ()).throw(RuntimeError("injected")),
+    )
     m = cache.match_prefix(RadixKey(A))
     loaded, node = cache.init_load_back(m.last_host_node, 8)
     with pytest.raises(RuntimeError, match="injected"):

@@ -86,20 +86,39 @@ class Player:
         assert alloc.available_size() == alloc.size and self.cache.host_size() == 0
 
 
-OPS = {"put": 6, "load": 4, "lock": 1, "unlock": 1, "evict": 2, "evict_host": 1, "events": 2,
-       "reset": 0.1}
+OPS = {
+    "put": 6,
+    "load": 4,
+    "lock": 1,
+    "unlock": 1,
+    "evict": 2,
+    "evict_host": 1,
+    "events": 2,
+    "reset": 0.1,
+}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize(("kind", "io_backend", "layout", "page_size"), [
-    ("mha", "kernel", "page_head", 1), ("mla", "direct", "page_first_direct", 4),
-])
+@pytest.mark.parametrize(
+    ("kind", "io_backend", "layout", "page_size"),
+    [
+        ("mha", "kernel", "page_head", 1),
+        ("mla", "direct", "page_first_direct", 4),
+    ],
+)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_random_operations_keep_both_tiers_consistent(policy: str, kind: str, io_backend: str,
-                                                      layout: str, page_size: int,
-                                                      seed: int) -> None:
-    cache = make_cache(kind, io_backend, layout, page_size, pages=48 // page_size,
-                       write_policy=policy, hicache_ratio=1.5)
+def test_random_operations_keep_both_tiers_consistent(
+    policy: str, kind: str, io_backend: str, layout: str, page_size: int, seed: int
+) -> None:
+    cache = make_cache(
+        kind,
+        io_backend,
+        layout,
+        page_size,
+        pages=48 // page_size,
+        write_policy=policy,
+        hicache_ratio=1.5,
+    )
     rng = random.Random(seed)
     player = Player(cache, rng)
     names, weights = list(OPS), list(OPS.values())

@@ -46,8 +46,9 @@ def evict_everything(cache) -> None:
 @pytest.mark.parametrize("page_size", [1, 64])
 @pytest.mark.parametrize(("kind", "io_backend", "layout"), ROUTES)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_round_trip_is_byte_exact(policy: str, kind: str, io_backend: str, layout: str,
-                                  page_size: int) -> None:
+def test_round_trip_is_byte_exact(
+    policy: str, kind: str, io_backend: str, layout: str, page_size: int
+) -> None:
     cache = make_cache(kind, io_backend, layout, page_size, pages=8, write_policy=policy)
     pool, page = device_pool(cache), page_size
     a = tokens_of(3 * page, seed=1)

@@ -10,8 +10,14 @@ from hicache.radix.key import TOKEN_DTYPE, common_prefix_len
 
 @pytest.mark.parametrize(
     "ids",
-    [[1, 2, 3], (1, 2, 3), np.array([1, 2, 3], np.uint16), np.array([1, 2, 3]),
-     torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3], dtype=torch.int32)],
+    [
+        [1, 2, 3],
+        (1, 2, 3),
+        np.array([1, 2, 3], np.uint16),
+        np.array([1, 2, 3]),
+        torch.tensor([1, 2, 3]),
+        torch.tensor([1, 2, 3], dtype=torch.int32),
+    ],
 )
 def test_accepts_integer_sequences_and_arrays(ids):
     key = RadixKey(ids)
@@ -35,8 +41,20 @@ def test_empty_key():
 
 
 @pytest.mark.parametrize(
-    "ids", [[1.5, 2.0], [True, False], ["a"], "abc", b"ab", np.array([1.0]),
-            torch.tensor([1.0]), torch.tensor([True]), [1, None], 5, {1, 2}],
+    "ids",
+    [
+        [1.5, 2.0],
+        [True, False],
+        ["a"],
+        "abc",
+        b"ab",
+        np.array([1.0]),
+        torch.tensor([1.0]),
+        torch.tensor([True]),
+        [1, None],
+        5,
+        {1, 2},
+    ],
 )
 def test_rejects_non_integers(ids):
     with pytest.raises(TypeError):

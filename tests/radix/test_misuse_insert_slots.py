@@ -46,7 +46,7 @@ def _bad_value(rig: Rig, kind: str) -> torch.Tensor:
     if kind == "slot_zero":
         return torch.cat([torch.arange(p), good[p:]])
     if kind == "repeated":
-        return torch.cat([good[:p], good[:p], good[2 * p:]])
+        return torch.cat([good[:p], good[:p], good[2 * p :]])
     assert kind == "straddling" and p > 1
     return good + 1  # every page's slots shifted one into the next page
 

@@ -37,10 +37,12 @@ def corrupt(cache, host_slot: int, layer: int, part: int = -1, bit: int = 3) -> 
     host = cache.cache_controller.mem_pool_host
     buf = host.kv_buffer if host.parts == 1 else host.kv_buffer[part]
     page, t = divmod(host_slot, host.page_size)
-    token = {"layer_first": lambda: buf[layer, host_slot],
-             "page_first": lambda: buf[host_slot, layer],
-             "page_first_direct": lambda: buf[page, layer, t],
-             "page_head": lambda: buf[page, :, t, layer]}[host.layout]()  # [H, D]
+    token = {
+        "layer_first": lambda: buf[layer, host_slot],
+        "page_first": lambda: buf[host_slot, layer],
+        "page_first_direct": lambda: buf[page, layer, t],
+        "page_head": lambda: buf[page, :, t, layer],
+    }[host.layout]()  # [H, D]
     word = token[0, 1:2].view(torch.int32)
     word ^= 1 << bit
 
@@ -52,12 +54,20 @@ def balanced(cache) -> bool:
     return device_ok and host_accounted(cache)
 
 
-def offloaded(kind="mha", io_backend="kernel", layout="layer_first", page_size=2,
-              verify="all", device="cpu", **kwargs):
+def offloaded(
+    kind="mha",
+    io_backend="kernel",
+    layout="layer_first",
+    page_size=2,
+    verify="all",
+    device="cpu",
+    **kwargs,
+):
     """Tokens ``a`` (3 pages) and ``b`` (a's first 2 pages + 2 more) backed up, then evicted:
     host-only nodes A1 (2 pages) -> A2 (1 page) and A1 -> B2 (2 pages)."""
-    cache = make_cache(kind, io_backend, layout, page_size, pages=8, verify=verify,
-                       device=device, **kwargs)
+    cache = make_cache(
+        kind, io_backend, layout, page_size, pages=8, verify=verify, device=device, **kwargs
+    )
     a = tokens_of(3 * page_size, seed=1)
     b = a[: 2 * page_size] + tokens_of(2 * page_size, seed=2)
     put(cache, a)
@@ -182,11 +192,17 @@ def test_sample_verifies_one_load_back_in_each_period() -> None:
     assert balanced(cache)
 
 
-@pytest.mark.parametrize(("settings", "error"), [
-    ({"verify": "on"}, ValueError), ({"verify": True}, ValueError), ({"verify": None}, ValueError),
-    ({"verify_sample_period": 0}, ValueError), ({"verify_sample_period": 2.0}, TypeError),
-    ({"verify_sample_period": True}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"verify": "on"}, ValueError),
+        ({"verify": True}, ValueError),
+        ({"verify": None}, ValueError),
+        ({"verify_sample_period": 0}, ValueError),
+        ({"verify_sample_period": 2.0}, TypeError),
+        ({"verify_sample_period": True}, TypeError),
+    ],
+)
 def test_bad_verify_settings_are_refused_before_anything_is_built(settings, error) -> None:
     name = next(iter(settings))
     with pytest.raises(error, match=name):
@@ -218,16 +234,23 @@ def engine_recomputes_what_verification_drops(device: str, cfg: ModelConfig, **t
 
 
 def test_the_engine_recomputes_what_verification_drops() -> None:
-    engine_recomputes_what_verification_drops("cpu", ModelConfig(attention="mha", num_layers=2),
-                                              atol=1e-5)
+    engine_recomputes_what_verification_drops(
+        "cpu", ModelConfig(attention="mha", num_layers=2), atol=1e-5
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("attention", ["mha", "mla"])
 def test_the_engine_recomputes_what_verification_drops_on_cuda(attention: str) -> None:
     """bf16 tolerances as ``test_engine_hiradix.test_bf16_cuda_matches_reference_...``."""
-    cfg = ModelConfig(attention=attention, num_layers=4, num_heads=8, head_dim=64,
-                      num_kv_heads=2 if attention == "mha" else 1, dtype=torch.bfloat16)
+    cfg = ModelConfig(
+        attention=attention,
+        num_layers=4,
+        num_heads=8,
+        head_dim=64,
+        num_kv_heads=2 if attention == "mha" else 1,
+        dtype=torch.bfloat16,
+    )
     engine_recomputes_what_verification_drops("cuda", cfg, atol=0.1, margin=0.2)
 
 

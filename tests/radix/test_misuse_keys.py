@@ -41,8 +41,22 @@ class Lora(enum.IntEnum):
     A = 1
 
 
-BAD_NAMESPACES = [True, False, 1.0, float("nan"), float("inf"), np.int64(1), Lora.A, [1],
-                  {"a": 1}, {1}, (1, 2.0), ("a", (True,)), ("a", [1]), object()]
+BAD_NAMESPACES = [
+    True,
+    False,
+    1.0,
+    float("nan"),
+    float("inf"),
+    np.int64(1),
+    Lora.A,
+    [1],
+    {"a": 1},
+    {1},
+    (1, 2.0),
+    ("a", (True,)),
+    ("a", [1]),
+    object(),
+]
 GOOD_NAMESPACES = [None, 1, "1", b"1", (1,), ((1,),), ("1",), 0, "", ()]
 
 
@@ -55,8 +69,13 @@ def parts():
 
 def snapshot(cache: RadixCache, allocator, pool) -> tuple:
     cache.check_invariants()
-    return (format_tree(cache), cache.total_size(), cache.evictable_size(),
-            allocator.available_size(), pool.available_size())
+    return (
+        format_tree(cache),
+        cache.total_size(),
+        cache.evictable_size(),
+        allocator.available_size(),
+        pool.available_size(),
+    )
 
 
 def put(cache: RadixCache, allocator, ids: list[int], extra_key=None) -> list[int]:
@@ -133,4 +152,5 @@ def test_req_with_bad_namespace_is_refused_before_any_change(parts) -> None:
     cache.cache_finished_req(req)
     cache.check_invariants()
     assert cache.match_prefix(RadixKey([1, 2, 3, 4], "tenant")).device_indices.tolist() == (
-        slots.tolist())
+        slots.tolist()
+    )

@@ -19,8 +19,14 @@ def rig(request) -> Rig:
 
 NEVER_ALLOCATED = "never allocated"
 BAD_ROWS = [
-    (None, ValueError), (-1, IndexError), (4, IndexError), (10**12, IndexError),
-    (True, TypeError), (1.0, TypeError), ("0", TypeError), (np.float32(0), TypeError),
+    (None, ValueError),
+    (-1, IndexError),
+    (4, IndexError),
+    (10**12, IndexError),
+    (True, TypeError),
+    (1.0, TypeError),
+    ("0", TypeError),
+    (np.float32(0), TypeError),
     (NEVER_ALLOCATED, ValueError),
 ]
 
@@ -65,8 +71,15 @@ def _break(req, rig, field):
         rig.req_pool.write((req.req_pool_idx, slice(8, 12)), 0)
 
 
-FIELDS = ["kv_len_past_row", "protected_past_lock", "protected_unaligned", "protected_not_int",
-          "priority_float", "last_node_off_path", "row_unwritten"]
+FIELDS = [
+    "kv_len_past_row",
+    "protected_past_lock",
+    "protected_unaligned",
+    "protected_not_int",
+    "priority_float",
+    "last_node_off_path",
+    "row_unwritten",
+]
 
 
 @pytest.mark.parametrize("field", FIELDS)

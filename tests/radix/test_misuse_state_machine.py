@@ -48,19 +48,28 @@ from tests.radix.misuse_rig import Rig, make_hiradix, make_radix
 ERRORS = (TypeError, ValueError, IndexError)
 # Deterministic (derandomize, no database). One bug per run and no explain phase: while some
 # misuse is still accepted, a failing run shrinks one case instead of every distinct one.
-SETTINGS = settings(max_examples=12, stateful_step_count=20, deadline=None, derandomize=True,
-                    database=None, report_multiple_bugs=False,
-                    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=12,
+    stateful_step_count=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    report_multiple_bugs=False,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    suppress_health_check=list(HealthCheck),
+)
 
 # (recent sequence, tokens of it to share, new tail): deep trees and prefix hits are common.
-keys = st.tuples(st.integers(0, 7), st.integers(0, 12),
-                 st.lists(st.integers(0, 3), min_size=1, max_size=10))
-warm_keys = st.tuples(st.integers(0, 7), st.integers(0, 12),
-                      st.lists(st.integers(0, 3), min_size=8, max_size=10))
+keys = st.tuples(
+    st.integers(0, 7), st.integers(0, 12), st.lists(st.integers(0, 3), min_size=1, max_size=10)
+)
+warm_keys = st.tuples(
+    st.integers(0, 7), st.integers(0, 12), st.lists(st.integers(0, 3), min_size=8, max_size=10)
+)
 namespaces = st.sampled_from([None, "lora"])
 pick = st.integers(0, 99)
 REQ_CALLS = ("cache_finished_req", "cache_unfinished_req")
+
 
 class MisuseMachine(RuleBasedStateMachine):
     """Valid serving calls and misuse on a RadixCache (HiMisuseMachine adds the host tier)."""
@@ -78,7 +87,8 @@ class MisuseMachine(RuleBasedStateMachine):
             call(self.rig)
         except ERRORS as exc:
             assert re.search(match, str(exc)), (
-                f"{label}: {type(exc).__name__}({exc}) does not name /{match}/")
+                f"{label}: {type(exc).__name__}({exc}) does not name /{match}/"
+            )
         except Exception as exc:
             raise AssertionError(f"{label}: raised {type(exc).__name__}: {exc}") from exc
         else:
@@ -93,8 +103,11 @@ class MisuseMachine(RuleBasedStateMachine):
 
     # ---- valid calls ---------------------------------------------------------------------------
 
-    @initialize(seqs=st.lists(warm_keys, min_size=2, max_size=5), kv_len=st.integers(1, 16),
-                n=st.integers(0, 24))
+    @initialize(
+        seqs=st.lists(warm_keys, min_size=2, max_size=5),
+        kv_len=st.integers(1, 16),
+        n=st.integers(0, 24),
+    )
     def warm_up(self, seqs: list[tuple], kv_len: int, n: int) -> None:
         """Start from a tree of a few related sequences, part of it evicted, one request
         finished and one running (``kv_len`` tokens computed)."""
@@ -157,23 +170,33 @@ class MisuseMachine(RuleBasedStateMachine):
             for how, make in BAD_ROWS.items():
                 row = make(self.rig)
                 if row is not None or how == "None":
-                    self.rejected(f"{method} with req_pool_idx {how}", "req_pool_idx",
-                                  self._on_live(method, i, req_pool_idx=row))
+                    self.rejected(
+                        f"{method} with req_pool_idx {how}",
+                        "req_pool_idx",
+                        self._on_live(method, i, req_pool_idx=row),
+                    )
             for how, bad in BAD_EXTRA_KEYS.items():
-                self.rejected(f"{method} with extra_key {how}", "extra_key",
-                              self._on_live(method, i, extra_key=bad))
+                self.rejected(
+                    f"{method} with extra_key {how}",
+                    "extra_key",
+                    self._on_live(method, i, extra_key=bad),
+                )
 
     def _finish_twice(self, k: int) -> None:
         row = self.rig.finished[k].req_pool_idx
         reused = "reused" if any(r.req_pool_idx == row for r in self.rig.live) else "free"
         for method in REQ_CALLS:
-            self.rejected(f"{method} on a finished request (its row {reused})", r"(?i)req|finish",
-                          lambda rig, m=method: getattr(rig.cache, m)(rig.finished[k]))
+            self.rejected(
+                f"{method} on a finished request (its row {reused})",
+                r"(?i)req|finish",
+                lambda rig, m=method: getattr(rig.cache, m)(rig.finished[k]),
+            )
 
     def _on_live(self, method: str, i: int, **changes: Any) -> Callable[[Rig], Any]:
         """``cache.<method>`` on a copy of live request ``i`` with ``changes`` applied."""
         return lambda rig: getattr(rig.cache, method)(
-            replace(rig.live[i % len(rig.live)], **changes))
+            replace(rig.live[i % len(rig.live)], **changes)
+        )
 
     @rule()
     def misuse_inserts(self) -> None:
@@ -185,8 +208,11 @@ class MisuseMachine(RuleBasedStateMachine):
                 for how, make in BAD_SLOTS.items():
                     value = make(self.rig, fresh, n)
                     if value is not None:
-                        self.rejected(f"insert with slots: {how}", "value|slot",
-                                      self._keyed("insert", self.new_key(n), None, value))
+                        self.rejected(
+                            f"insert with slots: {how}",
+                            "value|slot",
+                            self._keyed("insert", self.new_key(n), None, value),
+                        )
                 self._bad_keys(fresh)
 
     @contextmanager
@@ -201,19 +227,30 @@ class MisuseMachine(RuleBasedStateMachine):
 
     def _bad_keys(self, fresh: torch.Tensor) -> None:
         for how, bad in BAD_KEYS.items():
-            self.rejected(f"match_prefix with a key of {how}", "token_ids|key",
-                          lambda rig, bad=bad: rig.cache.match_prefix(bad))
-            self.rejected(f"insert with a key of {how}", "token_ids|key",
-                          lambda rig, bad=bad: rig.cache.insert(bad, fresh[: len(bad)]))
+            self.rejected(
+                f"match_prefix with a key of {how}",
+                "token_ids|key",
+                lambda rig, bad=bad: rig.cache.match_prefix(bad),
+            )
+            self.rejected(
+                f"insert with a key of {how}",
+                "token_ids|key",
+                lambda rig, bad=bad: rig.cache.insert(bad, fresh[: len(bad)]),
+            )
         for how, bad in BAD_EXTRA_KEYS.items():
             key = self.new_key(len(fresh))
-            self.rejected(f"match_prefix with extra_key {how}", "extra_key",
-                          self._keyed("match_prefix", key, bad))
-            self.rejected(f"insert with extra_key {how}", "extra_key",
-                          self._keyed("insert", key, bad, fresh))
+            self.rejected(
+                f"match_prefix with extra_key {how}",
+                "extra_key",
+                self._keyed("match_prefix", key, bad),
+            )
+            self.rejected(
+                f"insert with extra_key {how}", "extra_key", self._keyed("insert", key, bad, fresh)
+            )
 
-    def _keyed(self, method: str, ids: list[int], extra_key: Any, *args: Any
-               ) -> Callable[[Rig], Any]:
+    def _keyed(
+        self, method: str, ids: list[int], extra_key: Any, *args: Any
+    ) -> Callable[[Rig], Any]:
         """``cache.<method>(RadixKey(ids, extra_key), *args)``, the key built inside the call."""
         return lambda rig: getattr(rig.cache, method)(RadixKey(ids, extra_key), *args)
 
@@ -230,15 +267,22 @@ class MisuseMachine(RuleBasedStateMachine):
         deep = [n for n in iter_nodes(cache) if n.value is not None and n.parent is not cache.root]
         held = deep[i % len(deep)] if deep else cache.root
         cache.inc_lock_ref(held)
-        own_zero = [n for n in iter_nodes(cache)
-                    if n.lock_ref == sum(c.lock_ref for c in n.children.values())]
+        own_zero = [
+            n
+            for n in iter_nodes(cache)
+            if n.lock_ref == sum(c.lock_ref for c in n.children.values())
+        ]
         for nested in (False, True):
             nodes = [n for n in own_zero if bool(n.lock_ref) == nested]
             if nodes:
-                label = ("dec_lock_ref on a node whose own count is 0 while a descendant holds "
-                         "a lock" if nested else "dec_lock_ref on an unlocked node")
-                self.rejected(label, "lock|node",
-                              self._on_node("dec_lock_ref", nodes[i % len(nodes)].id))
+                label = (
+                    "dec_lock_ref on a node whose own count is 0 while a descendant holds a lock"
+                    if nested
+                    else "dec_lock_ref on an unlocked node"
+                )
+                self.rejected(
+                    label, "lock|node", self._on_node("dec_lock_ref", nodes[i % len(nodes)].id)
+                )
         cache.dec_lock_ref(held)
         self.unchanged = None
 
@@ -275,21 +319,27 @@ class HiMisuseMachine(MisuseMachine):
         """inc_lock_ref on a host-only node; bad evict_host counts."""
         host_only = [n.id for n in iter_nodes(self.rig.cache) if n.value is None]
         if host_only:
-            self.rejected("inc_lock_ref on a host-only node", "lock|node|host|device",
-                          self._on_node("inc_lock_ref", host_only[i % len(host_only)]))
+            self.rejected(
+                "inc_lock_ref on a host-only node",
+                "lock|node|host|device",
+                self._on_node("inc_lock_ref", host_only[i % len(host_only)]),
+            )
         for how, bad in BAD_COUNTS.items():
-            self.rejected(f"evict_host({how})", "num_tokens",
-                          lambda rig, n=bad: rig.cache.evict_host(n))
+            self.rejected(
+                f"evict_host({how})", "num_tokens", lambda rig, n=bad: rig.cache.evict_host(n)
+            )
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_radix_cache_misuse_changes_nothing(page_size: int) -> None:
-    run_state_machine_as_test(lambda: MisuseMachine(make_radix(page_size, "lru")),
-                              settings=SETTINGS)
+    run_state_machine_as_test(
+        lambda: MisuseMachine(make_radix(page_size, "lru")), settings=SETTINGS
+    )
 
 
 @pytest.mark.parametrize("write_policy", POLICIES)
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_hiradix_cache_misuse_changes_nothing(page_size: int, write_policy: str) -> None:
-    run_state_machine_as_test(lambda: HiMisuseMachine(make_hiradix(page_size, write_policy)),
-                              settings=SETTINGS)
+    run_state_machine_as_test(
+        lambda: HiMisuseMachine(make_hiradix(page_size, write_policy)), settings=SETTINGS
+    )

@@ -62,8 +62,9 @@ def test_leaf_keys_view_the_callers_key_only_when_covering_half_of_it():
     cache.insert([0, 1, 2, 3, 9, 9])  # the new tail [9, 9], a third of its buffer: a copy
     cache.match_prefix([0, 1])  # splits [0..3]: each half is a quarter of the buffer, copies
     cache.check_invariants()  # includes: no key pins more than twice its bytes
-    views = {tuple(n.key.tolist()): np.shares_memory(n.key, key.token_ids)
-             for n in iter_nodes(cache)}
+    views = {
+        tuple(n.key.tolist()): np.shares_memory(n.key, key.token_ids) for n in iter_nodes(cache)
+    }
     assert views == {(0, 1): False, (2, 3): False, (4, 5, 6, 7): True, (9, 9): False}
 
 

@@ -22,8 +22,12 @@ from hicache.radix import EVICTION_POLICIES, RadixCache, RadixKey
 from .engine import MiniEngine
 from .fakes import FakeAllocator, check_accounting, tree_prefixes
 
-SETTINGS = settings(max_examples=75, stateful_step_count=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=75,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 seqs = st.lists(st.integers(0, 3), max_size=10)
 namespaces = st.sampled_from([None, "x"])
 policies = st.sampled_from(sorted(EVICTION_POLICIES))
@@ -69,7 +73,7 @@ class TreeVsModel(RuleBasedStateMachine):
         present = self.cache.insert(RadixKey(ids, ns), value)
         assert present == len(known) * self.page
         stored = ids if value is None else value.tolist()
-        for prefix in page_prefixes(ns, ids, self.page)[len(known):]:
+        for prefix in page_prefixes(ns, ids, self.page)[len(known) :]:
             end = len(prefix) - 1
             self.model[prefix] = tuple(stored[end - self.page : end])
         if slots is not None:  # the caller frees duplicates and the unaligned tail
@@ -119,8 +123,9 @@ class TreeVsModel(RuleBasedStateMachine):
     def consistent(self):
         self.cache.check_invariants()
         assert tree_prefixes(self.cache) == self.model
-        assert all(len(k) - 1 == self.page or k[: -self.page] in self.model
-                   for k in self.model), "cached prefixes must be prefix-closed"
+        assert all(len(k) - 1 == self.page or k[: -self.page] in self.model for k in self.model), (
+            "cached prefixes must be prefix-closed"
+        )
         protected = {p for _, (ns, *ids) in self.locks for p in page_prefixes(ns, ids, self.page)}
         assert protected <= self.model.keys(), "a locked prefix was evicted"
         assert self.cache.protected_size() == len(protected) * self.page

@@ -96,8 +96,13 @@ def test_diverging_insert_branches():
     branch = next(iter(cache.root.children.values()))
     assert branch.key.tolist() == [1, 2] and len(branch.children) == 2
     assert tree_prefixes(cache).keys() == {
-        (None, 1), (None, 1, 2), (None, 1, 2, 3), (None, 1, 2, 3, 4), (None, 1, 2, 7),
-        (None, 1, 2, 7, 8)}
+        (None, 1),
+        (None, 1, 2),
+        (None, 1, 2, 3),
+        (None, 1, 2, 3, 4),
+        (None, 1, 2, 7),
+        (None, 1, 2, 7, 8),
+    }
     cache.check_invariants()
 
 
@@ -290,8 +295,18 @@ def _corruptions():
         leaf = next(iter(cache._evictable))
         cache.token_to_kv_pool_allocator.free(leaf.value)
 
-    return [sizes, lock, leaf_set, stale, key_page, value_len, parent_link, namespace,
-            double_slot, free_slot]
+    return [
+        sizes,
+        lock,
+        leaf_set,
+        stale,
+        key_page,
+        value_len,
+        parent_link,
+        namespace,
+        double_slot,
+        free_slot,
+    ]
 
 
 @pytest.mark.parametrize("corrupt", _corruptions(), ids=lambda f: f.__name__)

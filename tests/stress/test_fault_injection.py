@@ -54,8 +54,9 @@ class Owner:
         n = self.page * self.rng.randint(1, 2)
         dev = self.rig.allocator.alloc(n)
         if dev is not None:
-            tokens = torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(
-                self.rng.randrange(2**31)))
+            tokens = torch.randint(
+                0, 1000, (n,), generator=torch.Generator().manual_seed(self.rng.randrange(2**31))
+            )
             group = Group(tokens, torch.arange(n), dev=dev)
             write_kv(self.rig.device_pool, dev, group.tokens, group.positions)
             self.groups.append(group)
@@ -74,8 +75,11 @@ class Owner:
 
     def flush(self, writes: bool) -> None:
         ctrl, flag = self.ctrl, "writing" if writes else "loading"
-        queue, acks = (ctrl.write_queue, ctrl.ack_write_queue) if writes else (
-            ctrl.load_queue, ctrl.ack_load_queue)
+        queue, acks = (
+            (ctrl.write_queue, ctrl.ack_write_queue)
+            if writes
+            else (ctrl.load_queue, ctrl.ack_load_queue)
+        )
         before = (list(queue), len(acks))
         try:
             ctrl.start_writing() if writes else ctrl.start_loading()
@@ -145,11 +149,15 @@ class Owner:
 
 
 STEPS = {
-    "create": (4, Owner.create), "backup": (3, Owner.backup), "load": (3, Owner.load),
+    "create": (4, Owner.create),
+    "backup": (3, Owner.backup),
+    "load": (3, Owner.load),
     "start_writing": (2, lambda o: o.flush(writes=True)),
     "start_loading": (2, lambda o: o.flush(writes=False)),
-    "drop_device": (2, lambda o: o.drop("dev")), "drop_host": (1, lambda o: o.drop("host")),
-    "delete": (2, Owner.delete), "reset": (0.3, Owner.reset),
+    "drop_device": (2, lambda o: o.drop("dev")),
+    "drop_host": (1, lambda o: o.drop("host")),
+    "delete": (2, Owner.delete),
+    "reset": (0.3, Owner.reset),
 }
 
 

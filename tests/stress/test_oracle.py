@@ -32,8 +32,9 @@ def test_table_lookups_equal_kv_values_even_past_the_table(kind):
         heads, dim = got.shape[2:]
         parts = got.shape[1] // pool.layer_num
         for column in range(got.shape[1]):
-            want = kv_values(tokens, positions, column // parts, column % parts, heads, dim,
-                             pool.dtype, salts)
+            want = kv_values(
+                tokens, positions, column // parts, column % parts, heads, dim, pool.dtype, salts
+            )
             assert torch.equal(got[:, column], want)
 
 
@@ -42,22 +43,34 @@ def test_row_readers_agree_with_layer_readers(route):
     kind, io_backend, layout = route
     cfg = StressConfig(kind=kind, io_backend=io_backend, layout=layout, page_size=4)
     stack = build_stack(cfg)
-    cache = HiRadixCache(stack.req_pool, stack.allocator, 4, write_policy="write_through",
-                         io_backend=io_backend, mem_layout=layout)
+    cache = HiRadixCache(
+        stack.req_pool,
+        stack.allocator,
+        4,
+        write_policy="write_through",
+        io_backend=io_backend,
+        mem_layout=layout,
+    )
     host, pool = cache.cache_controller.mem_pool_host, stack.device_pool
     slots, tokens = stack.allocator.alloc(8), torch.arange(3, 11)
     write_kv(pool, slots, tokens, torch.arange(8), salt=1)
     host_slots = host.alloc(8)
     host.backup_from_device_all_layer(pool, host_slots, slots, io_backend)
     want = expected_rows(pool, tokens, torch.arange(8), 1)
-    for rows, read, s, tier in ((device_rows, device_kv, slots, pool),
-                                (host_rows, host_kv, host_slots, host)):
+    for rows, read, s, tier in (
+        (device_rows, device_kv, slots, pool),
+        (host_rows, host_kv, host_slots, host),
+    ):
         got = rows(tier, s)
-        layers = [read(tier, layer, part, s) for layer in range(pool.layer_num)
-                  for part in range(want.shape[1] // pool.layer_num)]
+        layers = [
+            read(tier, layer, part, s)
+            for layer in range(pool.layer_num)
+            for part in range(want.shape[1] // pool.layer_num)
+        ]
         assert torch.equal(got, torch.stack(layers, 1)) and not differences(pool, got, want, s)
     corrupt = device_rows(pool, slots)
     corrupt[5, 1] += 1
     assert differences(pool, corrupt, want, slots) == [
         f"layer {1 if want.shape[1] == 2 else 0} part {0 if want.shape[1] == 2 else 1}: "
-        f"slots [{int(slots[5])}] differ"]
+        f"slots [{int(slots[5])}] differ"
+    ]

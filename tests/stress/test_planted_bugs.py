@@ -54,8 +54,12 @@ def plant(monkeypatch: pytest.MonkeyPatch) -> Plant:
     return p
 
 
-def _patch(monkeypatch: pytest.MonkeyPatch, cls: type, name: str,
-           make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def _patch(
+    monkeypatch: pytest.MonkeyPatch,
+    cls: type,
+    name: str,
+    make: Callable[[Callable[..., Any]], Callable[..., Any]],
+) -> None:
     monkeypatch.setattr(cls, name, make(getattr(cls, name)))
 
 
@@ -87,6 +91,7 @@ def test_a_slot_leaked_by_a_free_is_caught_in_that_op(plant, monkeypatch):
             if plant.fire(indices.numel() > 1):
                 indices = indices[:-1]
             return free(self, indices)
+
         return leaky
 
     _patch(monkeypatch, TokenToKVPoolAllocator, "free", make)
@@ -101,6 +106,7 @@ def test_a_host_slot_leaked_by_host_eviction_is_caught_in_that_op(plant, monkeyp
             if plant.fire(indices.numel() > 1):
                 indices = indices[:-1]
             return free(self, indices)
+
         return leaky
 
     _patch(monkeypatch, HostKVPool, "free", make)
@@ -120,10 +126,11 @@ def test_a_slot_handed_out_twice_is_caught_in_that_op(plant, monkeypatch):
                 used = used[~torch.isin(used, slots.cpu())]
                 if used.numel():
                     slots = slots.clone()
-                    slots[-self.page_size:] = used[:self.page_size].to(slots.device)
+                    slots[-self.page_size :] = used[: self.page_size].to(slots.device)
                     return slots
                 plant.fired_op = None
             return slots
+
         return double
 
     _patch(monkeypatch, TokenToKVPoolAllocator, "alloc", make)
@@ -141,10 +148,11 @@ def test_a_free_of_the_wrong_pages_is_caught_though_the_counts_balance(plant, mo
                 others = _in_use(self)
                 others = others[~torch.isin(others, indices.cpu())]
                 if others.numel() >= indices.numel():
-                    indices = others[:indices.numel()]
+                    indices = others[: indices.numel()]
                 else:
                     plant.fired_op = None
             return free(self, indices)
+
         return wrong
 
     _patch(monkeypatch, TokenToKVPoolAllocator, "free", make)
@@ -154,14 +162,19 @@ def test_a_free_of_the_wrong_pages_is_caught_though_the_counts_balance(plant, mo
 
 def test_a_wrong_size_counter_is_caught_in_that_op(plant, monkeypatch):
     plant.at = 25
-    _patch(monkeypatch, HiRadixCache, "evict",
-           lambda evict: lambda self, n: evict(self, n) + (1 if plant.fire() else 0))
+    _patch(
+        monkeypatch,
+        HiRadixCache,
+        "evict",
+        lambda evict: lambda self, n: evict(self, n) + (1 if plant.fire() else 0),
+    )
     fired = {"yes": False}
 
     def make(size):
         def lying(self):
             fired["yes"] = fired["yes"] or plant.fired_op is not None
             return size(self) + (1 if fired["yes"] else 0)
+
         return lying
 
     _patch(monkeypatch, HiRadixCache, "evictable_size", make)
@@ -180,6 +193,7 @@ def test_a_lock_leaked_by_finishing_a_request_is_caught_in_that_op(plant, monkey
             finished(self, req)
             if plant.fire(node is not self.root and node.value is not None):
                 self.inc_lock_ref(node)
+
         return leaky
 
     _patch(monkeypatch, HiRadixCache, "cache_finished_req", make)
@@ -189,8 +203,12 @@ def test_a_lock_leaked_by_finishing_a_request_is_caught_in_that_op(plant, monkey
 def test_a_dropped_unlock_is_caught_in_that_op(plant, monkeypatch):
     """``dec_lock_ref`` does nothing once (the driver's, a request's or a transfer ack's)."""
     plant.at = 30
-    _patch(monkeypatch, HiRadixCache, "dec_lock_ref",
-           lambda dec: lambda self, node: 0 if plant.fire() else dec(self, node))
+    _patch(
+        monkeypatch,
+        HiRadixCache,
+        "dec_lock_ref",
+        lambda dec: lambda self, node: 0 if plant.fire() else dec(self, node),
+    )
     _caught_in_op(plant, BASE, ("lock leaked",))
 
 
@@ -211,6 +229,7 @@ def test_a_corrupted_load_is_caught_in_that_op(plant, monkeypatch):
             load(self, device_pool, host_idx, dev_idx, layer_id, io)
             if plant.fire(layer_id == device_pool.layer_num - 1):
                 _corrupt_device(device_pool, dev_idx[-1])
+
         return corrupting
 
     _patch(monkeypatch, MHATokenToKVPoolHost, "load_to_device_per_layer", make)
@@ -226,6 +245,7 @@ def test_a_corrupted_backup_is_caught_in_the_op_that_wrote_it(plant, monkeypatch
             backup(self, device_pool, host_idx, dev_idx, io)
             if plant.fire():
                 self.host_parts[0][0, host_idx[-1]] = 127.0  # layer_first: [L, slots, H, D]
+
         return corrupting
 
     _patch(monkeypatch, MHATokenToKVPoolHost, "backup_from_device_all_layer", make)
@@ -233,8 +253,9 @@ def test_a_corrupted_backup_is_caught_in_the_op_that_wrote_it(plant, monkeypatch
 
 
 @pytest.mark.parametrize("full_every", [10, 50])
-def test_bytes_corrupted_where_no_op_looks_are_caught_by_the_next_full_check(plant, monkeypatch,
-                                                                            full_every):
+def test_bytes_corrupted_where_no_op_looks_are_caught_by_the_next_full_check(
+    plant, monkeypatch, full_every
+):
     """An eviction also scribbles over an untouched cached slot (of a locked node, so it is
     still cached when the next full check comes): no header changes, so the incremental check
     cannot see it; a request reading it or the next full check must."""
@@ -248,6 +269,7 @@ def test_bytes_corrupted_where_no_op_looks_are_caught_by_the_next_full_check(pla
             if slots and plant.fire():
                 _corrupt_device(self.token_to_kv_pool_allocator.get_kvcache(), slots[0][0])
             return freed
+
         return scribbling
 
     _patch(monkeypatch, HiRadixCache, "evict", make)

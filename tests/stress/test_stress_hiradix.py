@@ -28,8 +28,9 @@ from hicache.stress.workload import SALTS, TENANTS
 
 ACTIVITY = ("evicted", "host_evicted", "load_back", "finished", "aborted", "cache_unfinished_req")
 SCENARIOS = matrix(StressConfig(ops=1000, full_every=100, seed=7))
-FAULTY = matrix(StressConfig(ops=500, full_every=100, seed=11, p_alloc_none=0.1,
-                             p_transfer_fail=0.1))
+FAULTY = matrix(
+    StressConfig(ops=500, full_every=100, seed=11, p_alloc_none=0.1, p_transfer_fail=0.1)
+)
 _totals: Counter[str] = Counter()
 
 
@@ -72,8 +73,13 @@ def _cache(size: int = 12, **kwargs) -> HiRadixCache:
 def _insert(cache: HiRadixCache, tokens: list[int], tenant=None) -> None:
     allocator = cache.token_to_kv_pool_allocator
     slots = allocator.alloc(len(tokens))
-    write_kv(allocator.get_kvcache(), slots, torch.tensor(tokens), torch.arange(len(tokens)),
-             SALTS[tenant])
+    write_kv(
+        allocator.get_kvcache(),
+        slots,
+        torch.tensor(tokens),
+        torch.arange(len(tokens)),
+        SALTS[tenant],
+    )
     cache.insert(RadixKey(tokens, tenant), slots)
 
 
@@ -219,8 +225,11 @@ def test_full_checks_after_every_op_agree_with_the_incremental_ones(cfg):
     assert report.counts["evicted"] and report.counts["load_back"]
 
 
-CUDA = matrix(StressConfig(ops=300, full_every=100, seed=5, device="cuda", p_alloc_none=0.05,
-                           p_transfer_fail=0.05))[::2]
+CUDA = matrix(
+    StressConfig(
+        ops=300, full_every=100, seed=5, device="cuda", p_alloc_none=0.05, p_transfer_fail=0.05
+    )
+)[::2]
 
 
 @pytest.mark.gpu

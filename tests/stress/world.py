@@ -58,8 +58,9 @@ def host_pool(dev: Any, layout: str, ratio: float = 2.0) -> Any:
     return cls(dev, ratio, 0, dev.page_size, layout)
 
 
-def make_world(kind: str = "mha", layout: str = "layer_first", io_backend: str = "kernel",
-               pages: int = 8) -> World:
+def make_world(
+    kind: str = "mha", layout: str = "layer_first", io_backend: str = "kernel", pages: int = 8
+) -> World:
     dev = device_pool(kind, pages * PAGE)
     allocator = TokenToKVPoolAllocator(pages * PAGE, PAGE, "cpu", kvcache=dev)
     host = host_pool(dev, layout)
@@ -96,10 +97,11 @@ def snapshot(w: World) -> dict[str, Any]:
         "host_available": w.host_pool.available_size(),
         "device_bytes": _bytes([b for part in w.device_pool.part_buffers for b in part]),
         "host_bytes": _bytes([w.host_pool.kv_buffer]),
-        "queues": [len(q) for q in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue,
-                                    ctrl.ack_load_queue)],
-        "counter": (ctrl.layer_done_counter.producer_index,
-                    ctrl.layer_done_counter.consumer_index),
+        "queues": [
+            len(q)
+            for q in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue)
+        ],
+        "counter": (ctrl.layer_done_counter.producer_index, ctrl.layer_done_counter.consumer_index),
         "rows": (w.req_pool.available_size(), w.req_pool.req_to_token.clone()),
         "tree": (format_tree(w.tree), w.tree.evictable_size(), w.tree.protected_size()),
     }
@@ -143,8 +145,9 @@ def make_hi_world() -> HiWorld:
     assert cache.evict(4) == 4
     cache.insert([1, 2, 3, 4], allocator.alloc(4))
     cache.insert([9, 9], allocator.alloc(2))
-    host, device, locked = (cache.match_prefix(k).last_host_node
-                            for k in ([5, 6, 7, 8], [1, 2, 3, 4], [9, 9]))
+    host, device, locked = (
+        cache.match_prefix(k).last_host_node for k in ([5, 6, 7, 8], [1, 2, 3, 4], [9, 9])
+    )
     cache.inc_lock_ref(locked)
     return HiWorld(cache, host, device, locked)
 
@@ -155,8 +158,14 @@ def snapshot_hi(w: HiWorld) -> dict[str, Any]:
     return {
         "device_free": cache.token_to_kv_pool_allocator.free_slots().tolist(),
         "host_free": ctrl.mem_pool_host.free_slots().tolist(),
-        "tree": (format_tree(cache), cache.evictable_size(), cache.protected_size(),
-                 cache.host_size()),
-        "queues": [len(q) for q in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue,
-                                    ctrl.ack_load_queue)],
+        "tree": (
+            format_tree(cache),
+            cache.evictable_size(),
+            cache.protected_size(),
+            cache.host_size(),
+        ),
+        "queues": [
+            len(q)
+            for q in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue)
+        ],
     }
