@@ -242,6 +242,17 @@ class HiCacheController:
         with stream_scope(self.load_stream):
             return self.integrity.first_mismatch(host_indices, device_indices)
 
+    def drain(self) -> None:
+        """Issue the queued writes, then block until every issued write and load has landed.
+
+        Queued loads are not issued (their producer index belongs to a forward pass that
+        ``start_loading`` serves). Afterwards every ack in ``ack_write_queue`` and
+        ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU.
+        """
+        self.start_writing()
+        for ack in (*self.ack_write_queue, *self.ack_load_queue):
+            ack.finish_event.synchronize()
+
     def evict_device(self, device_indices: torch.Tensor) -> int:
         """Free device slots through the allocator; returns how many were given.
 

@@ -1,8 +1,8 @@
 """hicache.radix: the radix prefix tree over KV slots; HiRadixCache adds the host tier."""
 
-from hicache.radix.base import BasePrefixCache, MatchResult, RadixCacheConfig
+from hicache.radix.base import BasePrefixCache, MatchResult
+from hicache.radix.config import HiCacheConfig, RadixCacheConfig
 from hicache.radix.hiradix_cache import HiRadixCache
-from hicache.radix.host_tier import HiCacheConfig
 from hicache.radix.key import RadixKey, as_radix_key, as_token_array
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import EVICTION_POLICIES, LeafSet

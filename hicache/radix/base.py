@@ -7,13 +7,11 @@ Also the pool interfaces the cache is written against, its frozen config and the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
 from hicache.radix.node import TreeNode
-from hicache.radix.policies import check_policy
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -65,21 +63,6 @@ class MatchResult(NamedTuple):
     last_device_node: TreeNode
     last_host_node: TreeNode
     host_hit_length: int = 0
-
-
-@dataclass(frozen=True)
-class RadixCacheConfig:
-    """Validated settings of a RadixCache (``TypeError``/``ValueError`` on bad input)."""
-
-    page_size: int = 1
-    eviction_policy: str = "lru"
-    disable: bool = False
-
-    def __post_init__(self) -> None:
-        check_int("page_size", self.page_size, minimum=1)
-        check_policy(self.eviction_policy)
-        if not isinstance(self.disable, bool):
-            raise TypeError(f"disable must be a bool, got {type(self.disable).__name__}")
 
 
 class BasePrefixCache(ABC):

@@ -27,7 +27,8 @@ import torch
 from hicache.controller import HiCacheController
 from hicache.radix import host_io, verified_load
 from hicache.radix.base import MatchResult, ReqToTokenTable, check_int
-from hicache.radix.host_tier import HiCacheConfig, build_host_pool, check_host_tier
+from hicache.radix.config import HiCacheConfig
+from hicache.radix.host_tier import build_host_pool, check_host_tier
 from hicache.radix.invariants import iter_nodes
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet

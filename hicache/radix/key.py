@@ -187,7 +187,7 @@ class RadixKey:
         self.token_ids: np.ndarray = as_token_array(token_ids)
 
     @classmethod
-    def _trusted(cls, token_ids: np.ndarray, extra_key: Hashable | None) -> RadixKey:
+    def from_validated(cls, token_ids: np.ndarray, extra_key: Hashable | None) -> RadixKey:
         """A key over an already validated read-only int32 array (no copy). Only the namespace
         is checked (``check_extra_key``, O(1) for an atom): callers such as ``kv_key`` pass a
         request's ``extra_key`` here unvalidated."""
@@ -201,7 +201,7 @@ class RadixKey:
     def __getitem__(self, item: slice) -> RadixKey:
         if not isinstance(item, slice):
             raise TypeError(f"RadixKey supports slicing only, got {type(item).__name__}")
-        return RadixKey._trusted(self.token_ids[item], self.extra_key)
+        return RadixKey.from_validated(self.token_ids[item], self.extra_key)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RadixKey):

@@ -34,11 +34,11 @@ from hicache.radix import invariants
 from hicache.radix.base import (
     BasePrefixCache,
     MatchResult,
-    RadixCacheConfig,
     ReqToTokenTable,
     SlotAllocator,
     check_int,
 )
+from hicache.radix.config import RadixCacheConfig
 from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, edge_ids
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.ownership import SlotOwners, check_insert_value

@@ -93,11 +93,11 @@ def kv_key(req: Any) -> RadixKey:
         )
     head = as_token_array(origin[:kv_len])
     if kv_len <= len(origin):
-        return RadixKey._trusted(head, req.extra_key)
+        return RadixKey.from_validated(head, req.extra_key)
     tail = as_token_array(output[: kv_len - len(origin)])
     ids = np.concatenate([head, tail])
     ids.flags.writeable = False
-    return RadixKey._trusted(ids, req.extra_key)
+    return RadixKey.from_validated(ids, req.extra_key)
 
 
 def _row_id(cache: RadixCache, req: Any) -> int:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hicache.radix import RadixCache, RadixKey, TreeNode
-from hicache.radix.base import RadixCacheConfig
+from hicache.radix.config import RadixCacheConfig
 
 from .fakes import snapshot
 
