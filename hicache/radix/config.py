@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hicache.controller import WRITE_POLICIES
@@ -97,3 +97,15 @@ class HiCacheConfig:
     def backup_hits(self) -> int | None:
         """Hits a node needs before it is backed up on a match/insert; None: only on eviction."""
         return {"write_through": 0, "write_through_selective": 2}.get(self.write_policy)
+
+
+def check_config(config: Any, keywords: HiCacheConfig) -> HiCacheConfig:
+    """``config`` when it is a ``HiCacheConfig`` and ``keywords`` (the settings given as
+    keyword arguments beside it) are all defaults; else ``TypeError``/``ValueError``."""
+    if not isinstance(config, HiCacheConfig):
+        raise TypeError(f"config must be a HiCacheConfig, got {type(config).__name__}")
+    default = HiCacheConfig()
+    for item in fields(HiCacheConfig):
+        if getattr(keywords, item.name) != getattr(default, item.name):
+            raise ValueError(f"pass {item.name} inside config or as a keyword, not both")
+    return config

@@ -27,7 +27,7 @@ import torch
 from hicache.controller import HiCacheController
 from hicache.radix import host_io, verified_load
 from hicache.radix.base import MatchResult, ReqToTokenTable, check_int
-from hicache.radix.config import HiCacheConfig
+from hicache.radix.config import HiCacheConfig, check_config
 from hicache.radix.host_tier import build_host_pool, check_host_tier
 from hicache.radix.invariants import iter_nodes
 from hicache.radix.node import TreeNode
@@ -44,8 +44,10 @@ class HiRadixCache(RadixCache):
     req_to_token_pool, page_size, eviction_policy : as ``RadixCache``.
     token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` whose ``get_kvcache()`` is an
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
+    config : the host-tier settings as one ``HiCacheConfig``; or, SGLang-style, the keywords
     hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold,
     verify, verify_sample_period : see ``HiCacheConfig`` (page integrity: ``verified_load``).
+        Passing ``config`` with any of these keywords set raises ``ValueError``.
 
     Attributes
     ----------
@@ -62,6 +64,7 @@ class HiRadixCache(RadixCache):
         token_to_kv_pool_allocator: Any,
         page_size: int = 1,
         *,
+        config: HiCacheConfig | None = None,
         hicache_ratio: float = 2.0,
         hicache_size_gb: float = 0,
         write_policy: str = "write_through",
@@ -72,7 +75,7 @@ class HiRadixCache(RadixCache):
         verify: str = "off",
         verify_sample_period: int = 8,
     ) -> None:
-        self.hi_config = HiCacheConfig(
+        settings = HiCacheConfig(
             hicache_ratio,
             hicache_size_gb,
             write_policy,
@@ -82,6 +85,7 @@ class HiRadixCache(RadixCache):
             verify,
             verify_sample_period,
         )
+        self.hi_config = settings if config is None else check_config(config, settings)
         self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
         self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
         super().__init__(
@@ -95,10 +99,10 @@ class HiRadixCache(RadixCache):
             token_to_kv_pool_allocator,
             host_pool,
             page_size,
-            write_policy=write_policy,
-            io_backend=io_backend,
-            verify=verify,
-            verify_sample_period=verify_sample_period,
+            write_policy=self.hi_config.write_policy,
+            io_backend=self.hi_config.io_backend,
+            verify=self.hi_config.verify,
+            verify_sample_period=self.hi_config.verify_sample_period,
         )
 
     def _init_tree(self) -> None:

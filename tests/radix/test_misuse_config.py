@@ -51,3 +51,24 @@ def test_bad_host_setting_is_named(allocator, name, value, error) -> None:
 def test_finite_settings_at_the_bounds_are_accepted() -> None:
     assert HiCacheConfig(hicache_ratio=1e9).hicache_ratio == 1e9
     assert HiCacheConfig(hicache_size_gb=0.5, hicache_ratio=0).hicache_size_gb == 0.5
+
+
+def test_config_object_builds_the_same_cache(allocator) -> None:
+    config = HiCacheConfig(hicache_ratio=3.0, write_policy="write_back", load_back_threshold=4)
+    cache = HiRadixCache(None, allocator, 1, config=config)
+    assert cache.hi_config is config
+    assert cache.write_policy == "write_back"
+    assert cache.cache_controller.mem_pool_host.size == 96
+
+
+@pytest.mark.parametrize(
+    "config, keywords, error",
+    [
+        (HiCacheConfig(), {"write_policy": "write_back"}, ValueError),
+        ({"hicache_ratio": 3.0}, {}, TypeError),
+    ],
+)
+def test_config_with_keywords_or_a_dict_is_refused(allocator, config, keywords, error) -> None:
+    with pytest.raises(error, match="config|write_policy"):
+        HiRadixCache(None, allocator, 1, config=config, **keywords)
+    assert allocator.available_size() == 32
