@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.engine.config import EngineConfig, check_real
 from hicache.model import TinyTransformer
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
-from hicache.radix.base import check_int
 from hicache.radix.key import as_token_array, check_extra_key
 
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from hicache.radix.base import check_int
+from hicache.checks import check_int
 
 
 def check_real(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hicache.checks import check_int
 from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
 from hicache.model import TinyTransformer, make_kv_pool
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import HiCacheConfig, RadixCacheConfig
-from hicache.radix.base import check_int
 
 CACHE_KINDS = ("radix", "hiradix")
 

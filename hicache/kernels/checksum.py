@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from hicache import env
-from hicache.kernels.validate import check_int
+from hicache.checks import check_int
 
 KEY_MUL, KEY_ADD = 0x61C88647, 0x1B873593
 A1, B1, A2, B2 = 0x7FEB352D, 0x2C1B3C6D, 0x6A09E667, 0x3C6EF373
@@ -97,7 +97,7 @@ def _check_layers(layers: Sequence[Sequence[torch.Tensor]]) -> _Geometry:
 
 def _check_indices(geo: _Geometry, indices: object, page_size: object) -> int:
     """The number of pages in ``indices``."""
-    check_int("page_size", page_size, low=1)
+    check_int("page_size", page_size, minimum=1)
     assert isinstance(page_size, int)
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
@@ -311,7 +311,7 @@ def _launch(
 
 
 def _backend(geo: _Geometry, backend: str | None, max_programs: object) -> str:
-    check_int("max_programs", max_programs, low=1)
+    check_int("max_programs", max_programs, minimum=1)
     if backend not in (None, "reference", "triton"):
         raise ValueError(f"backend must be None, 'reference' or 'triton', got {backend!r}")
     return backend or ("triton" if geo.device.type == "cuda" else "reference")

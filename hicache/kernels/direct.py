@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from hicache.checks import check_int
 from hicache.kernels import copy_engine
 from hicache.kernels import validate as check
 
@@ -186,7 +187,7 @@ def transfer_kv_direct(
         raise ValueError(f"src_layers and dst_layers differ in length: {len(srcs)} != {len(dsts)}")
     for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
         _check_pair(f"src_layers[{j}]", src, src.shape[1:], f"dst_layers[{j}]", dst, dst.shape[1:])
-    page = check.check_int("page_size", page_size, low=1)
+    page = check_int("page_size", page_size, minimum=1)
     s, d = _cpu_indices(
         src_indices, dst_indices, page, min(t.shape[0] for t in srcs), min(t.shape[0] for t in dsts)
     )
@@ -214,7 +215,7 @@ def transfer_kv_per_layer_direct_pf_lf(
     srcs, dsts = _tensors("src_ptrs", src_ptrs), _tensors("dst_ptrs", dst_ptrs)
     if len(srcs) != len(dsts):
         raise ValueError(f"src_ptrs and dst_ptrs differ in length: {len(srcs)} != {len(dsts)}")
-    page = check.check_int("page_size", page_size, low=1)
+    page = check_int("page_size", page_size, minimum=1)
     for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
         _check_paged(f"src_ptrs[{j}]", src, page)
         _check_pair(f"src_ptrs[{j}]", src, src.shape[3:], f"dst_ptrs[{j}]", dst, dst.shape[1:])
@@ -248,7 +249,7 @@ def transfer_kv_all_layer_direct_lf_pf(
     page_size : int >= 1, the page dimension of ``dst_ptrs``.
     """
     srcs, dsts = _tensors("src_ptrs", src_ptrs), _tensors("dst_ptrs", dst_ptrs)
-    page = check.check_int("page_size", page_size, low=1)
+    page = check_int("page_size", page_size, minimum=1)
     for j, dst in enumerate(dsts):
         _check_paged(f"dst_ptrs[{j}]", dst, page)
         if dst.shape != dsts[0].shape:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from hicache.checks import check_int
 from hicache.kernels import validate as check
 from hicache.kernels.layouts import (
     CopyPlan,
@@ -40,19 +41,19 @@ def _table_side(
     """A pointer-table side; ``items`` (argument ``items_name``) bounds its item index, or None:
     the buffers behind the addresses are then unknown, and so is their item count."""
     check.check_tables(named, num_layers)
-    limit = None if items is None else check.check_int(items_name, items, low=1)
+    limit = None if items is None else check_int(items_name, items, minimum=1)
     return Operand(tuple(named), tuple(named.values()), True, geometry, limit)
 
 
 def _layout_dim(name: str, value: object, item_size: int) -> int:
     """A ``*_layout_dim`` argument: a positive multiple of ``item_size``."""
-    layout_dim = check.check_int(name, value, low=1)
+    layout_dim = check_int(name, value, minimum=1)
     check.check_divides(name, layout_dim, "item_size", item_size)
     return layout_dim
 
 
 def _heads(head_num: object, item_size: int) -> int:
-    heads = check.check_int("head_num", head_num, low=1)
+    heads = check_int("head_num", head_num, minimum=1)
     check.check_divides("item_size", item_size, "head_num", heads)
     return heads
 
@@ -131,7 +132,7 @@ def per_layer_ph_lf(
     size = check.check_item_size(item_size)
     layout_dim = _layout_dim("src_layout_dim", src_layout_dim, size)
     layer = check.check_layer_id(layer_id, layout_dim // size)
-    page = check.check_int("page_size", page_size, low=1)
+    page = check_int("page_size", page_size, minimum=1)
     heads = _heads(head_num, size)
     source = _tensor_side(src, page_head(size, layout_dim, page, heads), layer)
     return _plan(
@@ -158,7 +159,7 @@ def all_layer(
     """layer_first -> layer_first for every layer; both sides are uint64 pointer tables of
     ``src_items`` / ``dst_items`` items per layer (None: unknown)."""
     size = check.check_item_size(item_size)
-    layers = check.check_int("num_layers", num_layers, low=1)
+    layers = check_int("num_layers", num_layers, minimum=1)
     geometry = layer_first(size)
     return _plan(
         _table_side(src, geometry, layers, "src_items_per_layer", src_items),
@@ -172,7 +173,7 @@ def all_layer(
 
 
 def _all_layer_dim(dst_layout_dim: object, size: int, layers: int) -> int:
-    layout_dim = check.check_int("dst_layout_dim", dst_layout_dim, low=1)
+    layout_dim = check_int("dst_layout_dim", dst_layout_dim, minimum=1)
     if layout_dim != size * layers:
         raise ValueError(
             f"dst_layout_dim ({layout_dim}) must equal item_size * num_layers ({size * layers})"
@@ -193,7 +194,7 @@ def all_layer_lf_pf(
     """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_first
     ``[items, layers, ...]``, every layer."""
     size = check.check_item_size(item_size)
-    layers = check.check_int("num_layers", num_layers, low=1)
+    layers = check_int("num_layers", num_layers, minimum=1)
     layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
     return _plan(
         _table_side(src, layer_first(size), layers, "src_items_per_layer", src_items),
@@ -221,9 +222,9 @@ def all_layer_lf_ph(
     """layer_first pointer tables (``src_items`` per layer, None: unknown) -> page_head
     ``[pages, heads, page_size, layers, head_dim]``."""
     size = check.check_item_size(item_size)
-    layers = check.check_int("num_layers", num_layers, low=1)
+    layers = check_int("num_layers", num_layers, minimum=1)
     layout_dim = _all_layer_dim(dst_layout_dim, size, layers)
-    page = check.check_int("page_size", page_size, low=1)
+    page = check_int("page_size", page_size, minimum=1)
     heads = _heads(head_num, size)
     source = _table_side(src, layer_first(size, heads), layers, "src_items_per_layer", src_items)
     return _plan(

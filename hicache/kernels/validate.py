@@ -16,24 +16,16 @@ import math
 import torch
 
 from hicache import env
+from hicache.checks import check_index_tensor, check_int
 from hicache.kernels.layouts import Operand
 
 MAX_THREADS_PER_BLOCK = 1024
 WARP_SIZE = 64 if torch.version.hip else 32
 
 
-def check_int(name: str, value: object, low: int = 0) -> int:
-    """An ``int`` (not ``bool``) that is at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
 def check_item_size(item_size: object) -> int:
     """Bytes of one item in one layer: a positive multiple of 8 (the kernels copy 8-byte words)."""
-    size = check_int("item_size", item_size, low=1)
+    size = check_int("item_size", item_size, minimum=1)
     if size % 8:
         raise ValueError(f"item_size must be a multiple of 8 bytes, got {size}")
     return size
@@ -53,24 +45,13 @@ def check_layer_id(layer_id: object, num_layers: int) -> int:
 
 def check_launch(block_quota: object, num_warps_per_block: object) -> None:
     """``block_quota >= 1``; ``num_warps_per_block`` a power of two that fits one block."""
-    check_int("block_quota", block_quota, low=1)
-    warps = check_int("num_warps_per_block", num_warps_per_block, low=1)
+    check_int("block_quota", block_quota, minimum=1)
+    warps = check_int("num_warps_per_block", num_warps_per_block, minimum=1)
     max_warps = MAX_THREADS_PER_BLOCK // WARP_SIZE
     if warps & (warps - 1) or warps > max_warps:
         raise ValueError(
             f"num_warps_per_block must be a power of two in [1, {max_warps}], got {warps}"
         )
-
-
-def check_index_tensor(name: str, idx: object) -> torch.Tensor:
-    """``idx`` if a 1-D int64 tensor: ``TypeError``/``ValueError`` naming ``name`` otherwise."""
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
-    if idx.dtype != torch.int64:
-        raise TypeError(f"{name} must be int64, got {idx.dtype}")
-    if idx.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(idx.shape)}")
-    return idx
 
 
 def check_indices(src_indices: object, dst_indices: object) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache.checks import check_int
 from hicache.devices import canonical_device
-from hicache.pools._validate import check_int
 
 _CPU = torch.device("cpu")
 
@@ -52,8 +52,8 @@ class PageAllocator:
     """
 
     def __init__(self, num_pages: int, page_size: int, reserved_pages: int = 0) -> None:
-        check_int("page_size", page_size)
-        check_int("num_pages", num_pages)
+        check_int("page_size", page_size, minimum=1)
+        check_int("num_pages", num_pages, minimum=1)
         self.page_size = page_size
         self.num_pages = num_pages
         self.reserved_pages = reserved_pages
@@ -239,8 +239,8 @@ class TokenToKVPoolAllocator(PageAllocator):
         device: torch.device | str = "cpu",
         kvcache: Any = None,
     ) -> None:
-        check_int("page_size", page_size)
-        check_int("size", size)
+        check_int("page_size", page_size, minimum=1)
+        check_int("size", size, minimum=1)
         if size % page_size:
             raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
         self.device = canonical_device(device)

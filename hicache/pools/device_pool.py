@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import torch
 
 from hicache import env
+from hicache.checks import check_int
 from hicache.devices import canonical_device
-from hicache.pools._validate import check_int
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -55,7 +55,7 @@ class KVPool:
         self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
     ) -> None:
         for name, value in (("size", size), ("page_size", page_size), ("layer_num", layer_num)):
-            check_int(name, value)
+            check_int(name, value, minimum=1)
         if size % page_size:
             raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -165,8 +165,8 @@ class MHATokenToKVPool(KVPool):
         device: torch.device | str,
     ) -> None:
         super().__init__(size, page_size, dtype, layer_num, device)
-        self.head_num = check_int("head_num", head_num)
-        self.head_dim = check_int("head_dim", head_dim)
+        self.head_num = check_int("head_num", head_num, minimum=1)
+        self.head_dim = check_int("head_dim", head_dim, minimum=1)
         self.k_buffer = self._new_layers((self.num_slots, head_num, head_dim))
         self.v_buffer = self._new_layers((self.num_slots, head_num, head_dim))
         self.k_data_ptrs = pointer_table(self.k_buffer, self.device)
@@ -237,7 +237,7 @@ class MLATokenToKVPool(KVPool):
         device: torch.device | str,
     ) -> None:
         super().__init__(size, page_size, dtype, layer_num, device)
-        self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank)
+        self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank, minimum=1)
         self.qk_rope_head_dim = check_int("qk_rope_head_dim", qk_rope_head_dim, minimum=0)
         self.head_num = 1
         self.kv_dim = kv_lora_rank + qk_rope_head_dim

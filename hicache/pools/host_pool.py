@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from hicache.checks import check_slot_indices
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
-from hicache.pools._validate import check_slot_indices
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
 from hicache.pools.host_layouts import (

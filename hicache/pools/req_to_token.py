@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from hicache import env
+from hicache.checks import check_int
 from hicache.devices import canonical_device
-from hicache.pools._validate import check_int
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
 _INTEGER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
@@ -25,8 +25,8 @@ class ReqToTokenPool:
     """
 
     def __init__(self, size: int, max_context_len: int, device: torch.device | str) -> None:
-        self.size = check_int("size", size)
-        self.max_context_len = check_int("max_context_len", max_context_len)
+        self.size = check_int("size", size, minimum=1)
+        self.max_context_len = check_int("max_context_len", max_context_len, minimum=1)
         self.device = canonical_device(device)
         self.req_to_token = torch.zeros(
             (size, max_context_len), dtype=torch.int32, device=self.device

@@ -14,15 +14,6 @@ import torch
 from hicache.radix.node import TreeNode
 
 
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` if an int ``>= minimum``: ``TypeError`` for a non-int, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 class SlotAllocator(Protocol):
     """The slice of ``TokenToKVPoolAllocator`` the tree uses: it frees evicted slots, and its
     usable slots are ``page_size .. size + page_size - 1`` (slot 0's page is reserved)."""

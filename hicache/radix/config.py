@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hicache.checks import check_int
 from hicache.controller import WRITE_POLICIES
 from hicache.controller.integrity import check_verify
 from hicache.pools import IO_BACKENDS, LAYOUTS, SUPPORTED_PAIRS
-from hicache.radix.base import check_int
 from hicache.radix.policies import check_policy
 
 

@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
+from hicache.checks import check_int
 from hicache.controller import HiCacheController
 from hicache.radix import host_io, verified_load
-from hicache.radix.base import MatchResult, ReqToTokenTable, check_int
+from hicache.radix.base import MatchResult, ReqToTokenTable
 from hicache.radix.config import HiCacheConfig, check_config
 from hicache.radix.host_tier import build_host_pool, check_host_tier
 from hicache.radix.invariants import iter_nodes

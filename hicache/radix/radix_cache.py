@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache.checks import check_int
 from hicache.radix import invariants
 from hicache.radix.base import (
     BasePrefixCache,
     MatchResult,
     ReqToTokenTable,
     SlotAllocator,
-    check_int,
 )
 from hicache.radix.config import RadixCacheConfig
 from hicache.radix.key import TOKEN_DTYPE, RadixKey, as_radix_key, edge_ids

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hicache.radix.base import check_int
+from hicache.checks import check_int
 from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import check_allocated, check_pages

@@ -1,0 +1,58 @@
+"""Argument checks shared by every package (the ground floor: imports only ``env``).
+
+Public input that is wrong raises ``TypeError`` (wrong type or dtype), ``ValueError`` (wrong value,
+shape or choice) or ``IndexError`` (an index out of range), with a message naming the argument,
+before the caller changes any state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, TypeVar
+
+import torch
+
+from hicache import env
+
+T = TypeVar("T")
+
+
+def check_int(name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` if an ``int`` (not ``bool``) ``>= minimum``: ``TypeError`` for a non-int, else
+    ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_choice(name: str, value: T, allowed: Collection[T]) -> T:
+    """``value`` if it is one of ``allowed``, else ``ValueError`` listing them."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def check_index_tensor(name: str, idx: Any) -> torch.Tensor:
+    """``idx`` if a 1-D int64 tensor: ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
+    if idx.dtype != torch.int64:
+        raise TypeError(f"{name} must be int64, got {idx.dtype}")
+    if idx.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(idx.shape)}")
+    return idx
+
+
+def check_slot_indices(name: str, indices: Any, limit: int) -> torch.Tensor:
+    """``indices`` if a 1-D int64 tensor of slots in ``[0, limit)``: ``TypeError`` /
+    ``ValueError``, or ``IndexError`` for a slot out of range, naming ``name``. The range is
+    checked on CPU tensors, on CUDA ones only with ``HICACHE_CHECK_DEVICE_INDICES`` (a sync)."""
+    indices = check_index_tensor(name, indices)
+    if indices.numel() == 0 or (indices.device.type != "cpu" and not env.device_indices_checked()):
+        return indices
+    low, high = (int(v) for v in torch.aminmax(indices))
+    if low < 0 or high >= limit:
+        raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
+    return indices
