@@ -12,6 +12,7 @@ from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
+from hicache.radix import HiCacheConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -147,11 +148,13 @@ class BenchConfig:
             max_context_len=self.max_context_len,
             max_requests=self.max_running + 1,
             eviction_policy=self.eviction_policy,
-            hicache_ratio=self.host_ratio,
-            write_policy=self.write_policy,
-            io_backend=self.io_backend,
-            mem_layout=self.mem_layout,
-            load_back_threshold=self.load_back_threshold,
+            hicache=HiCacheConfig(
+                hicache_ratio=self.host_ratio,
+                write_policy=self.write_policy,
+                io_backend=self.io_backend,
+                mem_layout=self.mem_layout,
+                load_back_threshold=self.load_back_threshold,
+            ),
         )
 
     def engine_config(self) -> EngineConfig:

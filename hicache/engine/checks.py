@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.engine.config import EngineConfig, check_real
-from hicache.model import TinyTransformer
+from hicache.model import ModelConfig, TinyTransformer
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
 from hicache.radix.key import as_token_array, check_extra_key
 
@@ -66,20 +66,24 @@ def check_model(model: Any) -> None:
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
 
 
+def kv_dims(cfg: ModelConfig) -> dict[str, int]:
+    """The device pool dims ``cfg``'s attention needs: ``head_num``/``head_dim`` (MHA) or
+    ``kv_lora_rank``/``qk_rope_head_dim`` (MLA), as the pools name them."""
+    if cfg.attention == "mla":
+        return {"kv_lora_rank": cfg.kv_lora_rank, "qk_rope_head_dim": cfg.qk_rope_head_dim}
+    return {"head_num": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+
+
 def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:
     cfg = model.cfg
-    if cfg.attention == "mla":
-        kind: type = MLATokenToKVPool
-        shape = {"kv_lora_rank": cfg.kv_lora_rank, "qk_rope_head_dim": cfg.qk_rope_head_dim}
-    else:
-        kind, shape = MHATokenToKVPool, {"head_num": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+    kind: type = MLATokenToKVPool if cfg.attention == "mla" else MHATokenToKVPool
     if not isinstance(pool, kind):
         raise TypeError(
             f"allocator.get_kvcache() must be an {kind.__name__} for the model's "
             f"{cfg.attention} attention, got {type(pool).__name__}"
         )
     want = {
-        **shape,
+        **kv_dims(cfg),
         "layer_num": cfg.num_layers,
         "dtype": cfg.dtype,
         "device": canonical_device(model.device),

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from hicache.checks import check_int
-from hicache.engine.checks import check_model
+from hicache.checks import check_choice, check_int
+from hicache.engine.checks import check_model, kv_dims
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
-from hicache.model import TinyTransformer, make_kv_pool
+from hicache.model import TinyTransformer
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.radix import HiCacheConfig, RadixCacheConfig
+from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
+from hicache.stack import build_kv_stack, make_cache
 
 CACHE_KINDS = ("radix", "hiradix")
 
@@ -27,7 +28,9 @@ class CacheSpec:
     max_context_len : longest request (prompt + output) the engine accepts, rounded up to
         whole pages.
     max_requests : rows of the request-to-token table.
-    The rest are ``HiRadixCache`` options (``eviction_policy`` also applies to ``radix``).
+    eviction_policy : the tree's eviction order (both kinds).
+    hicache : the host tier's settings, used when ``kind == "hiradix"``; its ``hicache_ratio``
+        must be >= 1 (the host pool is the larger tier).
     """
 
     kind: str = "radix"
@@ -36,18 +39,10 @@ class CacheSpec:
     max_context_len: int = 4096
     max_requests: int = 64
     eviction_policy: str = "lru"
-    hicache_ratio: float = 2.0
-    hicache_size_gb: float = 0.0
-    write_policy: str = "write_through"
-    io_backend: str = "kernel"
-    mem_layout: str = "layer_first"
-    load_back_threshold: int = 10
-    verify: str = "off"
-    verify_sample_period: int = 8
+    hicache: HiCacheConfig = field(default_factory=HiCacheConfig)
 
     def __post_init__(self) -> None:
-        if self.kind not in CACHE_KINDS:
-            raise ValueError(f"kind must be one of {CACHE_KINDS}, got {self.kind!r}")
+        check_choice("kind", self.kind, CACHE_KINDS)
         for name in ("device_tokens", "page_size", "max_context_len", "max_requests"):
             check_int(name, getattr(self, name), minimum=1)
         if self.device_tokens % self.page_size:
@@ -55,16 +50,17 @@ class CacheSpec:
                 f"device_tokens ({self.device_tokens}) must be a multiple of page_size "
                 f"({self.page_size})"
             )
-        # The caches' own frozen configs validate the policies, the sizes (finite numbers) and
-        # the layout/backend pair.
+        # RadixCacheConfig validates the policy; HiCacheConfig validated its own fields.
         RadixCacheConfig(self.page_size, self.eviction_policy)
-        HiCacheConfig(**self.host_options())
-        if self.hicache_ratio < 1:
-            raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache_ratio}")
+        if not isinstance(self.hicache, HiCacheConfig):
+            raise TypeError(f"hicache must be a HiCacheConfig, got {type(self.hicache).__name__}")
+        if self.hicache.hicache_ratio < 1:
+            raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache.hicache_ratio}")
 
-    def host_options(self) -> dict[str, Any]:
-        """The ``HiRadixCache`` host-tier keyword arguments (``HiCacheConfig``'s fields)."""
-        return {f.name: getattr(self, f.name) for f in fields(HiCacheConfig)}
+    @property
+    def host_tier(self) -> HiCacheConfig | None:
+        """``hicache`` for a ``hiradix`` cache, None for a device-only one."""
+        return self.hicache if self.kind == "hiradix" else None
 
 
 def _check_spec(spec: Any) -> None:
@@ -74,21 +70,15 @@ def _check_spec(spec: Any) -> None:
 
 def build_cache(
     spec: CacheSpec, req_pool: ReqToTokenPool, allocator: TokenToKVPoolAllocator
-) -> Any:
+) -> RadixCache:
     """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``."""
     _check_spec(spec)
-    if spec.kind == "radix":
-        from hicache.radix import RadixCache
-
-        return RadixCache(req_pool, allocator, spec.page_size, eviction_policy=spec.eviction_policy)
-    from hicache.radix import HiRadixCache
-
-    return HiRadixCache(
+    return make_cache(
         req_pool,
         allocator,
         spec.page_size,
+        hicache=spec.host_tier,
         eviction_policy=spec.eviction_policy,
-        **spec.host_options(),
     )
 
 
@@ -98,10 +88,17 @@ def build_engine(
     """Fresh pools on ``model.device``, the cache ``spec`` names, and an engine over them."""
     check_model(model)
     _check_spec(spec)
-    kv_pool = make_kv_pool(model.cfg, spec.device_tokens, spec.page_size, model.device)
-    allocator = TokenToKVPoolAllocator(spec.device_tokens, spec.page_size, model.device, kv_pool)
-    # A row holds whole pages: a request of max_context_len tokens may need up to a page more.
-    row_len = -(-spec.max_context_len // spec.page_size) * spec.page_size
-    req_pool = ReqToTokenPool(spec.max_requests, row_len, model.device)
-    cache = build_cache(spec, req_pool, allocator)
-    return Engine(model, cache, req_pool, allocator, config)
+    cfg = model.cfg
+    stack = build_kv_stack(
+        layer_num=cfg.num_layers,
+        dtype=cfg.dtype,
+        size=spec.device_tokens,
+        max_requests=spec.max_requests,
+        max_context_len=spec.max_context_len,
+        page_size=spec.page_size,
+        device=model.device,
+        hicache=spec.host_tier,
+        eviction_policy=spec.eviction_policy,
+        **kv_dims(cfg),
+    )
+    return Engine(model, stack.cache, stack.req_to_token_pool, stack.allocator, config)

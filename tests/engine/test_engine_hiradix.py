@@ -2,31 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 import torch
 
 from hicache.engine import CacheSpec, EngineConfig, build_engine
 from hicache.model import ModelConfig, TinyTransformer
-from hicache.radix import RadixKey
+from hicache.radix import HiCacheConfig, RadixKey
 from tests.engine.helpers import LoadSpy, assert_matches_reference, assert_no_leak, chat
 
 MHA = ModelConfig(attention="mha", num_layers=3)
 MLA = ModelConfig(attention="mla", num_layers=3, num_kv_heads=1)
 RECORD = EngineConfig(max_running_requests=3, max_prefill_tokens=48, record_logits=True)
+HOST_FIELDS = {f.name for f in fields(HiCacheConfig)}
 
 
-def hi_engine(cfg: ModelConfig, device: str = "cpu", config: EngineConfig = RECORD, **spec: object):
+def hi_engine(
+    cfg: ModelConfig, device: str = "cpu", config: EngineConfig = RECORD, **options: object
+):
     """A HiRadixCache engine whose device pool (160 slots) is far smaller than the chats' KV,
-    so prefixes are offloaded and come back from the host; its load waits are spied on."""
-    base = {
-        "kind": "hiradix",
-        "device_tokens": 160,
-        "max_context_len": 512,
-        "max_requests": 8,
-        "hicache_ratio": 8.0,
-        "load_back_threshold": 4,
-    }
-    engine = build_engine(TinyTransformer(cfg, device), CacheSpec(**{**base, **spec}), config)
+    so prefixes are offloaded and come back from the host; its load waits are spied on.
+    ``options`` are ``CacheSpec`` fields or host-tier (``HiCacheConfig``) fields."""
+    host = {"hicache_ratio": 8.0, "load_back_threshold": 4}
+    host.update({k: v for k, v in options.items() if k in HOST_FIELDS})
+    base = {"kind": "hiradix", "device_tokens": 160, "max_context_len": 512, "max_requests": 8}
+    base.update({k: v for k, v in options.items() if k not in HOST_FIELDS})
+    spec = CacheSpec(**base, hicache=HiCacheConfig(**host))
+    engine = build_engine(TinyTransformer(cfg, device), spec, config)
     return engine, LoadSpy(engine.cache.cache_controller.layer_done_counter)
 
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import fields
 from typing import Any
 
 import pytest
 
 from hicache.bench import BenchConfig
 from hicache.engine import CacheSpec, EngineConfig
+from hicache.radix import HiCacheConfig
 
 NAN, INF = float("nan"), float("inf")
+HOST_FIELDS = {f.name for f in fields(HiCacheConfig)}
 TINY = {
     "users": 3,
     "rounds": 3,
@@ -95,8 +98,18 @@ def test_engine_config_takes_an_infinite_stall_timeout() -> None:
 
 @pytest.mark.parametrize("name, value, error", SPEC, ids=_ids)
 def test_cache_spec_names_the_bad_field(name: str, value: Any, error: type) -> None:
+    """Host-tier fields are refused by the ``HiCacheConfig`` a spec nests, or by the spec
+    itself (``hicache_ratio`` below 1)."""
     with pytest.raises(error, match=name):
-        CacheSpec(**{name: value})
+        if name in HOST_FIELDS:
+            CacheSpec(hicache=HiCacheConfig(**{name: value}))
+        else:
+            CacheSpec(**{name: value})
+
+
+def test_cache_spec_refuses_a_hicache_that_is_not_a_config() -> None:
+    with pytest.raises(TypeError, match="hicache"):
+        CacheSpec(kind="hiradix", hicache={"hicache_ratio": 4.0})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name, value, error", BENCH, ids=_ids)
