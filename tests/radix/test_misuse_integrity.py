@@ -16,7 +16,7 @@ import torch
 from hicache.engine import CacheSpec
 from hicache.model import ModelConfig
 from hicache.pools import ROUTES
-from hicache.radix import RadixKey
+from hicache.radix import HiCacheConfig, RadixKey
 from tests.engine.helpers import assert_matches_reference, assert_no_leak, chat
 from tests.engine.test_engine_hiradix import hi_engine
 from tests.radix.hiradix_rig import (
@@ -208,7 +208,7 @@ def test_bad_verify_settings_are_refused_before_anything_is_built(settings, erro
     with pytest.raises(error, match=name):
         make_cache(**settings)
     with pytest.raises(error, match=name):
-        CacheSpec(kind="hiradix", **settings)
+        CacheSpec(kind="hiradix", hicache=HiCacheConfig(**settings))
 
 
 def engine_recomputes_what_verification_drops(device: str, cfg: ModelConfig, **tolerance):
