@@ -18,12 +18,14 @@ from hicache.pools import (
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
+from hicache.radix import HiCacheConfig
 
 KINDS = ("mha", "mla")
-WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 LAYERS, HEADS, HEAD_DIM = 2, 2, 8
 MLA_RANK, MLA_ROPE = 8, 4
 MAX_LIVE = 2  # requests in flight at once
+# A host tier 3x the device pool, and host hits of any length loaded back (to load a lot).
+HOST_TIER = HiCacheConfig(hicache_ratio=3.0, load_back_threshold=1)
 
 
 @dataclass(frozen=True)
@@ -32,14 +34,16 @@ class StressConfig:
 
     Attributes
     ----------
-    kind, io_backend, layout : attention kind and host transfer route (one of :data:`ROUTES`).
+    kind : attention kind; with ``hicache.io_backend`` and ``hicache.mem_layout`` it is one of
+        the host transfer routes (:data:`ROUTES`).
     page_size : tokens per page (1 and 64 are the interesting ones).
-    write_policy : one of :data:`WRITE_POLICIES`; eviction_policy : the tree's (``lru``, ``mru``,
-        ...: ``mru`` evicts what was just matched first, the adversarial order).
+    eviction_policy : the tree's (``lru``, ``mru``, ...: ``mru`` evicts what was just matched
+        first, the adversarial order).
+    hicache : the cache's host tier (write policy, route, host/device ratio, load-back
+        threshold); :data:`HOST_TIER` by default.
     ops : random operations to run; seed : their seed (a run replays exactly).
-    device_pages : device pool size in pages (tiny on purpose); host_ratio : host / device.
+    device_pages : device pool size in pages (tiny on purpose).
     conversations : conversations in the workload (few: the same prefixes come back often).
-    load_back_threshold : host hits shorter than this are recomputed (kept small to load a lot).
     p_alloc_none, p_transfer_fail : fault rates (allocator short, transfer raising mid-batch).
     full_every : after every op its changes are checked (:mod:`hicache.stress.tracker`);
         every this many ops (and at the end) everything is: ``check_invariants``, slot
@@ -48,30 +52,24 @@ class StressConfig:
     """
 
     kind: str = "mha"
-    io_backend: str = "kernel"
-    layout: str = "layer_first"
     page_size: int = 1
-    write_policy: str = "write_through"
     eviction_policy: str = "lru"
+    hicache: HiCacheConfig = HOST_TIER
     ops: int = 200
     seed: int = 0
     device_pages: int | None = None
-    host_ratio: float = 3.0
     conversations: int = 8
-    load_back_threshold: int = 1
     p_alloc_none: float = 0.0
     p_transfer_fail: float = 0.0
     full_every: int = 1000
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if (self.kind, self.io_backend, self.layout) not in ROUTES:
-            raise ValueError(
-                f"(kind, io_backend, layout) must be one of {ROUTES}, got "
-                f"{(self.kind, self.io_backend, self.layout)}"
-            )
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}")
+        if not isinstance(self.hicache, HiCacheConfig):
+            raise TypeError(f"hicache must be a HiCacheConfig, got {type(self.hicache).__name__}")
+        route = (self.kind, self.hicache.io_backend, self.hicache.mem_layout)
+        if route not in ROUTES:
+            raise ValueError(f"(kind, io_backend, layout) must be one of {ROUTES}, got {route}")
         for name in ("page_size", "ops", "full_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -97,9 +95,10 @@ class StressConfig:
         return -(-5 * self.unit // self.page_size) * self.page_size
 
     def label(self) -> str:
+        host = self.hicache
         return (
-            f"{self.kind}/{self.io_backend}/{self.layout}/p{self.page_size}/"
-            f"{self.write_policy}/{self.eviction_policy}"
+            f"{self.kind}/{host.io_backend}/{host.mem_layout}/p{self.page_size}/"
+            f"{host.write_policy}/{self.eviction_policy}"
         )
 
     def with_(self, **changes: Any) -> StressConfig:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hicache.pools import ROUTES
-from hicache.radix import HiRadixCache
+from hicache.radix import HiCacheConfig, HiRadixCache
 from hicache.stress.config import StressConfig, build_stack
 from hicache.stress.oracle import (
     device_kv,
@@ -23,7 +23,7 @@ from hicache.stress.oracle import (
 
 @pytest.mark.parametrize("kind", ["mha", "mla"])
 def test_table_lookups_equal_kv_values_even_past_the_table(kind):
-    pool = build_stack(StressConfig(kind=kind, io_backend="kernel")).device_pool
+    pool = build_stack(StressConfig(kind=kind)).device_pool
     gen = torch.Generator().manual_seed(0)
     for high in (50, 3000, 2**21):  # the last is computed directly, past the table's cap
         tokens = torch.randint(0, high, (64,), generator=gen)
@@ -41,7 +41,8 @@ def test_table_lookups_equal_kv_values_even_past_the_table(kind):
 @pytest.mark.parametrize("route", ROUTES, ids=["/".join(r) for r in ROUTES])
 def test_row_readers_agree_with_layer_readers(route):
     kind, io_backend, layout = route
-    cfg = StressConfig(kind=kind, io_backend=io_backend, layout=layout, page_size=4)
+    host = HiCacheConfig(io_backend=io_backend, mem_layout=layout)
+    cfg = StressConfig(kind=kind, page_size=4, hicache=host)
     stack = build_stack(cfg)
     cache = HiRadixCache(
         stack.req_pool,
