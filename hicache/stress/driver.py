@@ -56,12 +56,8 @@ class Driver:
             self.stack.req_pool,
             self.stack.allocator,
             cfg.page_size,
-            hicache_ratio=cfg.host_ratio,
-            write_policy=cfg.write_policy,
-            io_backend=cfg.io_backend,
-            mem_layout=cfg.layout,
+            config=cfg.hicache,
             eviction_policy=cfg.eviction_policy,
-            load_back_threshold=cfg.load_back_threshold,
         )
         self.host_pool = self.cache.cache_controller.mem_pool_host
         self.all_host = self.host_pool.free_slots()

@@ -7,9 +7,11 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from hicache.stress.config import ROUTES, WRITE_POLICIES, StressConfig
+from hicache.controller import WRITE_POLICIES
+from hicache.pools import ROUTES
+from hicache.stress.config import StressConfig
 from hicache.stress.driver import Driver
 from hicache.stress.faults import InjectedFault
 
@@ -145,12 +147,12 @@ def matrix(
             configs.append(
                 base.with_(
                     kind=kind,
-                    io_backend=backend,
-                    layout=layout,
                     page_size=page,
-                    write_policy=write,
                     eviction_policy=evict,
                     seed=base.seed + 1000 * i + j,
+                    hicache=replace(
+                        base.hicache, io_backend=backend, mem_layout=layout, write_policy=write
+                    ),
                 )
             )
     return configs
