@@ -1,3 +1,36 @@
-"""hicache: a hierarchical prefix KV cache (GPU L1 + pinned-host L2) for LLM serving."""
+"""hicache: a hierarchical prefix KV cache (GPU L1 + pinned-host L2) for LLM serving.
+
+The names a scheduler needs to embed the cache; everything else lives in the subpackages
+(``hicache.kernels`` the transfer ops, ``hicache.pools`` the host pools and layouts,
+``hicache.controller`` the transfer controller, ``hicache.radix`` the tree's internals).
+
+``build_kv_stack`` wires a device pool, its allocator, a request pool and a cache in the
+right order; the pools and caches can also be built by hand with their SGLang signatures.
+"""
+
+from hicache.pools import (
+    MHATokenToKVPool,
+    MLATokenToKVPool,
+    ReqToTokenPool,
+    TokenToKVPoolAllocator,
+)
+from hicache.radix import HiCacheConfig, HiRadixCache, MatchResult, RadixCache, RadixKey, Req
+from hicache.stack import KVStack, build_kv_stack
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "HiCacheConfig",
+    "HiRadixCache",
+    "KVStack",
+    "MHATokenToKVPool",
+    "MLATokenToKVPool",
+    "MatchResult",
+    "RadixCache",
+    "RadixKey",
+    "Req",
+    "ReqToTokenPool",
+    "TokenToKVPoolAllocator",
+    "__version__",
+    "build_kv_stack",
+]
