@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 from hicache.controller.cache_controller import HiCacheController
-from hicache.controller.config import WRITE_POLICIES, ControllerConfig
-from hicache.controller.layer_done import (
-    NO_CONSUMER,
-    RING_SIZE,
-    LayerDoneCounter,
-    LayerLoadingEvent,
-)
-from hicache.controller.operations import CacheOperation, HiCacheAck, pop_finished_acks
+from hicache.controller.config import WRITE_POLICIES
+from hicache.controller.layer_done import NO_CONSUMER, LayerDoneCounter, LayerLoadingEvent
+from hicache.controller.operations import HiCacheAck, pop_finished_acks
 
 __all__ = [
     "NO_CONSUMER",
-    "RING_SIZE",
     "WRITE_POLICIES",
-    "CacheOperation",
-    "ControllerConfig",
     "HiCacheAck",
     "HiCacheController",
     "LayerDoneCounter",

@@ -1,14 +1,9 @@
 """hicache.kernels: the 13 KV transfer ops between layer_first, page_first, page_first_direct and
 page_head buffers (Triton on CUDA, a torch reference on the CPU). See :mod:`hicache.kernels.ops`
 for the contract shared by the kernel ops and :mod:`hicache.kernels.direct` for the direct ones.
-:mod:`hicache.kernels.checksum` holds the page checksums behind the host tier's ``verify``.
+The page checksums behind the host tier's ``verify`` are internal: :mod:`hicache.kernels.checksum`.
 """
 
-from hicache.kernels.checksum import (
-    page_checksums,
-    record_page_checksums,
-    verify_page_checksums,
-)
 from hicache.kernels.direct import (
     transfer_kv_all_layer_direct_lf_pf,
     transfer_kv_direct,
@@ -30,8 +25,6 @@ from hicache.kernels.ops import (
 
 __all__ = [
     "DEFAULT_NUM_WARPS",
-    "page_checksums",
-    "record_page_checksums",
     "transfer_kv_all_layer",
     "transfer_kv_all_layer_direct_lf_pf",
     "transfer_kv_all_layer_lf_pf",
@@ -45,5 +38,4 @@ __all__ = [
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",
     "transfer_kv_per_layer_ph_lf",
-    "verify_page_checksums",
 ]

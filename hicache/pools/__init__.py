@@ -1,6 +1,6 @@
 """hicache.pools: request rows, slot allocators, device (L1) and host (L2) KV pools."""
 
-from hicache.pools.allocator import PageAllocator, TokenToKVPoolAllocator
+from hicache.pools.allocator import TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool
 from hicache.pools.host_layouts import IO_BACKENDS, LAYOUTS, ROUTES, SUPPORTED_PAIRS
 from hicache.pools.host_pool import HostKVPool, MHATokenToKVPoolHost, MLATokenToKVPoolHost
@@ -17,7 +17,6 @@ __all__ = [
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
     "MLATokenToKVPoolHost",
-    "PageAllocator",
     "ReqToTokenPool",
     "TokenToKVPoolAllocator",
 ]

@@ -3,9 +3,9 @@
 from hicache.radix.base import BasePrefixCache, MatchResult
 from hicache.radix.config import HiCacheConfig, RadixCacheConfig
 from hicache.radix.hiradix_cache import HiRadixCache
-from hicache.radix.key import RadixKey, as_radix_key, as_token_array
+from hicache.radix.key import RadixKey
 from hicache.radix.node import TreeNode
-from hicache.radix.policies import EVICTION_POLICIES, LeafSet
+from hicache.radix.policies import EVICTION_POLICIES
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.req import Req
 
@@ -14,13 +14,10 @@ __all__ = [
     "BasePrefixCache",
     "HiCacheConfig",
     "HiRadixCache",
-    "LeafSet",
     "MatchResult",
     "RadixCache",
     "RadixCacheConfig",
     "RadixKey",
     "Req",
     "TreeNode",
-    "as_radix_key",
-    "as_token_array",
 ]
