@@ -7,7 +7,8 @@ import threading
 import pytest
 import torch
 
-from hicache.controller import CacheOperation, HiCacheAck, LayerLoadingEvent, pop_finished_acks
+from hicache.controller import HiCacheAck, LayerLoadingEvent, pop_finished_acks
+from hicache.controller.operations import CacheOperation
 from hicache.pools import ROUTES
 from tests.controller.helpers import (
     assert_same_bytes,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hicache.controller import NO_CONSUMER, RING_SIZE, LayerDoneCounter, LayerLoadingEvent
+from hicache.controller import NO_CONSUMER, LayerDoneCounter, LayerLoadingEvent
+from hicache.controller.layer_done import RING_SIZE
 
 
 class PendingEvent:

@@ -9,7 +9,7 @@ import torch
 
 from hicache import env
 from hicache.kernels import checksum as C
-from hicache.kernels import page_checksums, record_page_checksums, verify_page_checksums
+from hicache.kernels.checksum import page_checksums, record_page_checksums, verify_page_checksums
 from tests.kernels.cases import random_bytes
 
 CUDA = torch.cuda.is_available()

@@ -7,7 +7,8 @@ import pytest
 import torch
 from hypothesis import given
 
-from hicache.radix import EVICTION_POLICIES, LeafSet, RadixCache
+from hicache.radix import EVICTION_POLICIES, RadixCache
+from hicache.radix.policies import LeafSet
 
 from .fakes import FakeAllocator
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hicache.radix import RadixKey, as_radix_key, as_token_array
-from hicache.radix.key import TOKEN_DTYPE, common_prefix_len
+from hicache.radix import RadixKey
+from hicache.radix.key import TOKEN_DTYPE, as_radix_key, as_token_array, common_prefix_len
 
 
 @pytest.mark.parametrize(
