@@ -22,8 +22,8 @@ from hicache import (
     build_kv_stack,
 )
 
-MHA = {"layer_num": 2, "head_num": 2, "head_dim": 8, "dtype": torch.float32}
-SIZES = {"size": 32, "max_requests": 2, "max_context_len": 30, "page_size": 2}
+MHA: dict[str, Any] = {"layer_num": 2, "head_num": 2, "head_dim": 8, "dtype": torch.float32}
+SIZES: dict[str, Any] = {"size": 32, "max_requests": 2, "max_context_len": 30, "page_size": 2}
 OPS = [
     "transfer_kv_per_layer",
     "transfer_kv_per_layer_pf_lf",
@@ -89,7 +89,7 @@ def _write_request(stack: KVStack, ids: list[int]) -> tuple[Req, torch.Tensor]:
     """A request over ``ids`` whose every slot holds KV derived from its token id."""
     row = stack.req_to_token_pool.alloc(1)
     slots = stack.allocator.alloc(len(ids))
-    assert row is not None and slots is not None
+    assert row is not None and slots is not None and isinstance(stack.kv_pool, MHATokenToKVPool)
     stack.req_to_token_pool.write((row[0], slice(0, len(ids))), slots.to(torch.int32))
     for layer in range(stack.kv_pool.layer_num):
         kv = torch.tensor(ids, dtype=torch.float32)[:, None, None] * (layer + 1)
@@ -128,7 +128,12 @@ def test_a_stack_caches_evicts_to_host_and_loads_back_byte_exact() -> None:
 
 
 def test_without_a_host_tier_the_stack_is_a_device_radix_cache() -> None:
-    mla = {"layer_num": 1, "kv_lora_rank": 8, "qk_rope_head_dim": 4, "dtype": torch.bfloat16}
+    mla: dict[str, Any] = {
+        "layer_num": 1,
+        "kv_lora_rank": 8,
+        "qk_rope_head_dim": 4,
+        "dtype": torch.bfloat16,
+    }
     stack = build_kv_stack(**mla, **SIZES)
     assert type(stack.cache) is RadixCache and isinstance(stack.kv_pool, MLATokenToKVPool)
     assert stack.req_to_token_pool.req_to_token.shape == (2, 30)
