@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install hicache with its test extra. Sourced by bench.sh and test.sh.
+# Create .venv (once) and install hicache with its test extra (HICACHE_EXTRAS: the extras to
+# install, comma-separated, default `test`; lint.sh and CI add `dev`). Sourced by the scripts.
 # TORCH_SPEC overrides the torch requirement (default: the CPU build 2.13.0, which a CPU-only
 # machine finds locally; on a CUDA machine with torch already installed nothing is reinstalled).
 set -euo pipefail
@@ -16,4 +17,4 @@ fi
 if ! python -c "import triton" 2>/dev/null; then
   python -m pip install -q "${TRITON_SPEC:-triton==3.7.1}"
 fi
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[${HICACHE_EXTRAS:-test}]"

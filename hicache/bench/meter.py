@@ -23,7 +23,7 @@ class _Timer:
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
-        self.pairs: list[tuple[Any, Any]] = []
+        self.pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self.cpu_s = 0.0
 
     def time(self, fn: Callable[[], None]) -> None:
@@ -32,11 +32,11 @@ class _Timer:
             fn()
             self.cpu_s += time.perf_counter() - start
             return
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        began.record()
         fn()
-        end.record()
-        self.pairs.append((start, end))
+        ended.record()
+        self.pairs.append((began, ended))
 
     def seconds(self) -> float:
         """Total busy time; synchronizes the events recorded so far (call after the run)."""

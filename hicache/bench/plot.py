@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hicache.bench.png import Canvas, Color
@@ -29,7 +29,7 @@ def line_chart(
     canvas: Canvas,
     box: tuple[int, int, int, int],
     title: str,
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     x_label: str = "round",
 ) -> None:
     """Draw ``series`` (name -> y per x = 1..n) in ``box = (x0, y0, x1, y1)`` with axes,
@@ -61,8 +61,8 @@ def line_chart(
         ]
         for (ax, ay), (bx, by) in zip(pts, pts[1:], strict=False):
             canvas.line(ax, ay, bx, by, color, thick=2)
-        for x, y in pts:
-            canvas.rect(int(x) - 3, int(y) - 3, int(x) + 4, int(y) + 4, color)
+        for cx, cy in pts:
+            canvas.rect(int(cx) - 3, int(cy) - 3, int(cx) + 4, int(cy) + 4, color)
 
 
 def legend(canvas: Canvas, x: int, y: int, names: Sequence[str]) -> None:

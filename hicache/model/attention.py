@@ -8,14 +8,13 @@ host-to-device load has landed.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
 from hicache.model.layers import RMSNorm, apply_rope, seeded_linear
+from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
 
 
 class MHAAttention(nn.Module):
@@ -34,7 +33,7 @@ class MHAAttention(nn.Module):
         self.v_proj = seeded_linear(hidden, cfg.num_kv_heads * d, gen, cfg.dtype)
         self.o_proj = seeded_linear(cfg.num_heads * d, hidden, gen, cfg.dtype)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: MHATokenToKVPool) -> torch.Tensor:
         """``x``: ``[T, hidden]`` -> ``[T, hidden]``; stores the new K/V at ``out_cache_loc``."""
         cfg, n, pos = self.cfg, x.shape[0], batch.positions
         q = apply_rope(self.q_proj(x).view(n, cfg.num_heads, -1), pos, cfg.rope_theta)
@@ -44,7 +43,8 @@ class MHAAttention(nn.Module):
         v_buf = pool.get_value_buffer(self.layer_id)
         pool.set_kv_buffer(self.layer_id, batch.out_cache_loc, k, v)
         out = batch.attend(q, lambda s: (k_buf[s], v_buf[s]), cfg.head_dim**-0.5)
-        return self.o_proj(out.reshape(n, -1))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, -1))
+        return projected
 
 
 class MLAAttention(nn.Module):
@@ -67,7 +67,7 @@ class MLAAttention(nn.Module):
         self.v_up = seeded_linear(r, h * cfg.head_dim, gen, cfg.dtype)
         self.o_proj = seeded_linear(h * cfg.head_dim, hidden, gen, cfg.dtype)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, pool: MLATokenToKVPool) -> torch.Tensor:
         """``x``: ``[T, hidden]`` -> ``[T, hidden]``; stores new latents at ``out_cache_loc``."""
         cfg, n, r = self.cfg, x.shape[0], self.cfg.kv_lora_rank
         q = self.q_proj(x).view(n, cfg.num_heads, -1)
@@ -81,7 +81,8 @@ class MLAAttention(nn.Module):
         pool.set_kv_buffer(self.layer_id, batch.out_cache_loc, cache_kv)
         scale = (cfg.head_dim + cfg.qk_rope_head_dim) ** -0.5
         out = batch.attend(q, lambda s: self._expand(kv_buf[s][:, 0], c_buf[s][:, 0]), scale)
-        return self.o_proj(out.reshape(n, -1))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, -1))
+        return projected
 
     def _expand(self, latent: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[S, r + dr]`` latents and ``[S, r]`` c -> per-head ``[S, H, D + dr]`` keys and

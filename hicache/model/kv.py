@@ -54,4 +54,5 @@ def reference_logits(model: TinyTransformer, token_ids: Sequence[int]) -> torch.
     req_pool.write((0, slice(0, n)), slots.to(torch.int32))
     table = req_pool.req_to_token
     batch = ForwardBatch.build(table, [0], [0], [list(token_ids)], slots, model.device)
-    return model(batch, pool, all_logits=True)
+    logits: torch.Tensor = model(batch, pool, all_logits=True)
+    return logits

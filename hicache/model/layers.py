@@ -45,7 +45,8 @@ class SwiGLU(nn.Module):
         self.down = seeded_linear(inter, hidden, gen, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+        out: torch.Tensor = self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+        return out
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -11,6 +9,7 @@ from hicache.model.attention import MHAAttention, MLAAttention
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
 from hicache.model.layers import RMSNorm, SwiGLU, seeded_linear
+from hicache.pools import KVPool
 
 
 class DecoderLayer(nn.Module):
@@ -22,9 +21,11 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, gen, cfg.dtype)
 
-    def forward(self, h: torch.Tensor, batch: ForwardBatch, pool: Any) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, batch: ForwardBatch, pool: KVPool) -> torch.Tensor:
+        """``pool``: the MHA or MLA token pool matching ``cfg.attention``."""
         h = h + self.attn(self.attn_norm(h), batch, pool)
-        return h + self.mlp(self.mlp_norm(h))
+        out: torch.Tensor = h + self.mlp(self.mlp_norm(h))
+        return out
 
 
 class TinyTransformer(nn.Module):
@@ -47,7 +48,7 @@ class TinyTransformer(nn.Module):
             self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, torch.float32)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, pool: Any, all_logits: bool = False) -> torch.Tensor:
+    def forward(self, batch: ForwardBatch, pool: KVPool, all_logits: bool = False) -> torch.Tensor:
         """Run one extend/decode pass, writing every new token's KV into ``pool``.
 
         Returns
@@ -60,4 +61,5 @@ class TinyTransformer(nn.Module):
             h = layer(h, batch, pool)
         if not all_logits:
             h = h[batch.last_index]
-        return self.lm_head(self.norm(h).float())
+        logits: torch.Tensor = self.lm_head(self.norm(h).float())
+        return logits

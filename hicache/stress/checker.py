@@ -152,8 +152,8 @@ def _rows(
 ) -> tuple[np.ndarray, ...]:
     """(slots, tokens, positions, salts), int64 numpy, of one copy of ``node`` (whose path
     holds ``ids``), without the slots still in flight (``skip``)."""
-    n, slots = len(node.key), slots.cpu().numpy()
-    keep = ~np.isin(slots, skip) if skip.size else slice(None)
+    n, at = len(node.key), slots.cpu().numpy()
+    keep = ~np.isin(at, skip) if skip.size else slice(None)
     positions = np.arange(len(ids) - n, len(ids))
     salts = np.full(n, SALTS[node.extra_key], dtype=np.int64)
-    return slots[keep], ids[-n:].astype(np.int64)[keep], positions[keep], salts[keep]
+    return at[keep], ids[-n:].astype(np.int64)[keep], positions[keep], salts[keep]

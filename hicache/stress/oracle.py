@@ -79,9 +79,9 @@ class _Table:
     torch gather.
     """
 
-    def __init__(self, layers: int, parts: int, heads: int, dim: int, dtype: torch.dtype):
+    def __init__(self, layers: int, parts: int, heads: int, dim: int, dtype: torch.dtype) -> None:
         self.layers, self.parts, self.heads, self.dim, self.dtype = layers, parts, heads, dim, dtype
-        self.bounds = (0, 0, 0)
+        self.bounds: tuple[int, ...] = (0, 0, 0)  # (salts, tokens, positions) covered
         self.values = torch.empty(0, layers * parts, heads, dim, dtype=dtype)
 
     def direct(self, tokens: np.ndarray, positions: np.ndarray, salts: np.ndarray) -> torch.Tensor:

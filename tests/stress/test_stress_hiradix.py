@@ -31,14 +31,31 @@ SCENARIOS = matrix(StressConfig(ops=1000, full_every=100, seed=7))
 FAULTY = matrix(
     StressConfig(ops=500, full_every=100, seed=11, p_alloc_none=0.1, p_transfer_fail=0.1)
 )
+# The full matrix, marked slow (`pytest -m slow`; CI runs it once per change to the stress
+# harness, see scripts/stamp_stress.sh): every route x page sizes 1, 4 and 64 x every (write,
+# eviction) policy pair, each scenario longer and with its own seed.
+FULL_PAGES = (1, 4, 64)
+FULL = matrix(StressConfig(ops=3000, full_every=500, seed=101), FULL_PAGES, full=True)
+FULL_FAULTY = matrix(
+    StressConfig(ops=1500, full_every=250, seed=211, p_alloc_none=0.1, p_transfer_fail=0.1),
+    FULL_PAGES,
+    full=True,
+)
 _totals: Counter[str] = Counter()
+
+
+def _matrix_params(short: list[StressConfig], full: list[StressConfig]) -> list:
+    """``short`` in the default run, ``full`` (ids prefixed ``full/``) only under ``-m slow``."""
+    return [pytest.param(c, id=c.label()) for c in short] + [
+        pytest.param(c, id=f"full/{c.label()}", marks=pytest.mark.slow) for c in full
+    ]
 
 
 def _assert_clean(report) -> None:
     assert not report.violations, "\n".join(report.violations[:10])
 
 
-@pytest.mark.parametrize("cfg", SCENARIOS, ids=[c.label() for c in SCENARIOS])
+@pytest.mark.parametrize("cfg", _matrix_params(SCENARIOS, FULL))
 def test_random_scenario_keeps_every_invariant_and_byte(cfg):
     report = run(cfg)
     _assert_clean(report)
@@ -53,7 +70,7 @@ def test_random_scenarios_exercised_every_path():
     assert all(_totals[name] >= 20 for name in ACTIVITY), dict(_totals)
 
 
-@pytest.mark.parametrize("cfg", FAULTY, ids=[c.label() for c in FAULTY])
+@pytest.mark.parametrize("cfg", _matrix_params(FAULTY, FULL_FAULTY))
 def test_random_scenario_survives_injected_faults(cfg):
     report = run(cfg)
     _assert_clean(report)
