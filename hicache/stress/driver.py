@@ -115,7 +115,7 @@ class Driver:
                 self.stack.allocator.free(slots)
             return self._reject(turn, node, "rejected_fault")
         if producer >= 0:
-            self.cache.cache_controller.layer_done_counter.set_consumer(producer)
+            self.cache.consume_load_batch(producer)
         self._expect(checker.check_prefix(self.pool, prefix, turn.prompt, turn.conversation.salt))
         live = Live(
             turn, self._new_req(turn, prefix, node, slots, target), slots, len(prefix), target

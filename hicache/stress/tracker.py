@@ -93,10 +93,7 @@ class Tracker:
         gone = (
             [] if len(self.seen) + new == len(nodes) else [i for i in self.seen if i not in nodes]
         )
-        ctrl = self.cache.cache_controller
-        for queue in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue):
-            for item in queue:  # a queued or unacknowledged transfer locks its nodes
-                locks.update(item.node_ids)
+        locks.update(self.cache.host_tier.transfer_locks())  # pending transfers lock their nodes
         touched = (
             set()
             if locks == self.locks
