@@ -2,12 +2,13 @@
 
 Each ``step``:
 
-1. ``cache.check_hicache_events()`` — retire finished host writes/loads (hierarchical cache).
+1. ``cache.check_hicache_events()`` — retire finished host writes/loads (a no-op without a
+   host tier).
 2. Plan: decoding requests take one token each; waiting requests are admitted FIFO
    (``match_prefix``, ``init_load_back`` for host hits, slots allocated with eviction when short)
    and prompts are cut into chunks within ``max_prefill_tokens``.
 3. ``ready_to_load_host_cache()`` issues the queued loads layer by layer, and
-   ``layer_done_counter.set_consumer(...)`` makes this step's attention wait per layer.
+   ``consume_load_batch(...)`` makes this step's attention wait per layer.
 4. One forward over the mixed batch; greedy sampling.
 5. ``cache_unfinished_req`` after every prompt chunk, ``cache_finished_req`` when a request ends.
 """
@@ -102,8 +103,7 @@ class Engine:
         ``stall_timeout_s`` although nothing is running (a bookkeeping bug, never load).
         """
         done, self.scheduler.rejected = self.scheduler.rejected, []
-        if hasattr(self.cache, "check_hicache_events"):
-            self.cache.check_hicache_events()
+        self.cache.check_hicache_events()
         work = self.scheduler.plan()
         self._check_stall(bool(work))
         if not work:
@@ -136,9 +136,7 @@ class Engine:
             torch.cat([w.slots for w in work]),
             self.model.device,
         )
-        if self.scheduler.hierarchical:
-            producer = self.cache.ready_to_load_host_cache()
-            self.cache.cache_controller.layer_done_counter.set_consumer(producer)
+        self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
         self.forward_passes += 1
         return self.model(batch, self.kv_pool)
 

@@ -60,10 +60,12 @@ class SlotBudget:
 
         A node whose host backup is still in flight is locked, so not evictable, until its ack
         is retired; a reservation may have counted it. When eviction falls short, wait for the
-        transfers in flight (a CUDA sync; nothing on CPU), retire them and evict again.
+        transfers in flight (``drain_transfers``: a CUDA sync; nothing on CPU or without a host
+        tier), retire them and evict again.
         """
         slots = self._evict_and_alloc(n)
-        if slots is None and self._land_transfers():
+        if slots is None:
+            self.cache.drain_transfers()
             slots = self._evict_and_alloc(n)
         return slots
 
@@ -72,18 +74,6 @@ class SlotBudget:
         if short > 0:
             self.evicted_tokens += self.cache.evict(short)
         return self.allocator.alloc(n)
-
-    def _land_transfers(self) -> bool:
-        """Issue queued host transfers, block until all have landed and retire their acks
-        (unlocking their nodes). False when the cache has no host tier."""
-        controller = getattr(self.cache, "cache_controller", None)
-        if controller is None:
-            return False
-        self.cache.check_hicache_events()
-        for ack in [*controller.ack_write_queue, *controller.ack_load_queue]:
-            ack.finish_event.synchronize()
-        self.cache.check_hicache_events()
-        return True
 
     def grow(self, req: Request, n: int) -> torch.Tensor:
         """Make row ``req.req_pool_idx`` name slots for tokens ``kv_len .. kv_len + n - 1``.

@@ -26,15 +26,14 @@ class Work:
 class Scheduler:
     """FIFO admission with prefix matching, host load-back, reservations and chunked prefill.
 
-    ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; the host tier is used when the cache
-    has ``init_load_back``.
+    ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; host hits (only a host tier has them)
+    are loaded back.
     """
 
     def __init__(self, cache: Any, budget: SlotBudget, config: EngineConfig) -> None:
         self.cache = cache
         self.budget = budget
         self.config = config
-        self.hierarchical = hasattr(cache, "init_load_back")
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []  # PREFILL then DECODE, in admission order
         self.rejected: list[Request] = []
@@ -85,7 +84,7 @@ class Scheduler:
             self.cache.dec_lock_ref(node)
             return False
         prefix = match.device_indices
-        if self.hierarchical and match.host_hit_length > 0:
+        if match.host_hit_length > 0:
             prefix, node = self._load_back(match, node)
         self._install(req, rows[0], prefix, node)
         req.device_hit = len(match.device_indices)

@@ -161,6 +161,67 @@ class BasePrefixCache(ABC):
         length. Validated as ``cache_finished_req``.
         """
 
+    # ---- lower tiers: no-ops without one (``RadixCache``), the host tier in ``HiRadixCache`` ----
+
+    @abstractmethod
+    def init_load_back(
+        self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
+    ) -> tuple[torch.Tensor, TreeNode]:
+        """Queue the load of the host-only nodes above and including ``last_host_node``.
+
+        Parameters
+        ----------
+        last_host_node : ``MatchResult.last_host_node``, a node of this tree (``TypeError`` /
+            ``ValueError``); with a host tier it must be backed up (or the root).
+        host_hit_length : ``MatchResult.host_hit_length``, an int ``>= 0``; below
+            ``load_back_threshold`` nothing is loaded (recomputing is cheaper).
+        mem_quota : most device slots the load may take (an int ``>= 0``), or None.
+
+        Returns ``(device_indices, node)``: int64 ``[n]`` device slots of the loaded tokens
+        (allocator device) and ``last_host_node``, now on the device and locked until its
+        load lands; or an empty tensor and the deepest device node at or above it when nothing
+        was loaded (no host tier, below the threshold, over ``mem_quota``, the device short even
+        after evicting). The caller locks the returned node for its request; the forward pass
+        that reads the slots must ``consume_load_batch(ready_to_load_host_cache())`` first.
+        Validated before any change.
+        """
+
+    @abstractmethod
+    def ready_to_load_host_cache(self) -> int:
+        """Issue the queued loads (layer by layer); returns the load batch index, or -1 when
+        nothing was queued (always -1 without a host tier). Pops finished acks (never blocks)."""
+
+    @abstractmethod
+    def consume_load_batch(self, index: int) -> None:
+        """The next forward pass reads the KV of load batch ``index`` layer by layer (the value
+        ``ready_to_load_host_cache`` returned; -1: nothing was loaded, wait on nothing).
+
+        ``TypeError`` for a non-int, ``ValueError`` for an index that is neither -1 nor a
+        batch issued since the last reset (only -1 without a host tier); no change then.
+        """
+
+    @abstractmethod
+    def check_hicache_events(self) -> None:
+        """Issue queued writes, then pop finished write and load acks and unlock their nodes
+        (never blocks; a no-op without a host tier)."""
+
+    @abstractmethod
+    def drain_transfers(self) -> None:
+        """Issue queued writes, block until every issued write and load has landed, then pop
+        their acks and unlock their nodes (a no-op without a host tier). Queued loads are not
+        issued: ``ready_to_load_host_cache`` does that for its forward pass."""
+
+    @abstractmethod
+    def host_size(self) -> int:
+        """Tokens with a host copy, writes in flight included (0 without a host tier)."""
+
+    @abstractmethod
+    def evict_host(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` host tokens (an int ``>= 0``) by deleting unlocked
+        childless host-only nodes in policy order; never the host copy of a node still on the
+        device. Returns the tokens freed (fewer only when none is left; 0 without a host tier).
+        """
+
     @abstractmethod
     def reset(self) -> None:
         """Drop every node and return its device slots to the allocator.

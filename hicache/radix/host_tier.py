@@ -1,107 +1,228 @@
-"""The host tier of HiRadixCache: host pool construction and invariants.
+"""HostTier: the host tier (L2) of a HiRadixCache, a ``tier.LowerTier`` over ``host_slots``.
 
-Kept apart from ``hiradix_cache`` so the cache module holds only tree logic.
+It owns the host side's state: which nodes await a write or a load ack (each holding one
+transfer lock, see ``tier``), the host-evictable leaves and the host size. It moves KV through
+the ``HiCacheController`` and reaches the tree only through its ``tier.TierSite``. A backup is
+queued only for a node whose parent is the root or backed up, so backed-up nodes stay
+root-connected; a backup that finds the host pool short first evicts host-only leaves.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections import Counter
 
 import torch
 
-from hicache.pools import (
-    HostKVPool,
-    MHATokenToKVPool,
-    MHATokenToKVPoolHost,
-    MLATokenToKVPool,
-    MLATokenToKVPoolHost,
-)
+from hicache.controller import HiCacheController, pop_finished_acks
 from hicache.radix.config import HiCacheConfig
-from hicache.radix.invariants import iter_nodes
-from hicache.radix.slots import concat_slots
+from hicache.radix.node import TreeNode
+from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.tier import TierSite
 
-if TYPE_CHECKING:
-    from hicache.radix.hiradix_cache import HiRadixCache
+_CPU = torch.device("cpu")
 
 
-def build_host_pool(allocator: Any, page_size: int, config: HiCacheConfig) -> HostKVPool:
-    """The host pool (MHA or MLA, by the allocator's device pool type) ``config`` describes.
+class HostTier:
+    """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
 
-    Pinned when the device pool is on CUDA. ``ValueError`` when the allocator has no device pool,
-    the host pool would not be larger than the device pool, or RAM is short; ``TypeError`` for
-    a device pool that is neither MHA nor MLA.
+    Parameters
+    ----------
+    site : the tree and device accounting (a ``Ledger``).
+    controller : moves KV between the device and the host pool.
+    policy : the cache's eviction policy (orders ``leaves``).
+    config : the host-tier settings (write policy).
     """
-    if allocator is None or not callable(getattr(allocator, "get_kvcache", None)):
-        raise ValueError("HiRadixCache needs a token_to_kv_pool_allocator with get_kvcache()")
-    device_pool = allocator.get_kvcache()
-    if device_pool is None:
-        raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
-    if isinstance(device_pool, MLATokenToKVPool):
-        host_cls: type[HostKVPool] = MLATokenToKVPoolHost
-    elif isinstance(device_pool, MHATokenToKVPool):
-        host_cls = MHATokenToKVPoolHost
-    else:
-        raise TypeError(
-            "token_to_kv_pool_allocator.get_kvcache() must be an MHATokenToKVPool or "
-            f"MLATokenToKVPool, got {type(device_pool).__name__}"
+
+    def __init__(
+        self, site: TierSite, controller: HiCacheController, policy: str, config: HiCacheConfig
+    ) -> None:
+        self.site, self.controller, self.config = site, controller, config
+        self.leaves = LeafSet(policy)
+        self._size = 0
+        self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
+        self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def holds(self, node: TreeNode) -> bool:
+        return node.host_slots is not None
+
+    def is_evictable_leaf(self, node: TreeNode) -> bool:
+        """Unlocked, host-only and childless: what ``evict`` may delete."""
+        return (
+            node.lock_ref == 0
+            and node.slots is None
+            and node.host_slots is not None
+            and not node.children
         )
-    return host_cls(
-        device_pool,
-        config.hicache_ratio,
-        config.hicache_size_gb,
-        page_size,
-        config.mem_layout,
-        pin_memory=True,
-        io_backend=config.io_backend,
-    )
 
+    def refile(self, node: TreeNode) -> None:
+        self.leaves.put(node, self.is_evictable_leaf(node))
 
-def _fail(message: str) -> None:
-    raise RuntimeError(f"hierarchical cache invariant violated: {message}")
+    def size(self) -> int:
+        return self._size
 
+    def pending(self) -> dict[str, list[TreeNode]]:
+        """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
+        return {"write": list(self._writing.values()), "load": list(self._loading.values())}
 
-def check_host_tier(cache: HiRadixCache) -> None:
-    """The host-tier half of ``HiRadixCache.check_invariants`` (``RuntimeError`` on a violation).
+    def transfer_locks(self) -> Counter[int]:
+        return Counter(n.id for n in (*self._writing.values(), *self._loading.values()))
 
-    Host slots: each free in the host pool or owned by exactly one node's ``host_value``, with
-    none unaccounted. Host-evictable leaf set: exactly the unlocked host-only childless nodes,
-    with fresh sort keys. Locked nodes are on the device. Nodes awaiting a transfer ack are in
-    the tree and locked.
-    """
-    nodes = list(iter_nodes(cache))
-    for node in nodes:
-        member = node in cache._host_evictable
-        if member != cache._is_host_leaf(node):
-            _fail(f"node {node.id}: host-evictable-set membership {member} is wrong")
-        if member and cache._host_evictable.stale(node):
-            _fail(f"node {node.id}: its host-evictable-set sort key is stale")
-        if node.lock_ref and node.slots is None:
-            _fail(f"node {node.id} is locked but has no device copy")
-    if sum(node in cache._host_evictable for node in nodes) != len(cache._host_evictable):
-        _fail("the host-evictable set holds nodes that are not in the tree")
-    ids = {node.id for node in nodes}
-    for name, waiting in (("write", cache._writing), ("load", cache._loading)):
-        for node_id, node in waiting.items():
-            if node_id not in ids or node.lock_ref <= 0:
-                _fail(f"node {node_id} awaits a {name} ack but is not a locked tree node")
-    _check_host_slots(cache, nodes)
+    def chain(self, node: TreeNode) -> list[TreeNode]:
+        """The host-only nodes from below the deepest device node down to ``node``.
 
+        ``TypeError``/``ValueError`` unless ``node`` is in the tree and backed up (or the root).
+        """
+        path = self.site.path_to_root(node)
+        if path and node.host_slots is None:
+            raise ValueError(f"init_load_back: node {node.id} is not backed up to the host")
+        return [n for n in reversed(path) if n.slots is None]
 
-def _check_host_slots(cache: HiRadixCache, nodes: list) -> None:
-    host_pool = cache.cache_controller.mem_pool_host
-    host_pool.check_invariants()
-    held = concat_slots(
-        [n.host_slots for n in nodes if n.host_slots is not None], torch.device("cpu")
-    )
-    if held.unique().numel() != held.numel():
-        _fail("a host slot is owned by two tree positions")
-    free = host_pool.free_slots()
-    if bool(torch.isin(held, free).any()):
-        _fail("a host slot is both in the tree and free in the host pool")
-    if held.numel() != cache.host_size():
-        _fail(f"host_size() is {cache.host_size()}, the nodes hold {held.numel()} host slots")
-    if held.numel() + free.numel() != host_pool.size:
-        _fail(
-            f"host slots leaked: {host_pool.size - held.numel() - free.numel()} are neither "
-            "free nor owned by a node"
-        )
+    # ---- backups -----------------------------------------------------------------------------
+
+    def backup_path(self, last: TreeNode) -> None:
+        """Back up the device nodes from the root to ``last`` whose hit count reached the
+        write policy's threshold, parents first; stop at the first the host cannot take.
+
+        A path with a node to back up has no host-only node (a host-only node's ancestors are
+        all backed up), so the ``evict`` a backup may run cannot delete part of it."""
+        hits = self.config.backup_hits
+        if hits is None:
+            return
+        for node in reversed(self.site.path_to_root(last)):
+            if node.host_slots is not None:
+                continue
+            if node.slots is None or node.hit_count < hits or not self._backup(node):
+                return
+
+    def write_back(self, node: TreeNode) -> bool:
+        """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
+        of its ancestors lacking one (parents first). False when that does not apply or the host
+        cannot take them all even after ``evict`` (the caller then deletes the leaf); then
+        nothing is queued, unless the host pool refused an allocation it had room for: the part
+        already queued stays locked until a later call issues its writes."""
+        if node.host_slots is not None or self.config.write_policy != "write_back":
+            return False
+        chain = [n for n in self.site.path_to_root(node) if n.host_slots is None]
+        short = sum(len(n.key) for n in chain) - self.controller.mem_pool_host.available_size()
+        if short > 0 and self.evict(short) < short:
+            return False
+        return all(self._backup(n) for n in reversed(chain))
+
+    def _backup(self, node: TreeNode) -> bool:
+        """Queue a backup of device node ``node`` and lock it until the ack. When the host pool
+        is short, host-only leaves are evicted to make room; False (nothing changed but those
+        evictions) when that is not enough or the host pool still refuses."""
+        assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
+        ctrl, n = self.controller, len(node.key)
+        device = as_tensor(node.slots)  # a tensor view of the node's slots
+        host = ctrl.write(device, node.id)
+        short = n - ctrl.mem_pool_host.available_size()
+        if host is None and short > 0 and self.evict(short) >= short:
+            host = ctrl.write(device, node.id)
+        if host is None:
+            return False
+        node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        self._size += n
+        self.site.lock(node)
+        self._writing[node.id] = node
+        return True
+
+    # ---- transfers ---------------------------------------------------------------------------
+
+    def load(self, chain: list[TreeNode]) -> torch.Tensor | None:
+        last = chain[-1]
+        host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
+        device = self.controller.load(host, last.id)
+        if device is None:
+            return None
+        offset = 0
+        for node in chain:
+            self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
+            offset += len(node.key)
+        self._loading[last.id] = last  # keeps the caller's lock until the ack
+        return device
+
+    def cancel_load(self, last: TreeNode) -> None:
+        """The load ending at ``last`` has landed and is not served: release its transfer lock
+        now (its ack, popped later, finds no node)."""
+        del self._loading[last.id]
+        self.site.unlock(last)
+
+    def poll(self) -> None:
+        self.controller.start_writing()
+        self._pop_acks()
+
+    def issue_loads(self) -> int:
+        """Issue the queued loads; the producer index (-1: none), then pop finished acks."""
+        producer = self.controller.start_loading()
+        self._pop_acks()
+        return producer
+
+    def drain(self) -> None:
+        self.controller.drain()
+        self._pop_acks()
+
+    def _pop_acks(self) -> None:
+        """Pop the finished write and load acks (``query()``, no wait); unlock their nodes."""
+        ctrl = self.controller
+        for queue, waiting in (
+            (ctrl.ack_write_queue, self._writing),
+            (ctrl.ack_load_queue, self._loading),
+        ):
+            for ack in pop_finished_acks(queue):
+                for node_id in ack.node_ids:
+                    node = waiting.pop(node_id, None)
+                    if node is not None:
+                        self.site.unlock(node)
+
+    # ---- freeing -----------------------------------------------------------------------------
+
+    def evict(self, num_tokens: int) -> int:
+        freed: list[Slots] = []
+        count = 0
+        while count < num_tokens:
+            node = self.leaves.pop()
+            if node is None:
+                break
+            assert node.host_slots is not None and node.slots is None
+            freed.append(node.host_slots)
+            count += len(node.key)
+            self.site.delete_leaf(node)
+        self._size -= count
+        if freed:
+            self.controller.evict_host(concat_slots(freed, _CPU))
+        return count
+
+    def drop_subtree(self, top: TreeNode) -> None:
+        """Delete ``top`` and its descendants from the tree, freeing their device and host
+        slots. They must be unlocked, with no transfer pending (a host-only node's descendants
+        are host-only)."""
+        nodes, stack = [], [top]
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        host: list[Slots] = []
+        for node in reversed(nodes):  # every node after its descendants: a leaf when deleted
+            assert node.lock_ref == 0 and node.host_slots is not None, "dropping a wrong node"
+            host.append(node.host_slots)
+            node.host_slots = None
+            self._size -= len(node.key)
+            if node.slots is not None:
+                self.site.drop_device(node)  # also files it out of both leaf sets
+            else:
+                self.refile(node)
+            self.site.delete_leaf(node)
+        self.controller.evict_host(concat_slots(host, _CPU))
+
+    def clear(self) -> None:
+        """Wait for transfers in flight and drop them, then empty the host pool."""
+        self.controller.reset()
+        self._writing.clear()
+        self._loading.clear()
+        self.controller.mem_pool_host.clear()
+        self.leaves.clear()
+        self._size = 0

@@ -1,29 +1,42 @@
-"""Whole-tree walks of a RadixCache: invariant checks and a text drawing (tests and debugging).
+"""Invariant checks of the tree and of the device accounting, and a text drawing of the tree.
 
-Everything here is O(nodes + tokens); nothing is on the serving path.
+Each owner's state is checked through its public queries: ``check_tree`` (``RadixTree``: links,
+keys, slots' shapes, lock counts), ``check_ledger`` (``Ledger``: evictable set, sizes, slot
+ownership); the host tier checks itself (``host_checks``). Everything here is O(nodes +
+tokens) and meant for tests and debugging, never the serving path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import NoReturn, Protocol
 
 import numpy as np
 import torch
 
+from hicache.radix.config import RadixCacheConfig
 from hicache.radix.key import TOKEN_DTYPE, check_extra_key
+from hicache.radix.ledger import Ledger
 from hicache.radix.node import TreeNode
 from hicache.radix.slots import Slots, concat_slots
-from hicache.radix.walk import child_key
+from hicache.radix.tree import RadixTree
 
 _INT64 = (np.dtype(np.int64), torch.int64)
 
-if TYPE_CHECKING:
-    from hicache.radix.radix_cache import RadixCache
+
+class Drawable(Protocol):
+    """What ``format_tree`` and ``iter_nodes`` read of a cache."""
+
+    @property
+    def root(self) -> TreeNode: ...
+    @property
+    def config(self) -> RadixCacheConfig: ...
+    def evictable_size(self) -> int: ...
+    def protected_size(self) -> int: ...
 
 
-def iter_nodes(cache: RadixCache) -> Iterator[TreeNode]:
-    """Every node except the root, parents before children (iterative: chains may be deep)."""
+def iter_nodes(cache: Drawable) -> Iterator[TreeNode]:
+    """Every node of ``cache`` except the root, parents before children."""
     stack = list(cache.root.children.values())
     while stack:
         node = stack.pop()
@@ -31,7 +44,7 @@ def iter_nodes(cache: RadixCache) -> Iterator[TreeNode]:
         stack.extend(node.children.values())
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise RuntimeError(f"radix tree invariant violated: {message}")
 
 
@@ -53,11 +66,11 @@ def _valid_namespace(extra_key: object) -> bool:
     return True
 
 
-def _check_node(cache: RadixCache, node: TreeNode) -> None:
-    parent, page = node.parent, cache.page_size
-    if parent is None or parent.children.get(child_key(cache, parent, node)) is not node:
+def _check_node(tree: RadixTree, node: TreeNode) -> None:
+    parent, page, root = node.parent, tree.page_size, tree.root
+    if parent is None or parent.children.get(tree.child_key(parent, node)) is not node:
         _fail(f"node {node.id} is not its parent's child under its first page")
-    if node.child_key != child_key(cache, parent, node):
+    if node.child_key != tree.child_key(parent, node):
         _fail(f"node {node.id}: its cached child_key is not its first page")
     if node.key.dtype != TOKEN_DTYPE or node.key.ndim != 1:
         _fail(f"node {node.id}: key must be a 1-D {TOKEN_DTYPE.__name__} array")
@@ -70,9 +83,9 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
     _check_slots("host_value", node, node.host_slots)
     if node.slots is None and node.host_slots is None:
         _fail(f"node {node.id} holds neither device nor host slots")
-    if parent is cache.root and not _valid_namespace(node.extra_key):
+    if parent is root and not _valid_namespace(node.extra_key):
         _fail(f"node {node.id}: extra_key {node.extra_key!r:.60} is not a valid namespace")
-    if parent is not cache.root:
+    if parent is not root:
         if node.extra_key != parent.extra_key:
             _fail(f"node {node.id}: extra_key differs from its parent's")
         if node.slots is not None and parent.slots is None:
@@ -85,22 +98,17 @@ def _check_node(cache: RadixCache, node: TreeNode) -> None:
             f"node {node.id}: lock_ref {node.lock_ref} is not its own locks "
             f"{node.own_lock_ref} plus its children's {below}"
         )
-    member = node in cache._evictable
-    if member != cache._is_evictable_leaf(node):
-        _fail(f"node {node.id}: evictable-set membership {member} is wrong")
-    if member and cache._evictable.stale(node):
-        _fail(f"node {node.id}: its evictable-set sort key is stale")
 
 
-def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
-    allocator = cache.token_to_kv_pool_allocator
+def _check_slot_ownership(ledger: Ledger, nodes: list[TreeNode]) -> None:
+    allocator = ledger.allocator
     if allocator is None:
         return  # pure index: values are token ids and may repeat
     values = [n.slots for n in nodes if n.slots is not None]
-    slots = concat_slots(values, cache.device).cpu()
-    if slots.unique().numel() != slots.numel():
+    slots = concat_slots(values, ledger.device).cpu()
+    if torch.unique(slots).numel() != slots.numel():
         _fail("a device slot is owned by two tree positions")
-    held = cache.slot_owners.held()
+    held = ledger.owners.held()
     if held is not None and not np.array_equal(held, np.sort(slots.numpy())):
         _fail("slot_owners disagrees with the slots the nodes hold")
     free_slots = getattr(allocator, "free_slots", None)
@@ -108,29 +116,45 @@ def _check_slot_ownership(cache: RadixCache, nodes: list[TreeNode]) -> None:
         _fail("a device slot is both in the tree and free in the allocator")
 
 
-def check_tree(cache: RadixCache) -> None:
-    """Raise ``RuntimeError`` naming the first broken invariant (see docs/design.md)."""
-    root = cache.root
-    if root.parent is not None or len(root.key) or root.lock_ref != 1 or root in cache._evictable:
+def check_tree(tree: RadixTree) -> list[TreeNode]:
+    """Raise ``RuntimeError`` naming the first broken structural invariant (docs/design.md);
+    returns the nodes below the root."""
+    root = tree.root
+    if root.parent is not None or len(root.key) or root.lock_ref != 1:
         _fail("the root must have no parent, an empty key, lock_ref 1 and never be evictable")
-    nodes = list(iter_nodes(cache))
+    nodes = list(tree.nodes())
     if len({n.id for n in nodes}) != len(nodes):
         _fail("node ids repeat")
+    for node in nodes:
+        _check_node(tree, node)
+    return nodes
+
+
+def check_ledger(ledger: Ledger, nodes: list[TreeNode]) -> None:
+    """Raise ``RuntimeError`` unless the evictable set, the sizes and the slot ownership
+    ``ledger`` keeps agree with ``nodes`` (every node below the root)."""
+    leaves = ledger.leaves
+    if ledger.tree.root in leaves:
+        _fail("the root must have no parent, an empty key, lock_ref 1 and never be evictable")
     evictable = protected = members = 0
     for node in nodes:
-        _check_node(cache, node)
-        size = cache._device_len(node)
+        member = node in leaves
+        if member != ledger.is_evictable_leaf(node):
+            _fail(f"node {node.id}: evictable-set membership {member} is wrong")
+        if member and leaves.stale(node):
+            _fail(f"node {node.id}: its evictable-set sort key is stale")
+        size = 0 if node.slots is None else len(node.key)
         evictable += 0 if node.lock_ref else size
         protected += size if node.lock_ref else 0
-        members += node in cache._evictable
-    if (evictable, protected) != (cache.evictable_size(), cache.protected_size()):
+        members += member
+    sizes = (ledger.evictable_tokens, ledger.protected_tokens)
+    if (evictable, protected) != sizes:
         _fail(
-            f"sizes (evictable, protected) are ({cache.evictable_size()}, "
-            f"{cache.protected_size()}), the nodes hold ({evictable}, {protected})"
+            f"sizes (evictable, protected) are {sizes}, the nodes hold ({evictable}, {protected})"
         )
-    if members != len(cache._evictable):
+    if members != len(leaves):
         _fail("the evictable set holds nodes that are not in the tree")
-    _check_slot_ownership(cache, nodes)
+    _check_slot_ownership(ledger, nodes)
 
 
 def _describe(node: TreeNode, max_tokens: int) -> str:
@@ -145,11 +169,11 @@ def _describe(node: TreeNode, max_tokens: int) -> str:
     )
 
 
-def format_tree(cache: RadixCache, max_tokens: int = 8) -> str:
+def format_tree(cache: Drawable, max_tokens: int = 8) -> str:
     """One line per node, indented by depth, children in insertion order."""
     lines = [
         f"root evictable={cache.evictable_size()} protected={cache.protected_size()} "
-        f"page_size={cache.page_size} policy={cache.config.eviction_policy}"
+        f"page_size={cache.config.page_size} policy={cache.config.eviction_policy}"
     ]
     stack = [(child, 1) for child in reversed(cache.root.children.values())]
     while stack:

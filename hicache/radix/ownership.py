@@ -29,10 +29,9 @@ import torch
 from hicache import env
 from hicache.radix.key import RadixKey
 from hicache.radix.slots import Slots, check_value
-from hicache.radix.walk import device_prefix
 
 if TYPE_CHECKING:
-    from hicache.radix.radix_cache import RadixCache
+    from hicache.radix.tree import RadixTree
 
 
 def slot_bounds(allocator: Any) -> tuple[int, int] | None:
@@ -155,27 +154,31 @@ def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
         _fail(name, "holds slots that are free in the allocator (not allocated to the caller)")
 
 
-def check_insert_value(cache: RadixCache, key: RadixKey, value: Any) -> None:
+def check_insert_value(
+    key: RadixKey,
+    value: Any,
+    allocator: Any,
+    device: torch.device,
+    owners: SlotOwners,
+    tree: RadixTree,
+) -> None:
     """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
-    required with an allocator and then on its device; its slots then pass ``check_pages``, and
-    the slots the insert would take (past the cached device prefix) are held by no node and,
-    under the debug switch, allocated. The cached prefix is looked up (a read-only walk) only
-    when some slot is held or the debug switch is on: a fresh insert pays one gather."""
+    required with an allocator and then on its ``device``; its slots then pass ``check_pages``, and
+    the slots the insert would take (past the device prefix ``tree`` caches) are held by no
+    node (``owners``) and, under the debug switch, allocated. The cached prefix is looked up (a
+    read-only walk) only when some slot is held or the debug switch is on: a fresh insert pays
+    one gather."""
     check_value(value, len(key))
-    allocator = cache.token_to_kv_pool_allocator
     if allocator is None:
         return
     if value is None:
         raise ValueError("value is required: this cache frees its values to an allocator")
-    if value.device != cache.device:
-        raise ValueError(
-            f"value must be on the allocator's device {cache.device}, got {value.device}"
-        )
+    if value.device != device:
+        raise ValueError(f"value must be on the allocator's device {device}, got {value.device}")
     check_pages(value, "value", allocator)
-    end = len(key) - len(key) % cache.page_size
-    owners = cache.slot_owners
+    end = len(key) - len(key) % tree.page_size
     if env.ownership_checked() or owners.any_held(value[:end]):
-        new = value[device_prefix(cache, key)[0] : end]
+        new = value[tree.device_prefix(key)[0] : end]
         owners.check(new, "value")
         check_allocated(new, "value", allocator)
 

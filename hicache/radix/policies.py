@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from heapq import merge
+from typing import Any
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped]  # ships no stubs
 
 from hicache.radix.node import TreeNode
 
@@ -55,9 +56,11 @@ class LeafSet:
         self.policy = check_policy(policy)
         self._key = EVICTION_POLICIES[policy]
         # Entries are (*policy key, node.id, node); ids are unique, so nodes are never compared.
-        self._entries: dict[int, tuple] = {}  # every member: node id -> its entry
-        self._tail: OrderedDict[int, tuple] = OrderedDict()  # ascending entries, by node id
-        self._tail_max: tuple = ()  # >= every entry in _tail (the last one added there)
+        self._entries: dict[int, tuple[Any, ...]] = {}  # every member: node id -> its entry
+        self._tail: OrderedDict[int, tuple[Any, ...]] = (
+            OrderedDict()
+        )  # ascending entries, by node id
+        self._tail_max: tuple[Any, ...] = ()  # >= every entry in _tail (the last one added there)
         self._sorted: SortedList = SortedList()  # the members not in _tail
 
     def add(self, node: TreeNode) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -30,12 +30,9 @@ import torch
 from hicache.checks import check_int
 from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
-from hicache.radix.ownership import check_allocated, check_pages
-from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
-from hicache.radix.walk import device_prefix
-
-if TYPE_CHECKING:
-    from hicache.radix.radix_cache import RadixCache
+from hicache.radix.ownership import SlotOwners, check_allocated, check_pages
+from hicache.radix.slots import Slots, copy_slots
+from hicache.radix.tree import RadixTree
 
 
 def _empty_indices() -> torch.Tensor:
@@ -100,8 +97,8 @@ def kv_key(req: Any) -> RadixKey:
     return RadixKey.from_validated(ids, req.extra_key)
 
 
-def _row_id(cache: RadixCache, req: Any) -> int:
-    """``req.req_pool_idx`` as a row id the request pool has handed out (no state change)."""
+def _row_id(pool: Any, req: Any) -> int:
+    """``req.req_pool_idx`` as a row id ``pool`` has handed out (no state change)."""
     idx = req.req_pool_idx
     if idx is None:
         raise ValueError(
@@ -116,7 +113,6 @@ def _row_id(cache: RadixCache, req: Any) -> int:
         raise TypeError(
             f"req.req_pool_idx must be an int row id, got {type(req.req_pool_idx).__name__}"
         ) from None
-    pool = cache.req_to_token_pool
     rows = pool.req_to_token.shape[0]
     if not 0 <= idx < rows:
         raise IndexError(f"req.req_pool_idx must be in [0, {rows}), got {idx}")
@@ -128,18 +124,17 @@ def _row_id(cache: RadixCache, req: Any) -> int:
     return idx
 
 
-def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
+def _check_lock(tree: RadixTree, req: Any, on_device: list[TreeNode]) -> None:
     """``req.last_node`` is locked and one of ``on_device`` (the device nodes along the
     request's tokens), and ``cache_protected_len`` (a page multiple) does not go past it."""
-    protected, node = req.cache_protected_len, req.last_node
+    protected, node, page = req.cache_protected_len, req.last_node, tree.page_size
     check_int("req.cache_protected_len", protected, minimum=0)
-    if protected % cache.page_size:
+    if protected % page:
         raise ValueError(
-            f"req.cache_protected_len must be a multiple of page_size="
-            f"{cache.page_size}, got {protected}"
+            f"req.cache_protected_len must be a multiple of page_size={page}, got {protected}"
         )
     depth = 0
-    if node is not None and node is not cache.root:
+    if node is not None and node is not tree.root:
         if not isinstance(node, TreeNode):
             raise TypeError(f"req.last_node must be a TreeNode or None, got {type(node).__name__}")
         if node.own_lock_ref <= 0:
@@ -159,70 +154,40 @@ def _check_lock(cache: RadixCache, req: Any, on_device: list[TreeNode]) -> None:
         )
 
 
-def _validate(cache: RadixCache, req: Any) -> tuple[int, Slots, RadixKey, int]:
-    """Validate ``req`` (no state change). Returns its row id, an int64 copy of its row, the
-    key of its whole pages and how many leading tokens of it the tree holds on the device.
-    The request's own slots (positions ``[cache_protected_len, kv_len)``) are checked like
-    ``insert``'s ``value`` (``radix.ownership``)."""
-    if cache.req_to_token_pool is None:
+class CheckedReq(NamedTuple):
+    """A validated request: its row id, an int64 copy of its row ``[kv_len]``, the key of its
+    whole pages and how many leading tokens of that key the tree holds on the device."""
+
+    row_id: int
+    row: Slots
+    key: RadixKey
+    present: int
+
+
+def check_req(
+    req: Any, pool: Any, tree: RadixTree, allocator: Any, owners: SlotOwners
+) -> CheckedReq:
+    """Validate ``req`` for ``cache_*_req`` against ``pool`` (the request table) and ``tree``
+    (no state change; the rules are in ``BasePrefixCache.cache_finished_req``). The request's
+    own slots (positions ``[cache_protected_len, kv_len)``) are checked like ``insert``'s
+    ``value`` (``radix.ownership``)."""
+    if pool is None:
         raise ValueError("cache_*_req needs a req_to_token_pool")
-    idx = _row_id(cache, req)
+    idx = _row_id(pool, req)
     key = kv_key(req)
-    table = cache.req_to_token_pool.req_to_token
+    table = pool.req_to_token
     if len(key) > table.shape[1]:
         raise ValueError(
             f"req.kv_len={len(key)} exceeds the request pool's max_context_len={table.shape[1]}"
         )
     check_int("req.priority", req.priority, minimum=-(2**63))
-    aligned = key[: len(key) - len(key) % cache.page_size]
-    present, on_device = device_prefix(cache, aligned)
-    _check_lock(cache, req, on_device)
+    aligned = key[: len(key) - len(key) % tree.page_size]
+    present, on_device = tree.device_prefix(aligned)
+    _check_lock(tree, req, on_device)
     row = copy_slots(table[idx, : len(key)])
     own = row[req.cache_protected_len :]
     name = "req_to_token row (positions cache_protected_len..kv_len)"
-    check_pages(own, name, cache.token_to_kv_pool_allocator)
-    cache.slot_owners.check(own, name)
-    check_allocated(own, name, cache.token_to_kv_pool_allocator)
-    return idx, row, aligned, present
-
-
-def _release(cache: RadixCache, req: Any, idx: int) -> None:
-    cache.req_to_token_pool.free(idx)
-    req.req_pool_idx = None
-    if req.last_node is not None:
-        cache.dec_lock_ref(req.last_node)
-        req.last_node = None
-
-
-def cache_finished(cache: RadixCache, req: Any) -> None:
-    """``RadixCache.cache_finished_req`` (contract in ``BasePrefixCache``). Everything that can
-    fail (validation, then the allocator's free of the duplicate and tail slots) happens before
-    the tree changes."""
-    idx, row, key, present = _validate(cache, req)
-    protected = req.cache_protected_len
-    if cache.disable:
-        cache._free_device([row])
-    else:
-        cache._free_device([row[protected:present], row[len(key) :]])
-        cache._insert(key, row, req.priority)
-    _release(cache, req, idx)
-
-
-def cache_unfinished(cache: RadixCache, req: Any) -> None:
-    """``RadixCache.cache_unfinished_req`` (contract in ``BasePrefixCache``)."""
-    idx, row, key, present = _validate(cache, req)
-    if cache.disable:
-        req.prefix_indices = as_tensor(row)
-        return
-    protected, aligned = req.cache_protected_len, len(key)
-    cache._free_device([row[protected:present]])
-    _, path = cache._insert(key, row, req.priority)
-    tree_indices = cache._path_indices(path)
-    cache.req_to_token_pool.write((idx, slice(protected, aligned)), tree_indices[protected:])
-    new_last = path[-1] if path else cache.root
-    cache.inc_lock_ref(new_last)
-    if req.last_node is not None:
-        cache.dec_lock_ref(req.last_node)
-    req.prefix_indices = concat_slots([tree_indices, row[aligned:]], cache.device)
-    req.last_node = new_last
-    req.cache_protected_len = aligned
+    check_pages(own, name, allocator)
+    owners.check(own, name)
+    check_allocated(own, name, allocator)
+    return CheckedReq(idx, row, aligned, present)

@@ -13,7 +13,7 @@ public API is a torch tensor (``concat_slots``, ``as_tensor``, and the ``TreeNod
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
     if isinstance(first, np.ndarray) or first.is_cpu:
         joined = np.concatenate([_host(v) for v in values])  # always a new array
         return torch.from_numpy(joined.astype(np.int64, copy=False))
-    return torch.cat(values).to(torch.int64)
+    return torch.cat(cast(list[torch.Tensor], values)).to(torch.int64)  # all on one device
 
 
 def copy_slots(value: Slots, start: int = 0, end: int | None = None) -> Slots:

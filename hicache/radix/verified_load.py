@@ -12,7 +12,8 @@ On a mismatch the node holding the first bad page is dropped with its whole subt
 slots and those of the chain below it go back to the allocator, its host copy and its
 descendants' (all host-only) to the host pool. The caller gets the verified prefix (the chain's
 nodes above that node) and recomputes the rest; the load's transfer lock is released at once
-(the load has landed). ``failures`` on the controller's ``integrity`` counts the bad pages.
+(the load has landed: ``HostTier.cancel_load``). ``failures`` on the controller's
+``integrity`` counts the bad pages.
 
 Not covered: a load batch whose issue raised stays queued (as for any load) and is issued later
 by ``ready_to_load_host_cache`` without a check.
@@ -20,30 +21,26 @@ by ``ready_to_load_host_cache`` without a check.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from hicache.radix.host_tier import HostTier
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import Slots, concat_slots
-
-if TYPE_CHECKING:
-    from hicache.radix.hiradix_cache import HiRadixCache
+from hicache.radix.slots import concat_slots
 
 _CPU = torch.device("cpu")
 
 
 def check_load(
-    cache: HiRadixCache, chain: list[TreeNode], device: torch.Tensor
+    tier: HostTier, chain: list[TreeNode], device: torch.Tensor
 ) -> tuple[torch.Tensor, TreeNode]:
-    """``init_load_back``'s result for ``chain`` just queued by ``host_io.load_chain`` into
-    ``device``: ``(device, chain[-1])`` unless a verified page differs from its backup, then the
-    verified prefix and its last node (``chain[0].parent`` and no slots when nothing is left)."""
-    ctrl = cache.cache_controller
+    """``init_load_back``'s result for ``chain`` just queued by ``tier.load`` into ``device``:
+    ``(device, chain[-1])`` unless a verified page differs from its backup, then the verified
+    prefix and its last node (``chain[0].parent`` and no slots when nothing is left)."""
+    ctrl = tier.controller
     if ctrl.integrity is None or not ctrl.integrity.select():
         return device, chain[-1]
     ctrl.start_loading()
-    host = concat_slots([node.host_slots for node in chain], _CPU)
+    host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
     bad = ctrl.verify_load(host, device)
     if bad is None:
         return device, chain[-1]
@@ -51,36 +48,8 @@ def check_load(
     while start + len(chain[first].key) <= bad:
         start += len(chain[first].key)
         first += 1
-    last, above = chain[-1], chain[first].parent
+    above = chain[first].parent
     assert above is not None
-    del cache._loading[last.id]  # the load has landed; its ack, popped later, finds no node
-    cache.dec_lock_ref(last)
-    drop_subtree(cache, chain[first])
+    tier.cancel_load(chain[-1])  # the load has landed
+    tier.drop_subtree(chain[first])
     return device[:start], above
-
-
-def drop_subtree(cache: HiRadixCache, top: TreeNode) -> None:
-    """Delete ``top`` and its descendants from the tree, freeing their device and host slots.
-
-    They must be unlocked, with no transfer pending (a host-only node's descendants are host-only).
-    """
-    nodes, stack = [], [top]
-    while stack:
-        node = stack.pop()
-        nodes.append(node)
-        stack.extend(node.children.values())
-    device: list[Slots] = []
-    host: list[Slots] = []
-    for node in reversed(nodes):  # every node after its descendants: a leaf when deleted
-        assert node.lock_ref == 0 and node.host_slots is not None, "dropping a wrong node"
-        host.append(node.host_slots)
-        node.host_slots = None
-        cache._host_size -= len(node.key)
-        if node.slots is not None:
-            device.append(node.slots)
-            cache._set_device(node, None)  # also files it out of both leaf sets
-        else:
-            cache._sync(node)
-        cache._delete_leaf(node)
-    cache._free_device(device)
-    cache.cache_controller.evict_host(concat_slots(host, _CPU))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,29 +19,9 @@ from hicache.radix import HiRadixCache, RadixKey, Req
 from hicache.stress import checker
 from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
 from hicache.stress.faults import Faults, InjectedFault
-from hicache.stress.oracle import write_kv
+from hicache.stress.live import Live, start_request
 from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
-
-
-@dataclass(eq=False)
-class Live:
-    """A request in flight: ``slots`` were allocated for positions ``base ..``."""
-
-    turn: Turn
-    req: Req
-    slots: torch.Tensor
-    base: int
-    target: int
-    _own: tuple[int, torch.Tensor] | None = None
-
-    def own(self) -> torch.Tensor:
-        """Slots still the request's: positions from ``cache_protected_len`` on (the same
-        tensor until that moves, so a checker can tell it did not change)."""
-        start = max(self.req.cache_protected_len - self.base, 0)
-        if self._own is None or self._own[0] != start:
-            self._own = (start, self.slots[start:])
-        return self._own[1]
 
 
 class Driver:
@@ -111,13 +90,11 @@ class Driver:
                 self.stack.allocator.free(slots)
             return self._reject(turn, node, "rejected_fault")
         if producer >= 0:
-            self.cache.cache_controller.layer_done_counter.set_consumer(producer)
+            self.cache.consume_load_batch(producer)
         self._expect(checker.check_prefix(self.pool, prefix, turn.prompt, turn.conversation.salt))
-        live = Live(
-            turn, self._new_req(turn, prefix, node, slots, target), slots, len(prefix), target
-        )
-        self._compute(live, self.rng.randint(len(prefix), target))
-        self.live.append(live)
+        new = start_request(self.stack.req_pool, turn, prefix, node, slots, target)
+        new.compute(self.pool, self.rng.randint(len(prefix), target))
+        self.live.append(new)
 
     def _match_and_load(self, turn: Turn) -> tuple[torch.Tensor, Any]:
         """Match the prompt, load its host part back, lock: (prefix slots, locked node)."""
@@ -132,38 +109,6 @@ class Driver:
         self.cache.inc_lock_ref(node)
         return prefix, node
 
-    def _new_req(
-        self, turn: Turn, prefix: torch.Tensor, node: Any, slots: torch.Tensor, target: int
-    ) -> Req:
-        (row,) = self.stack.req_pool.alloc(1)
-        pool, n = self.stack.req_pool, len(prefix)
-        pool.write((row, slice(0, n)), prefix.to(pool.device))
-        pool.write((row, slice(n, target)), slots[: target - n].to(pool.device))
-        return Req(
-            row,
-            turn.prompt,
-            list(turn.output),
-            kv_len=n,
-            extra_key=turn.conversation.tenant,
-            prefix_indices=prefix,
-            last_node=node,
-            cache_protected_len=n,
-        )
-
-    def _compute(self, live: Live, end: int) -> None:
-        """The model's forward over positions ``[kv_len, end)``: write their KV."""
-        start, req = live.req.kv_len, live.req
-        ids = (list(req.origin_input_ids) + req.output_ids)[start:end]
-        tokens = torch.tensor(ids, dtype=torch.int64)
-        write_kv(
-            self.pool,
-            live.slots[start - live.base : end - live.base],
-            tokens,
-            torch.arange(start, end),
-            live.turn.conversation.salt,
-        )
-        req.kv_len = end
-
     def advance(self) -> None:
         if self.idle("advance"):
             return
@@ -172,7 +117,7 @@ class Driver:
             if self.rng.random() < 0.7:
                 self._completes(self.cache.cache_unfinished_req, live.req)
                 self.counts["cache_unfinished_req"] += 1
-            self._compute(live, self.rng.randint(live.req.kv_len + 1, live.target))
+            live.compute(self.pool, self.rng.randint(live.req.kv_len + 1, live.target))
             return
         self._finish(live, completed=True)
 

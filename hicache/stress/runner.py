@@ -64,7 +64,7 @@ Progress = Callable[[int, int], None]  # (ops done, violations so far)
 PROGRESS_EVERY = 100  # ops between progress callbacks
 
 
-def _step(driver: Driver, name: str) -> None:
+def step(driver: Driver, name: str) -> None:
     """One op, then the check of what it changed; a crash of either is a violation. An idle
     op (nothing to act on) changes nothing and is not run."""
     if driver.idle(name):
@@ -102,7 +102,7 @@ def run(
         done += 1
         name = driver.rng.choices(names, weights)[0]
         driver.counts[name] += 1
-        _step(driver, name)
+        step(driver, name)
         where = f"op {done} ({name}), seed {cfg.seed}:"
         if not driver.violations and done % cfg.full_every == 0:
             _checked(driver, driver.check_full)

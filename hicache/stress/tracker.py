@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from hicache.stress.checker import pending
+from hicache.stress.node_rows import as_array, header, offset_of, rows_of, slots_on
 from hicache.stress.oracle import device_rows, differences, expected_rows, host_rows
-from hicache.stress.shadow import TierShadow, pack
-from hicache.stress.workload import SALTS
+from hicache.stress.shadow import TierShadow
 
 TIERS = ("device", "host")
 _INT64 = (np.dtype(np.int64), torch.int64)
@@ -69,7 +69,7 @@ class Tracker:
     def reset(self) -> None:
         """Forget everything: the next :meth:`check` treats every node as new."""
         self.tiers = {t: TierShadow(t, self.pools[t], self.every[t]) for t in TIERS}
-        self.seen: dict[int, tuple[Any, ...]] = {}  # node id -> header (see ``_header``)
+        self.seen: dict[int, tuple[Any, ...]] = {}  # node id -> header (see ``node_rows.header``)
         self.alive: dict[int, tuple[Any, ...]] = {}  # what the header's ids name, kept alive
         self.deferred: dict[tuple[int, str], Any] = {}  # (node id, tier) -> node, in flight
         self.locks: Counter[int] = Counter()
@@ -93,10 +93,7 @@ class Tracker:
         gone = (
             [] if len(self.seen) + new == len(nodes) else [i for i in self.seen if i not in nodes]
         )
-        ctrl = self.cache.cache_controller
-        for queue in (ctrl.write_queue, ctrl.load_queue, ctrl.ack_write_queue, ctrl.ack_load_queue):
-            for item in queue:  # a queued or unacknowledged transfer locks its nodes
-                locks.update(item.node_ids)
+        locks.update(self.cache.host_tier.transfer_locks())  # pending transfers lock their nodes
         touched = (
             set()
             if locks == self.locks
@@ -106,7 +103,7 @@ class Tracker:
         moved = self._moves(changed, gone)
         bad = self._take(moved, requests)
         for node in changed:
-            self.seen[node.id] = _header(node)
+            self.seen[node.id] = header(node)
             self.alive[node.id] = (node.key, node.slots, node.host_slots)
             touched.add(node.id)
             touched.update(c.id for c in node.children.values())
@@ -133,7 +130,7 @@ class Tracker:
                 id(node.host_slots),
                 node.parent,
                 node.lock_ref,
-            ):  # ``_header`` inlined
+            ):  # ``header`` inlined
                 changed.append(node)
             stack.extend(node.children.values())
         return nodes, changed
@@ -149,7 +146,7 @@ class Tracker:
         for node in changed:
             old = self.seen.get(node.id)
             for k, tier in enumerate(TIERS):
-                if old is None or old[1 + k] != id(_slots(node, tier)):
+                if old is None or old[1 + k] != id(slots_on(node, tier)):
                     self.tiers[tier].release(node.id)
                     moved.append((node, tier))
         return moved
@@ -164,9 +161,9 @@ class Tracker:
             for tag in [t for t in device.claims if t < 0]:
                 device.release(tag)
         for node, tier in moved:
-            slots = _slots(node, tier)
+            slots = slots_on(node, tier)
             if slots is not None:
-                bad += self.tiers[tier].claim(node.id, _array(slots))
+                bad += self.tiers[tier].claim(node.id, as_array(slots))
         for k, slots in enumerate(requests if renew else []):
             bad += device.claim(-3 - k, slots.cpu().numpy())
         for shadow in self.tiers.values():
@@ -196,7 +193,7 @@ class Tracker:
         n, page, parent = len(node.key), self.cache.page_size, node.parent
         bad = [] if n and n % page == 0 else [f"node {node.id}: key length {n} is not pages"]
         for tier in TIERS:
-            s = _slots(node, tier)
+            s = slots_on(node, tier)
             if s is not None and (s.dtype not in _INT64 or s.ndim != 1 or s.shape[0] != n):
                 bad.append(f"node {node.id}: {tier} slots are not int64 [{n}]")
         if node.slots is None and node.host_slots is None:
@@ -239,9 +236,9 @@ class Tracker:
 
     def _bytes(self, moved: list[tuple[Any, str]], nodes: dict[int, Any]) -> list[str]:
         """The oracle's KV in every new copy and in every deferred one that has landed."""
-        work = {(node.id, tier): node for node, tier in moved if _slots(node, tier) is not None}
+        work = {(node.id, tier): node for node, tier in moved if slots_on(node, tier) is not None}
         for (i, tier), node in self.deferred.items():
-            if nodes.get(i) is node and _slots(node, tier) is not None:
+            if nodes.get(i) is node and slots_on(node, tier) is not None:
                 work.setdefault((i, tier), node)
         self.deferred = {}
         if not work:
@@ -252,7 +249,7 @@ class Tracker:
         }
         todo: list[tuple[Any, ...]] = []
         for (i, tier), node in sorted(work.items(), key=lambda item: item[0][1]):  # by tier
-            rows = _rows(node, _offset(node, self.cache.root), tier)
+            rows = rows_of(node, offset_of(node, self.cache.root), tier)
             if in_flight[tier] is not None and in_flight[tier][rows[2]].any():
                 self.deferred[(i, tier)] = node
             elif (self.tiers[tier].content[rows[2]] != rows[6]).any():
@@ -297,42 +294,3 @@ class Tracker:
         if tier == "device":
             return lambda s: device_rows(ctrl.mem_pool_device, s)
         return lambda s: host_rows(ctrl.mem_pool_host, s)
-
-
-def _header(node: Any) -> tuple[Any, ...]:
-    """A node's state: its key, slots and host slots by identity (the arrays are kept alive in
-    ``Tracker.alive``, so an id is never reused meanwhile), its parent and its lock count."""
-    return id(node.key), id(node.slots), id(node.host_slots), node.parent, node.lock_ref
-
-
-def _slots(node: Any, tier: str) -> Any:
-    return node.slots if tier == "device" else node.host_slots
-
-
-def _array(slots: Any) -> np.ndarray:
-    """A node's stored slots (numpy, or a tensor on their device) as a CPU numpy array."""
-    return slots if isinstance(slots, np.ndarray) else slots.cpu().numpy()
-
-
-def _offset(node: Any, root: Any) -> int:
-    """Position of the node's first token in its sequence."""
-    offset, node = 0, node.parent
-    while node is not None and node is not root:
-        offset, node = offset + len(node.key), node.parent
-    return offset
-
-
-def _rows(node: Any, offset: int, tier: str) -> tuple[Any, ...]:
-    """(tier, node, slots, tokens, positions, salts, packed) of the node's copy on ``tier``:
-    int64 numpy columns, ``packed`` naming each row's content (see ``shadow.pack``)."""
-    n, salt = len(node.key), SALTS[node.extra_key]
-    tokens, positions = node.key.astype(np.int64), np.arange(offset, offset + n)
-    return (
-        tier,
-        node,
-        _array(_slots(node, tier)),
-        tokens,
-        positions,
-        np.full(n, salt),
-        pack(tokens, positions, salt),
-    )

@@ -22,9 +22,9 @@ def eviction_order(cache: RadixCache, keys: list[list[int]]) -> list[int]:
     present = {tuple(k): i for i, k in enumerate(keys)}
     order = []
     while cache.evictable_size():
-        before = {n for n in cache._evictable}
+        before = set(cache.evictable_leaves())
         cache.evict(1)
-        gone = before - {n for n in cache._evictable}
+        gone = before - set(cache.evictable_leaves())
         order += [present[tuple(n.key.tolist())] for n in gone if n.parent is None]
         cache.check_invariants()
     return order
@@ -90,10 +90,10 @@ def test_parent_becomes_evictable_after_its_leaves():
     cache = RadixCache(None, None)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
-    assert len(cache._evictable) == 2
+    assert len(cache.evictable_leaves()) == 2
     assert cache.evict(2) == 2
     assert cache.evict(2) == 2
-    assert len(cache._evictable) == 1  # now [1, 2]
+    assert len(cache.evictable_leaves()) == 1  # now [1, 2]
     assert cache.evict(100) == 2
     assert cache.total_size() == 0 and not cache.root.children
     cache.check_invariants()

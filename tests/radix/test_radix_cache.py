@@ -259,40 +259,40 @@ def test_allocator_page_size_must_match():
 
 def _corruptions():
     def sizes(cache):
-        cache._evictable_size += 1
+        cache.ledger.evictable_tokens += 1
 
     def lock(cache):
         next(iter(cache.root.children.values())).lock_ref = -1
 
     def leaf_set(cache):
-        cache._evictable.clear()
+        cache.ledger.leaves.clear()
 
     def stale(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         leaf.last_access_time += 100
 
     def key_page(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         leaf.key = leaf.key[:-1]
 
     def value_len(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         leaf.value = leaf.value[:-1]
 
     def parent_link(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         leaf.parent = cache.root
 
     def namespace(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         leaf.extra_key = "other"
 
     def double_slot(cache):
-        a, b = list(cache._evictable)[:2]
+        a, b = cache.evictable_leaves()[:2]
         b.value = a.value.clone()
 
     def free_slot(cache):
-        leaf = next(iter(cache._evictable))
+        leaf = cache.evictable_leaves()[0]
         cache.token_to_kv_pool_allocator.free(leaf.value)
 
     return [

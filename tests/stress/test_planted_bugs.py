@@ -44,13 +44,13 @@ class Plant:
 @pytest.fixture
 def plant(monkeypatch: pytest.MonkeyPatch) -> Plant:
     p = Plant()
-    step = runner._step
+    step = runner.step
 
     def counted(driver: Any, name: str) -> None:
         p.op += 1
         step(driver, name)
 
-    monkeypatch.setattr(runner, "_step", counted)
+    monkeypatch.setattr(runner, "step", counted)
     return p
 
 

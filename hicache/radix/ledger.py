@@ -1,0 +1,203 @@
+"""Ledger: the device-side accounting of one tree — sizes, the evictable set, locks, device copies.
+
+Every change to what a node's evictability depends on (its locks, its device copy, its
+children's device copies) goes through the ledger, which re-files the node in its evictable
+``LeafSet`` (and, through ``LowerTier.refile``, in a lower tier's set) in the same call.
+Sizes count device tokens: ``evictable_tokens`` in unlocked nodes, ``protected_tokens`` in
+locked ones. The ledger implements ``tier.TierSite``: it is what a lower tier reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from hicache.radix.node import TreeNode
+from hicache.radix.ownership import SlotOwners
+from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots, concat_slots
+from hicache.radix.tier import LowerTier
+from hicache.radix.tree import RadixTree
+
+
+class Ledger:
+    """Accounting over ``tree``; evicted device slots go back to ``allocator`` (None: a pure
+    index, nothing is freed).
+
+    Attributes
+    ----------
+    leaves : the evictable device leaves, in eviction order: unlocked, on the device, with no
+        child on the device (no child at all without a lower tier).
+    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
+        by the ledger (tests corrupt them to exercise ``check_invariants``).
+    owners : the ``SlotOwners`` of the device slots nodes hold.
+    lower : the tier below the device, or None.
+    """
+
+    def __init__(
+        self, tree: RadixTree, allocator: Any, device: torch.device, policy: str, owners: SlotOwners
+    ) -> None:
+        self.tree, self.allocator, self.device, self.owners = tree, allocator, device, owners
+        self.leaves = LeafSet(policy)
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+        self.lower: LowerTier | None = None
+        self._lower_leaves: LeafSet | None = None
+
+    def attach(self, lower: LowerTier) -> None:
+        """Put ``lower`` below the device (before the first node is added)."""
+        self.lower, self._lower_leaves = lower, lower.leaves
+
+    def clear(self) -> None:
+        """Forget every node (the tree was cleared; their slots were freed)."""
+        self.leaves.clear()
+        self.evictable_tokens = self.protected_tokens = 0
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def is_evictable_leaf(self, node: TreeNode) -> bool:
+        if node.lock_ref or node.slots is None:
+            return False
+        if self.lower is None:
+            return not node.children
+        return all(child.slots is None for child in node.children.values())
+
+    def nodes(self) -> Iterator[TreeNode]:
+        return self.tree.nodes()
+
+    def path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        return self.tree.path_to_root(node)
+
+    # ---- locks and hits ----------------------------------------------------------------------
+
+    def lock(self, node: TreeNode) -> int:
+        """Lock ``node`` and its ancestors; returns device tokens moved to protected. The root
+        is a no-op; ``TypeError``/``ValueError`` if ``node`` is not in this tree."""
+        path = self.tree.path_to_root(node)
+        moved = 0
+        leaves, lower = self.leaves, self._lower_leaves
+        for n in path:
+            if n.lock_ref == 0:
+                if n.slots is not None:
+                    size = len(n.key)
+                    self.evictable_tokens -= size
+                    self.protected_tokens += size
+                    moved += size
+                leaves.discard(n)
+                if lower is not None:
+                    lower.discard(n)
+            n.lock_ref += 1
+        if path:
+            node.own_lock_ref += 1
+        return moved
+
+    def unlock(self, node: TreeNode) -> int:
+        """Undo one ``lock(node)``; returns device tokens moved to evictable. ``ValueError`` (no
+        change) unless ``node`` holds a lock of its own."""
+        path = self.tree.path_to_root(node)
+        if path and node.own_lock_ref <= 0:
+            held = "only through a locked descendant" if node.lock_ref > 0 else "at all"
+            raise ValueError(
+                f"dec_lock_ref: node {node.id} is not locked {held}; "
+                "call it once per inc_lock_ref on the same node"
+            )
+        if path:
+            node.own_lock_ref -= 1
+        moved = 0
+        for n in path:
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                if n.slots is not None:
+                    size = len(n.key)
+                    self.evictable_tokens += size
+                    self.protected_tokens -= size
+                    moved += size
+                self.sync(n)
+        return moved
+
+    def hit(self, path: list[TreeNode], tick: int, priority: int | None = None) -> None:
+        """Record a match or insert reaching every node of ``path`` (recency, hit count,
+        priority), keeping their leaf-set entries current."""
+        leaves, lower = self.leaves, self._lower_leaves
+        for node in path:
+            member = leaves.discard(node)
+            lower_member = lower is not None and lower.discard(node)
+            node.last_access_time = tick
+            node.hit_count += 1
+            if priority is not None and priority > node.priority:
+                node.priority = priority
+            if member:
+                leaves.add(node)
+            if lower_member and lower is not None:
+                lower.add(node)
+
+    def sync(self, node: TreeNode) -> None:
+        """Put ``node`` in or out of the evictable set(s) after its state changed."""
+        if node is not self.tree.root:
+            self.leaves.put(node, self.is_evictable_leaf(node))
+            if self.lower is not None:
+                self.lower.refile(node)
+
+    # ---- nodes and their device copies -------------------------------------------------------
+
+    def add_leaf(self, leaf: TreeNode, child_key: Any) -> None:
+        """Link the new unlocked device leaf ``leaf`` (its slots its own) under its parent."""
+        assert leaf.slots is not None and leaf.parent is not None
+        self.tree.link_leaf(leaf, child_key)
+        self.owners.take(leaf.slots)
+        self.evictable_tokens += len(leaf.key)
+        self.sync(leaf.parent)
+        self.sync(leaf)
+
+    def delete_leaf(self, node: TreeNode) -> None:
+        self.sync(self.tree.unlink_leaf(node))
+
+    def give_device(self, node: TreeNode, slots: Slots) -> None:
+        assert node.slots is None and node.parent is not None
+        self._resize(node, len(node.key))
+        node.slots = slots
+        self.owners.take(slots)
+        self.sync(node)
+        self.sync(node.parent)
+
+    def drop_device(self, node: TreeNode) -> None:
+        self.free([self._take_device(node)])
+
+    def evict_leaf(self, node: TreeNode, freed: list[Slots]) -> int:
+        """Evict the device leaf ``node`` just popped from ``leaves``; its slots go to
+        ``freed``. A node the lower tier holds stays as a node without a device copy."""
+        assert node.slots is not None
+        freed.append(node.slots)
+        if self.lower is not None and self.lower.holds(node):
+            self._take_device(node)
+        else:
+            self.evictable_tokens -= len(node.key)
+            self.delete_leaf(node)
+        return len(node.key)
+
+    def free(self, slots: list[Slots]) -> None:
+        """Give device ``slots`` (no longer any node's) back to the allocator."""
+        if self.allocator is None or not slots:
+            return
+        merged = concat_slots(slots, self.device)
+        if merged.numel():
+            self.allocator.free(merged)
+            self.owners.release(merged)
+
+    def _take_device(self, node: TreeNode) -> Slots:
+        """Remove ``node``'s device copy (not freed); returns its slots."""
+        slots = node.slots
+        assert slots is not None and node.parent is not None
+        self._resize(node, -len(node.key))
+        node.slots = None
+        self.sync(node)
+        self.sync(node.parent)
+        return slots
+
+    def _resize(self, node: TreeNode, tokens: int) -> None:
+        if node.lock_ref:
+            self.protected_tokens += tokens
+        else:
+            self.evictable_tokens += tokens

@@ -1,0 +1,104 @@
+"""The tier contract: what a tier below the device holds per node and how the cache drives it.
+
+The device tier (L1) is the tree's own: ``TreeNode.slots``, accounted by ``Ledger``. A lower
+tier — the host tier (L2, ``HostTier``: ``TreeNode.host_slots``) today, a storage tier (L3: a
+per-node page hash / storage key) next — keeps a second copy of some nodes and implements
+:class:`LowerTier`. It reaches the tree and the device accounting only through
+:class:`TierSite` (``Ledger`` implements it), never through another object's private state.
+
+Rules every lower tier keeps:
+
+- **Prefix order.** A node gets a copy only when its parent (below the root) has one, so the
+  nodes a tier holds form a root-connected subtree; backups run parents first.
+- **Transfer locks.** A node whose copy is being written, or the last node of a chain being
+  loaded, holds one lock (``TierSite.lock``) from the moment the transfer is queued until its
+  completion is processed; the lock covers its ancestors, so no transfer ever reads or writes
+  slots that were freed and reused. ``transfer_locks`` reports them.
+- **Leaves.** ``leaves`` orders, by the cache's eviction policy, exactly the nodes this tier may
+  free on its own: unlocked, held only here (no copy in a tier above), with no child. Their
+  sort keys read the node's policy fields, so ``Ledger`` discards and re-adds them around a
+  hit, and discards a node when it becomes locked; ``refile`` re-decides membership after
+  anything else changed.
+- **Device eviction.** A device leaf this tier ``holds`` loses only its device copy and stays
+  in the tree; any other device leaf is deleted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+
+from hicache.radix.node import TreeNode
+from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots
+
+
+class TierSite(Protocol):
+    """What a tier may do to the tree and the device accounting."""
+
+    def nodes(self) -> Iterator[TreeNode]:
+        """Every node below the root, parents first."""
+
+    def path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        """``node`` and its ancestors below the root, deepest first (``ValueError``: not in
+        the tree)."""
+
+    def lock(self, node: TreeNode) -> int:
+        """One lock on ``node`` and its ancestors (host-only nodes included)."""
+
+    def unlock(self, node: TreeNode) -> int:
+        """Undo one ``lock`` on ``node``."""
+
+    def give_device(self, node: TreeNode, slots: Slots) -> None:
+        """``node`` (without a device copy) now holds device ``slots`` (int64 ``[len(key)]``)."""
+
+    def drop_device(self, node: TreeNode) -> None:
+        """Free ``node``'s device copy; the node stays in the tree."""
+
+    def delete_leaf(self, node: TreeNode) -> None:
+        """Remove the leaf ``node`` (its copies already freed) from the tree."""
+
+
+class LowerTier(Protocol):
+    """A tier below the device. ``leaves`` and ``holds``/``refile`` are called on every
+    re-filing and must stay O(1); the rest runs on transfers and checks."""
+
+    leaves: LeafSet
+    """The nodes this tier may free on its own (see the module docstring)."""
+
+    def holds(self, node: TreeNode) -> bool:
+        """Whether this tier has (or is writing) a copy of ``node``."""
+
+    def refile(self, node: TreeNode) -> None:
+        """Put ``node`` in or out of ``leaves`` after its state changed."""
+
+    def size(self) -> int:
+        """Tokens with a copy in this tier (writes in flight included)."""
+
+    def backup_path(self, last: TreeNode) -> None:
+        """Queue copies of the nodes from the root to ``last`` that the tier's write policy
+        asks for, parents first; a no-op for nodes it already holds."""
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` of this tier's tokens by deleting ``leaves`` in order;
+        returns the tokens freed (fewer only when ``leaves`` ran out)."""
+
+    def load(self, chain: list[TreeNode]) -> torch.Tensor | None:
+        """Queue the load of ``chain`` (root side first, each node held here and not above) into
+        the tier above; the caller holds one lock on ``chain[-1]``, which this tier keeps as the
+        transfer lock on success. Returns the destination slots, or None (nothing changed)."""
+
+    def poll(self) -> None:
+        """Issue queued transfers; process the finished ones (never blocks)."""
+
+    def drain(self) -> None:
+        """Issue queued writes; block until every issued transfer has landed; process them."""
+
+    def transfer_locks(self) -> Counter[int]:
+        """Node id -> locks this tier holds on that node itself for pending transfers."""
+
+    def clear(self) -> None:
+        """Forget every copy and pending transfer (the caller has waited for them)."""
