@@ -286,11 +286,13 @@ class HiCacheController:
         with stream_scope(self.load_stream):
             batch.start_event.record(self.load_stream)
             host, device = self._transfer_indices(op, self.load_stream)
-            for layer in range(self.layer_num):
-                self.mem_pool_host.load_to_device_per_layer(
-                    self.mem_pool_device, host, device, layer, self.io_backend
-                )
-                batch.complete(layer)
+            host_pool, device_pool = self.mem_pool_host, self.mem_pool_device
+            with host_pool.planned_load(device_pool, host, device, self.io_backend):
+                for layer in range(self.layer_num):
+                    host_pool.load_to_device_per_layer(
+                        device_pool, host, device, layer, self.io_backend
+                    )
+                    batch.complete(layer)
             batch.finish_event.record(self.load_stream)
 
     def _wait_for_compute(self, stream: torch.cuda.Stream | None) -> None:

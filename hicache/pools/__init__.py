@@ -1,9 +1,11 @@
 """hicache.pools: request rows, slot allocators, device (L1) and host (L2) KV pools."""
 
 from hicache.pools.allocator import PageAllocator, TokenToKVPoolAllocator
-from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool
+from hicache.pools.device_pool import KVPool
 from hicache.pools.host_layouts import IO_BACKENDS, LAYOUTS, ROUTES, SUPPORTED_PAIRS
-from hicache.pools.host_pool import HostKVPool, MHATokenToKVPoolHost, MLATokenToKVPoolHost
+from hicache.pools.host_pool import HostKVPool
+from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
+from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.req_to_token import ReqToTokenPool
 
 __all__ = [
