@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hicache.controller.cache_controller import HiCacheController
-from hicache.controller.config import WRITE_POLICIES, ControllerConfig
+from hicache.controller.config import WRITE_POLICIES, ControllerConfig, check_write_policy
 from hicache.controller.layer_done import (
     NO_CONSUMER,
     RING_SIZE,
@@ -22,5 +22,6 @@ __all__ = [
     "HiCacheController",
     "LayerDoneCounter",
     "LayerLoadingEvent",
+    "check_write_policy",
     "pop_finished_acks",
 ]

@@ -2,7 +2,15 @@
 
 from hicache.pools.allocator import PageAllocator, TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool
-from hicache.pools.host_layouts import IO_BACKENDS, LAYOUTS, ROUTES, SUPPORTED_PAIRS
+from hicache.pools.host_layouts import (
+    IO_BACKENDS,
+    LAYOUTS,
+    ROUTES,
+    SUPPORTED_PAIRS,
+    check_io_backend,
+    check_layout,
+    check_pair,
+)
 from hicache.pools.host_pool import HostKVPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
@@ -22,4 +30,7 @@ __all__ = [
     "PageAllocator",
     "ReqToTokenPool",
     "TokenToKVPoolAllocator",
+    "check_io_backend",
+    "check_layout",
+    "check_pair",
 ]
