@@ -138,6 +138,11 @@ class PageAllocator:
         if not torch.equal(listed.sort().values, unallocated + self.reserved_pages):
             raise RuntimeError("allocator: free list and allocated mask disagree")
 
+    def corrupt_free_list_for_testing(self) -> None:
+        """Test-facing only: list the first free page twice, the corruption
+        :meth:`check_invariants` must report. Never call it outside tests."""
+        self._free = torch.cat([self._free, self._free[:1]])
+
     def _merge_released(self) -> None:
         # Sorted released pages go behind the free list: later allocations get ascending runs.
         if self._released.numel():
