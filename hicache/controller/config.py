@@ -9,7 +9,7 @@ import torch
 
 from hicache import env
 from hicache.checks import check_choice, check_int
-from hicache.pools import HostKVPool, check_pair
+from hicache.pools import HostKVPool, KVPool, SlotAllocator, check_pair
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
@@ -55,7 +55,7 @@ def check_host_pool(host_pool: Any) -> None:
         )
 
 
-def check_pools(allocator: Any, host_pool: HostKVPool, page_size: int) -> Any:
+def check_pools(allocator: SlotAllocator, host_pool: HostKVPool, page_size: int) -> KVPool:
     """The allocator's device pool, once it is known to fit: ``ValueError`` unless the allocator
     has one, both pools agree with the controller on ``page_size``, and ``host_pool`` was built
     for that device pool's whole geometry (kind, layers, heads and dims, dtype, device)."""

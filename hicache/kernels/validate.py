@@ -85,7 +85,7 @@ def check_index_range(name: str, indices: torch.Tensor, limit: int | None) -> No
         raise IndexError(f"{name} holds {low if low < 0 else high}, outside [0, {limit})")
 
 
-def check_data(named: dict[str, object], row_bytes: int) -> None:
+def check_data(named: Mapping[str, object], row_bytes: int) -> None:
     """Contiguous tensors of one dtype, shape and device whose dim-0 rows are ``row_bytes``."""
     first_name, first = None, None
     for name, tensor in named.items():
@@ -112,7 +112,7 @@ def check_data(named: dict[str, object], row_bytes: int) -> None:
             )
 
 
-def check_tables(named: dict[str, object], num_layers: int) -> None:
+def check_tables(named: Mapping[str, object], num_layers: int) -> None:
     """uint64 pointer tables of ``num_layers`` non-null, 8-byte aligned addresses."""
     for name, table in named.items():
         if not isinstance(table, torch.Tensor):

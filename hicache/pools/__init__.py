@@ -14,6 +14,7 @@ from hicache.pools.host_layouts import (
 from hicache.pools.host_pool import HostKVPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
+from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "MLATokenToKVPoolHost",
     "PageAllocator",
     "ReqToTokenPool",
+    "SlotAllocator",
     "TokenToKVPoolAllocator",
     "check_io_backend",
     "check_layout",

@@ -50,6 +50,7 @@ class KVPool:
     """
 
     kind: str  # "MHA" or "MLA"
+    head_num: int  # KV heads (1 for MLA)
 
     def __init__(
         self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
@@ -156,5 +157,5 @@ class KVPool:
             raise TypeError(f"{name} must have dtype {self.dtype}, got {cache.dtype}")
         if cache.device != self.device:
             raise ValueError(f"{name} must be on {self.device}, got {cache.device}")
-        cache = cache.to(self.dtype)
-        return cache if self.store_dtype == self.dtype else cache.view(self.store_dtype)
+        stored: torch.Tensor = cache.to(self.dtype)
+        return stored if self.store_dtype == self.dtype else stored.view(self.store_dtype)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # the venv has no types-psutil
 
 from hicache import env
 from hicache.checks import check_choice
@@ -59,7 +59,9 @@ def check_pair(layout: object, io_backend: object, name: str = "layout") -> None
         )
 
 
-def part_shape(layout: str, size: int, page_size: int, layers: int, heads: int, dim: int) -> tuple:
+def part_shape(
+    layout: str, size: int, page_size: int, layers: int, heads: int, dim: int
+) -> tuple[int, ...]:
     """Shape of one part (K, V or latent) of a host buffer of ``size`` slots in ``layout``."""
     pages = size // page_size
     return {

@@ -25,18 +25,6 @@ Tensor = torch.Tensor
 class LayerRunner(Protocol):
     """A load planned for every layer; ``run(l)`` copies layer ``l`` (checks only ``l``)."""
 
-    def serves(
-        self, device_pool: object, host_indices: object, device_indices: object, io_backend: object
-    ) -> bool:
-        """Whether these are the very arguments (same objects) the plan was built from."""
-        host, device, backend = self.planned_from
-        return (
-            device_pool is self.device_pool
-            and host_indices is host
-            and device_indices is device
-            and io_backend == backend
-        )
-
     def run(self, layer_id: int) -> None: ...
 
 
@@ -90,7 +78,7 @@ def _named(prefix: str, parts: Sequence[Tensor]) -> dict[str, Tensor]:
     return {f"{prefix}_k": parts[0], f"{prefix}_v": parts[1]}
 
 
-def _layer(parts: Sequence[Sequence[Tensor]], layer: int) -> list[Tensor]:
+def _layer(parts: Sequence[Sequence[Tensor]] | Sequence[Tensor], layer: int) -> list[Tensor]:
     return [part[layer] for part in parts]
 
 

@@ -92,6 +92,7 @@ class MHATokenToKVPoolHost(HostKVPool):
     device_pool_type = MHATokenToKVPool
 
     def _head_dim(self) -> int:
+        assert isinstance(self.device_pool, MHATokenToKVPool), "checked in __init__"
         return self.device_pool.head_dim
 
     @property

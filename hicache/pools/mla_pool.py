@@ -86,6 +86,7 @@ class MLATokenToKVPoolHost(HostKVPool):
     device_pool_type = MLATokenToKVPool
 
     def _head_dim(self) -> int:
+        assert isinstance(self.device_pool, MLATokenToKVPool), "checked in __init__"
         return self.device_pool.kv_dim
 
     @property
