@@ -8,7 +8,7 @@ before the caller changes any state.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -27,14 +27,14 @@ def check_int(name: str, value: Any, minimum: int = 0) -> int:
     return value
 
 
-def check_choice(name: str, value: T, allowed: Collection[T]) -> T:
+def check_choice(name: str, value: object, allowed: Collection[T]) -> T:
     """``value`` if it is one of ``allowed``, else ``ValueError`` listing them."""
     if value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-    return value
+    return cast(T, value)  # it is one of ``allowed``
 
 
-def check_index_tensor(name: str, idx: Any) -> torch.Tensor:
+def check_index_tensor(name: str, idx: object) -> torch.Tensor:
     """``idx`` if a 1-D int64 tensor: ``TypeError``/``ValueError`` naming ``name`` otherwise."""
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
@@ -45,14 +45,14 @@ def check_index_tensor(name: str, idx: Any) -> torch.Tensor:
     return idx
 
 
-def check_slot_indices(name: str, indices: Any, limit: int) -> torch.Tensor:
+def check_slot_indices(name: str, indices: object, limit: int) -> torch.Tensor:
     """``indices`` if a 1-D int64 tensor of slots in ``[0, limit)``: ``TypeError`` /
     ``ValueError``, or ``IndexError`` for a slot out of range, naming ``name``. The range is
     checked on CPU tensors, on CUDA ones only with ``HICACHE_CHECK_DEVICE_INDICES`` (a sync)."""
-    indices = check_index_tensor(name, indices)
-    if indices.numel() == 0 or (indices.device.type != "cpu" and not env.device_indices_checked()):
-        return indices
-    low, high = (int(v) for v in torch.aminmax(indices))
+    tensor = check_index_tensor(name, indices)
+    if tensor.numel() == 0 or (tensor.device.type != "cpu" and not env.device_indices_checked()):
+        return tensor
+    low, high = (int(v) for v in torch.aminmax(tensor))
     if low < 0 or high >= limit:
         raise IndexError(f"{name} must lie in [0, {limit}), got values in [{low}, {high}]")
-    return indices
+    return tensor

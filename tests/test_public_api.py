@@ -80,9 +80,20 @@ def test_subpackages_export_what_callers_import(module: str) -> None:
     assert all(hasattr(mod, name) for name in mod.__all__)
 
 
-def test_kernels_export_exactly_the_thirteen_ops() -> None:
+PLANS = {
+    "DirectLayerPlan",
+    "LayerPlan",
+    "plan_direct",
+    "plan_direct_pf_lf",
+    "plan_per_layer",
+    "plan_per_layer_pf_lf",
+    "plan_per_layer_ph_lf",
+}
+
+
+def test_kernels_export_exactly_the_thirteen_ops_and_their_plans() -> None:
     kernels = importlib.import_module("hicache.kernels")
-    assert set(kernels.__all__) == {*OPS, "DEFAULT_NUM_WARPS"}
+    assert set(kernels.__all__) == {*OPS, *PLANS, "DEFAULT_NUM_WARPS"}
 
 
 def _write_request(stack: KVStack, ids: list[int]) -> tuple[Req, torch.Tensor]:

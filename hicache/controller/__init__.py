@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hicache.controller.cache_controller import HiCacheController
-from hicache.controller.config import WRITE_POLICIES
+from hicache.controller.config import WRITE_POLICIES, check_write_policy
 from hicache.controller.layer_done import NO_CONSUMER, LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.operations import HiCacheAck, pop_finished_acks
 
@@ -14,5 +14,6 @@ __all__ = [
     "HiCacheController",
     "LayerDoneCounter",
     "LayerLoadingEvent",
+    "check_write_policy",
     "pop_finished_acks",
 ]

@@ -18,7 +18,7 @@ Not thread-safe: one scheduler thread drives a controller.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import torch
 
@@ -30,11 +30,19 @@ from hicache.controller.config import (
     check_pools,
 )
 from hicache.controller.integrity import PageIntegrity
-from hicache.controller.layer_done import LayerDoneCounter
+from hicache.controller.layer_done import LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.operations import CacheOperation, HiCacheAck
-from hicache.devices import current_stream, new_event, new_stream, stream_scope
+from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
+from hicache.devices import new_event, new_stream, stream_scope
+from hicache.pools import HostKVPool, SlotAllocator
 
 _CPU = torch.device("cpu")
+
+
+class SetLike(Protocol):
+    """A ``load_cache_event``: anything with ``set()`` (e.g. ``threading.Event``)."""
+
+    def set(self) -> None: ...
 
 
 class HiCacheController:
@@ -80,10 +88,10 @@ class HiCacheController:
 
     def __init__(
         self,
-        token_to_kv_pool_allocator: Any,
-        mem_pool_host: Any,
+        token_to_kv_pool_allocator: SlotAllocator,
+        mem_pool_host: HostKVPool,
         page_size: int,
-        load_cache_event: Any = None,
+        load_cache_event: SetLike | None = None,
         write_policy: str = "write_through",
         io_backend: str = "kernel",
         verify: str = "off",
@@ -193,10 +201,10 @@ class HiCacheController:
             return
         op = CacheOperation.merge(self.write_queue)
         start, finish = new_event(self.device), new_event(self.device)
-        self._wait_for_compute(self.write_stream)
+        wait_for_compute(self.write_stream, self.device)
         with stream_scope(self.write_stream):
             start.record(self.write_stream)
-            host, device = self._transfer_indices(op, self.write_stream)
+            host, device = transfer_indices(op, self.write_stream, self.io_backend, self.device)
             self.mem_pool_host.backup_from_device_all_layer(
                 self.mem_pool_device, host, device, self.io_backend
             )
@@ -225,7 +233,7 @@ class HiCacheController:
         counter = self.layer_done_counter
         counter.events[counter.next_producer].finish_event.synchronize()
         op = CacheOperation.merge(self.load_queue)
-        self._wait_for_compute(self.load_stream)
+        wait_for_compute(self.load_stream, self.device)
         producer = counter.update_producer()
         self._issue_load(op, counter.events[producer])
         self.load_queue.clear()
@@ -282,43 +290,15 @@ class HiCacheController:
         self.ack_load_queue.clear()
         self.layer_done_counter.reset()
 
-    def _issue_load(self, op: CacheOperation, batch: Any) -> None:
+    def _issue_load(self, op: CacheOperation, batch: LayerLoadingEvent) -> None:
         with stream_scope(self.load_stream):
             batch.start_event.record(self.load_stream)
-            host, device = self._transfer_indices(op, self.load_stream)
-            for layer in range(self.layer_num):
-                self.mem_pool_host.load_to_device_per_layer(
-                    self.mem_pool_device, host, device, layer, self.io_backend
-                )
-                batch.complete(layer)
+            host, device = transfer_indices(op, self.load_stream, self.io_backend, self.device)
+            host_pool, device_pool = self.mem_pool_host, self.mem_pool_device
+            with host_pool.planned_load(device_pool, host, device, self.io_backend):
+                for layer in range(self.layer_num):
+                    host_pool.load_to_device_per_layer(
+                        device_pool, host, device, layer, self.io_backend
+                    )
+                    batch.complete(layer)
             batch.finish_event.record(self.load_stream)
-
-    def _wait_for_compute(self, stream: torch.cuda.Stream | None) -> None:
-        if stream is not None:
-            stream.wait_stream(current_stream(self.device))
-
-    def _transfer_indices(
-        self, op: CacheOperation, stream: torch.cuda.Stream | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's (host, device) index tensors as the transfer on ``stream`` needs them.
-
-        Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
-        ``stream`` (``record_stream``). The kernel backend gets the host indices on the device,
-        copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
-        direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
-        allocator's CPU copy of their slots; otherwise (writes) the device-to-host copy blocks
-        until ``stream`` reaches it (a racy non-blocking one read at once by the CPU would plan
-        with garbage).
-        """
-        if stream is None:
-            return op.host_indices, op.device_indices
-        op.device_indices.record_stream(stream)
-        if self.io_backend == "direct":
-            cpu = op.device_indices_cpu
-            return op.host_indices, op.device_indices.cpu() if cpu is None else cpu
-        # Pairs in host-address order: scattered pinned reads then stay within few host pages at
-        # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).
-        host, order = torch.sort(op.host_indices)
-        order = order.pin_memory().to(self.device, non_blocking=True)
-        device = op.device_indices.index_select(0, order)
-        return host.pin_memory().to(self.device, non_blocking=True), device

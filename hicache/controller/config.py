@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from hicache import env
-from hicache.pools import SUPPORTED_PAIRS, HostKVPool
+from hicache.checks import check_choice, check_int
+from hicache.pools import HostKVPool, KVPool, SlotAllocator, check_pair
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
@@ -34,24 +35,15 @@ class ControllerConfig:
     host_layout: str
 
     def __post_init__(self) -> None:
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(
-                f"write_policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}"
-            )
-        if self.io_backend not in SUPPORTED_PAIRS:
-            raise ValueError(
-                f"io_backend must be one of {tuple(SUPPORTED_PAIRS)}, got {self.io_backend!r}"
-            )
-        layouts = SUPPORTED_PAIRS[self.io_backend]
-        if self.host_layout not in layouts:
-            raise ValueError(
-                f"host pool layout {self.host_layout!r} does not support io_backend "
-                f"{self.io_backend!r}; supported layouts: {layouts}"
-            )
-        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int):
-            raise TypeError(f"page_size must be an int, got {type(self.page_size).__name__}")
-        if self.page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        check_write_policy(self.write_policy)
+        check_pair(self.host_layout, self.io_backend, name="mem_pool_host.layout")
+        check_int("page_size", self.page_size, minimum=1)
+
+
+def check_write_policy(write_policy: object) -> str:
+    """``write_policy`` if it is one of :data:`WRITE_POLICIES`, else ``ValueError``: the one
+    check of a write policy (the radix config calls it too)."""
+    return check_choice("write_policy", write_policy, WRITE_POLICIES)
 
 
 def check_host_pool(host_pool: Any) -> None:
@@ -63,7 +55,7 @@ def check_host_pool(host_pool: Any) -> None:
         )
 
 
-def check_pools(allocator: Any, host_pool: HostKVPool, page_size: int) -> Any:
+def check_pools(allocator: SlotAllocator, host_pool: HostKVPool, page_size: int) -> KVPool:
     """The allocator's device pool, once it is known to fit: ``ValueError`` unless the allocator
     has one, both pools agree with the controller on ``page_size``, and ``host_pool`` was built
     for that device pool's whole geometry (kind, layers, heads and dims, dtype, device)."""

@@ -26,12 +26,12 @@ overlaps its transfer (``benchmarks/bench_verify.py`` measures both).
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
 from hicache.kernels.checksum import record_page_checksums, verify_page_checksums
+from hicache.pools import HostKVPool, KVPool
 
 VERIFY_MODES = ("off", "sample", "all")
 RECORD_PROGRAMS = 256  # backups overlap the model: a bounded grid (about 1/4 of an H200's warps)
@@ -65,7 +65,7 @@ class PageIntegrity:
     """
 
     def __init__(
-        self, device_pool: Any, host_pool: Any, verify: str, sample_period: int = 8
+        self, device_pool: KVPool, host_pool: HostKVPool, verify: str, sample_period: int = 8
     ) -> None:
         check_verify(verify, sample_period)
         if verify == "off":
@@ -82,7 +82,7 @@ class PageIntegrity:
 
     @classmethod
     def build(
-        cls, device_pool: Any, host_pool: Any, verify: str, sample_period: int = 8
+        cls, device_pool: KVPool, host_pool: HostKVPool, verify: str, sample_period: int = 8
     ) -> PageIntegrity | None:
         """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both)."""
         check_verify(verify, sample_period)
@@ -136,4 +136,5 @@ class PageIntegrity:
 
     def _rows(self, host_indices: torch.Tensor) -> torch.Tensor:
         """int64 ``[pages]`` CPU: the host page of each page of ``host_indices``."""
-        return host_indices[:: self.page_size] // self.page_size
+        rows: torch.Tensor = host_indices[:: self.page_size] // self.page_size
+        return rows

@@ -105,9 +105,9 @@ class LayerDoneCounter:
     Attributes
     ----------
     events : the ``RING_SIZE`` :class:`LayerLoadingEvent`s, indexed by slot.
-    _skip_wait_for_testing : test-only switch; when True :meth:`wait_until` does not wait at all.
-        It exists so a GPU test can show that without the wait the forward pass can read stale
-        KV. Never set it outside tests.
+    skip_wait_for_testing : test-facing switch (False); when True :meth:`wait_until` does not
+        wait at all, so a GPU test can show that without the wait the forward pass can read
+        stale KV. Never set it outside tests.
 
     Raises
     ------
@@ -119,7 +119,7 @@ class LayerDoneCounter:
         self.num_layers = check_count("num_layers", num_layers)
         self.device = canonical_device(_default_device() if device is None else device)
         self.events = [LayerLoadingEvent(num_layers, self.device) for _ in range(RING_SIZE)]
-        self._skip_wait_for_testing = False
+        self.skip_wait_for_testing = False
         self.reset()
 
     @property
@@ -183,7 +183,7 @@ class LayerDoneCounter:
         """Make the current (compute) stream wait for layer ``layer`` of the consumer batch.
 
         GPU-side wait (``event.wait(stream)``); never blocks the CPU. Returns at once when no
-        consumer is set, on CPU, or when ``_skip_wait_for_testing`` is set.
+        consumer is set, on CPU, or when ``skip_wait_for_testing`` is set.
 
         Raises
         ------
@@ -191,7 +191,7 @@ class LayerDoneCounter:
             ``layer`` is not an int (bools and floats included) in ``[0, num_layers)``.
         """
         check_layer("wait_until", layer, self.num_layers)
-        if self._consumer == NO_CONSUMER or self._skip_wait_for_testing:
+        if self._consumer == NO_CONSUMER or self.skip_wait_for_testing:
             return
         self.events[self._consumer].wait(layer)
 

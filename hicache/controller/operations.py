@@ -54,12 +54,12 @@ class CacheOperation:
         assert ops, "CacheOperation.merge: nothing to merge"
         if len(ops) == 1:
             return ops[0]
-        cpu = [op.device_indices_cpu for op in ops]
+        cpu = [op.device_indices_cpu for op in ops if op.device_indices_cpu is not None]
         return cls(
             host_indices=torch.cat([op.host_indices for op in ops]),
             device_indices=torch.cat([op.device_indices for op in ops]),
             node_ids=[node_id for op in ops for node_id in op.node_ids],
-            device_indices_cpu=None if any(c is None for c in cpu) else torch.cat(cpu),
+            device_indices_cpu=torch.cat(cpu) if len(cpu) == len(ops) else None,
         )
 
 

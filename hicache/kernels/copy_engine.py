@@ -53,8 +53,9 @@ class _Runtime:
         return self.version >= _BATCH_MIN_VERSION
 
 
-def _open_cudart() -> ctypes.CDLL:
-    """The CUDA runtime torch uses: by soname (torch has it loaded), else from the nvidia wheels."""
+def open_cudart() -> ctypes.CDLL:
+    """The CUDA runtime torch uses (what :func:`available` loads once): by soname (torch has it
+    loaded), else from the nvidia wheels."""
     major = (torch.version.cuda or "").split(".")[0]
     names = [f"libcudart.so.{major}"] if major else []
     roots = [*site.getsitepackages(), site.getusersitepackages()]
@@ -73,7 +74,7 @@ def _open_cudart() -> ctypes.CDLL:
 
 @functools.cache
 def _runtime() -> _Runtime:
-    lib = _open_cudart()
+    lib = open_cudart()
     lib.cudaGetErrorString.restype = ctypes.c_char_p
     version = ctypes.c_int()
     _check(lib, lib.cudaRuntimeGetVersion(ctypes.byref(version)), "cudaRuntimeGetVersion")
@@ -96,6 +97,19 @@ def _runtime() -> _Runtime:
             ctypes.c_void_p,
         ]
     return runtime
+
+
+def clear_caches() -> None:
+    """Test-facing: forget whether the runtime loaded, so the next :func:`available` looks again
+    (after a test changed ``torch.version`` or :func:`open_cudart`)."""
+    available.cache_clear()
+    _runtime.cache_clear()
+
+
+def runtime_load_attempts() -> int:
+    """Test-facing: how many times the runtime library was looked for since the last
+    :func:`clear_caches` (a load that failed is looked for again next time)."""
+    return _runtime.cache_info().misses
 
 
 @functools.cache

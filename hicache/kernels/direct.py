@@ -12,63 +12,12 @@ engines in one batched call (:mod:`hicache.kernels.copy_engine`); otherwise one 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from hicache.checks import check_int
-from hicache.kernels import copy_engine
 from hicache.kernels import validate as check
-
-Run = tuple[int, int, int]  # (src_start, dst_start, length)
-
-
-class _Slots(NamedTuple):
-    """One tensor's slots: ``layer`` None for layer_first, else a page_first_direct layer."""
-
-    tensor: torch.Tensor
-    layer: int | None = None
-
-    def view(self, start: int, length: int) -> torch.Tensor:
-        if self.layer is None:
-            return self.tensor[start : start + length]
-        page_size = self.tensor.shape[2]
-        offset = start % page_size
-        return self.tensor[start // page_size, self.layer, offset : offset + length]
-
-    def geometry(self) -> tuple[int, int, int, int, int]:
-        """(base, page, page stride, slot stride, slot bytes) in bytes: slot ``i`` starts at
-        ``base + (i // page) * page_stride + (i % page) * slot_stride`` (contiguous tensors)."""
-        t, elem = self.tensor, self.tensor.element_size()
-        if self.layer is None:
-            return t.data_ptr(), 1, t.stride(0) * elem, 0, t.stride(0) * elem
-        base = t.data_ptr() + self.layer * t.stride(1) * elem
-        return base, t.shape[2], t.stride(0) * elem, t.stride(2) * elem, t.stride(2) * elem
-
-
-def _addresses(sides: Sequence[_Slots], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Byte addresses of slots ``starts`` in every side (side-major), and each side's slot bytes."""
-    geo = np.array([side.geometry() for side in sides], dtype=np.int64)
-    base, page, page_stride, slot_stride = (geo[:, j : j + 1] for j in range(4))
-    addr = base + (starts // page) * page_stride + (starts % page) * slot_stride
-    return addr.astype(np.uint64).ravel(), geo[:, 4]
-
-
-def _run_arrays(
-    src_indices: torch.Tensor, dst_indices: torch.Tensor, src_page: int, dst_page: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(src starts, dst starts, lengths) of the maximal runs; see :func:`runs`."""
-    s, d = src_indices.numpy(), dst_indices.numpy()
-    if not len(s):
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    cut = (s[1:] != s[:-1] + 1) | (d[1:] != d[:-1] + 1)
-    for idx, page in ((s, src_page), (d, dst_page)):
-        if page:
-            cut |= idx[1:] % page == 0
-    starts = np.concatenate([[0], np.flatnonzero(cut) + 1])
-    return s[starts], d[starts], np.diff(starts, append=len(s))
+from hicache.kernels.direct_runs import Pairs, Run, Runs, Slots, engine_device
 
 
 def runs(
@@ -79,40 +28,11 @@ def runs(
     A side with ``*_page > 0`` also starts a new run at each multiple of its page size.
     Indices are 1-D int64 CPU tensors of equal length.
     """
-    arrays = _run_arrays(src_indices, dst_indices, src_page, dst_page)
-    return list(zip(*(a.tolist() for a in arrays), strict=True))
+    return Runs.of(src_indices, dst_indices, src_page, dst_page).as_list()
 
 
-def _on_copy_engine(pairs: Sequence[tuple[_Slots, _Slots]]) -> torch.device | None:
-    """The CUDA device when every tensor can take part in one batched engine copy, else None."""
-    tensors = [side.tensor for pair in pairs for side in pair]
-    cuda = next((t.device for t in tensors if t.is_cuda), None)
-    if cuda is None or not copy_engine.available() or not all(t.is_contiguous() for t in tensors):
-        return None
-    host = {t.untyped_storage().data_ptr(): t for t in tensors if not t.is_cuda}
-    return cuda if all(t.is_pinned() for t in host.values()) else None
-
-
-def _copy_runs(
-    pairs: Sequence[tuple[_Slots, _Slots]],
-    src_indices: torch.Tensor,
-    dst_indices: torch.Tensor,
-    src_page: int = 0,
-    dst_page: int = 0,
-) -> None:
-    """Copy every run for every (src, dst) pair of slot views."""
-    s0, d0, n = _run_arrays(src_indices, dst_indices, src_page, dst_page)
-    if not len(n):
-        return
-    device = _on_copy_engine(pairs)
-    if device is not None:
-        src, slot_bytes = _addresses([src for src, _ in pairs], s0)
-        dst, _ = _addresses([dst for _, dst in pairs], d0)
-        copy_engine.copy_batch(dst, src, np.outer(slot_bytes, n).ravel(), device)
-        return
-    for s, d, length in zip(s0.tolist(), d0.tolist(), n.tolist(), strict=True):
-        for src, dst in pairs:
-            dst.view(d, length).copy_(src.view(s, length), non_blocking=True)
+def _copy(pairs: Pairs, runs: Runs) -> None:
+    runs.copy(pairs, engine_device(pairs))
 
 
 def _tensors(name: str, value: object) -> list[torch.Tensor]:
@@ -152,102 +72,35 @@ def _check_paged(name: str, tensor: torch.Tensor, page_size: int) -> None:
         )
 
 
-def _cpu_indices(
-    src_indices: object, dst_indices: object, page: int, src_limit: int, dst_limit: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Checked CPU copies of both index tensors (``page`` is a checked page size)."""
-    n = check.check_indices(src_indices, dst_indices)
-    if n % page:
-        raise ValueError(f"len(src_indices) ({n}) must be a multiple of page_size ({page})")
-    assert isinstance(src_indices, torch.Tensor) and isinstance(dst_indices, torch.Tensor)
-    s, d = src_indices.cpu(), dst_indices.cpu()
-    check.check_index_range("src_indices", s, src_limit)
-    check.check_index_range("dst_indices", d, dst_limit)
-    return s, d
-
-
-def transfer_kv_direct(
-    src_layers: list[torch.Tensor],
-    dst_layers: list[torch.Tensor],
-    src_indices: torch.Tensor,
-    dst_indices: torch.Tensor,
-    page_size: int,
-) -> None:
-    """``dst_layers[j][dst_indices] = src_layers[j][src_indices]`` for every ``j``.
-
-    Parameters
-    ----------
-    src_layers, dst_layers : equally long lists of tensors ``[slots, ...]`` (any device), pairwise
-        of one dtype and slot shape.
-    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
-    page_size : int >= 1.
-    """
+def check_lf_pairs(src_layers: object, dst_layers: object, page_size: object) -> tuple[Pairs, int]:
+    """The checked (src, dst) pairs of :func:`transfer_kv_direct` and its page size."""
     srcs, dsts = _tensors("src_layers", src_layers), _tensors("dst_layers", dst_layers)
     if len(srcs) != len(dsts):
         raise ValueError(f"src_layers and dst_layers differ in length: {len(srcs)} != {len(dsts)}")
     for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
         _check_pair(f"src_layers[{j}]", src, src.shape[1:], f"dst_layers[{j}]", dst, dst.shape[1:])
     page = check_int("page_size", page_size, minimum=1)
-    s, d = _cpu_indices(
-        src_indices, dst_indices, page, min(t.shape[0] for t in srcs), min(t.shape[0] for t in dsts)
-    )
-    _copy_runs([(_Slots(src), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], s, d)
+    return [(Slots(src), Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], page
 
 
-def transfer_kv_per_layer_direct_pf_lf(
-    src_ptrs: list[torch.Tensor],
-    dst_ptrs: list[torch.Tensor],
-    src_indices: torch.Tensor,
-    dst_indices: torch.Tensor,
-    layer_id: int,
-    page_size: int,
-) -> None:
-    """Layer ``layer_id`` of page_first_direct buffers into layer_first buffers.
-
-    Parameters
-    ----------
-    src_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
-    dst_ptrs : ``[k_layer, v_layer]`` (MLA ``[kv_layer]``), each ``[slots, ...]``.
-    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
-    layer_id : int in ``[0, layers)``.
-    page_size : int >= 1, the page dimension of ``src_ptrs``.
-    """
+def check_pf_lf_pairs(
+    src_ptrs: object, dst_ptrs: object, layer_id: object, page_size: object
+) -> tuple[Pairs, int]:
+    """The checked (src, dst) pairs of :func:`transfer_kv_per_layer_direct_pf_lf`, page size."""
     srcs, dsts = _tensors("src_ptrs", src_ptrs), _tensors("dst_ptrs", dst_ptrs)
     if len(srcs) != len(dsts):
         raise ValueError(f"src_ptrs and dst_ptrs differ in length: {len(srcs)} != {len(dsts)}")
     page = check_int("page_size", page_size, minimum=1)
+    layer = 0
     for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
         _check_paged(f"src_ptrs[{j}]", src, page)
         _check_pair(f"src_ptrs[{j}]", src, src.shape[3:], f"dst_ptrs[{j}]", dst, dst.shape[1:])
-        check.check_layer_id(layer_id, src.shape[1])
-    s, d = _cpu_indices(
-        src_indices,
-        dst_indices,
-        page,
-        min(t.shape[0] * page for t in srcs),
-        min(t.shape[0] for t in dsts),
-    )
-    pairs = [(_Slots(src, layer_id), _Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)]
-    _copy_runs(pairs, s, d, src_page=page)
+        layer = check.check_layer_id(layer_id, src.shape[1])
+    return [(Slots(src, layer), Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], page
 
 
-def transfer_kv_all_layer_direct_lf_pf(
-    src_ptrs: list[torch.Tensor],
-    dst_ptrs: list[torch.Tensor],
-    src_indices: torch.Tensor,
-    dst_indices: torch.Tensor,
-    page_size: int,
-) -> None:
-    """Every layer of layer_first buffers into page_first_direct buffers.
-
-    Parameters
-    ----------
-    src_ptrs : ``k_layers + v_layers`` (MLA ``kv_layers``): ``len(dst_ptrs) * layers`` tensors
-        ``[slots, ...]``; ``src_ptrs[j * layers + l]`` is layer ``l`` of ``dst_ptrs[j]``.
-    dst_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
-    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
-    page_size : int >= 1, the page dimension of ``dst_ptrs``.
-    """
+def check_lf_pf_pairs(src_ptrs: object, dst_ptrs: object, page_size: object) -> tuple[Pairs, int]:
+    """The checked (src, dst) pairs of :func:`transfer_kv_all_layer_direct_lf_pf`, page size."""
     srcs, dsts = _tensors("src_ptrs", src_ptrs), _tensors("dst_ptrs", dst_ptrs)
     page = check_int("page_size", page_size, minimum=1)
     for j, dst in enumerate(dsts):
@@ -268,12 +121,87 @@ def transfer_kv_all_layer_direct_lf_pf(
         _check_pair(
             f"src_ptrs[{k}]", src, src.shape[1:], f"dst_ptrs[{k // layers}]", dst, dst.shape[3:]
         )
-    s, d = _cpu_indices(
-        src_indices,
-        dst_indices,
-        page,
-        min(t.shape[0] for t in srcs),
-        min(t.shape[0] * page for t in dsts),
-    )
-    pairs = [(_Slots(src), _Slots(dsts[k // layers], k % layers)) for k, src in enumerate(srcs)]
-    _copy_runs(pairs, s, d, dst_page=page)
+    return [(Slots(src), Slots(dsts[k // layers], k % layers)) for k, src in enumerate(srcs)], page
+
+
+def slot_limit(side: Slots) -> int:
+    """Slots of one side: rows of a layer_first tensor, pages * page_size of a paged one."""
+    shape = side.tensor.shape
+    return shape[0] if side.layer is None else shape[0] * shape[2]
+
+
+def checked_runs(pairs: Pairs, src_indices: object, dst_indices: object, page: int) -> Runs:
+    """The runs of ``pairs`` over checked CPU copies of both index tensors (``page``: a checked
+    page size; a run never crosses a page of a page_first_direct side)."""
+    n = check.check_indices(src_indices, dst_indices)
+    if n % page:
+        raise ValueError(f"len(src_indices) ({n}) must be a multiple of page_size ({page})")
+    assert isinstance(src_indices, torch.Tensor) and isinstance(dst_indices, torch.Tensor)
+    s, d = src_indices.cpu(), dst_indices.cpu()
+    check.check_index_range("src_indices", s, min(slot_limit(src) for src, _ in pairs))
+    check.check_index_range("dst_indices", d, min(slot_limit(dst) for _, dst in pairs))
+    src, dst = pairs[0]
+    return Runs.of(s, d, 0 if src.layer is None else page, 0 if dst.layer is None else page)
+
+
+def transfer_kv_direct(
+    src_layers: list[torch.Tensor],
+    dst_layers: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    page_size: int,
+) -> None:
+    """``dst_layers[j][dst_indices] = src_layers[j][src_indices]`` for every ``j``.
+
+    Parameters
+    ----------
+    src_layers, dst_layers : equally long lists of tensors ``[slots, ...]`` (any device), pairwise
+        of one dtype and slot shape.
+    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
+    page_size : int >= 1.
+    """
+    pairs, page = check_lf_pairs(src_layers, dst_layers, page_size)
+    _copy(pairs, checked_runs(pairs, src_indices, dst_indices, page))
+
+
+def transfer_kv_per_layer_direct_pf_lf(
+    src_ptrs: list[torch.Tensor],
+    dst_ptrs: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    layer_id: int,
+    page_size: int,
+) -> None:
+    """Layer ``layer_id`` of page_first_direct buffers into layer_first buffers.
+
+    Parameters
+    ----------
+    src_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
+    dst_ptrs : ``[k_layer, v_layer]`` (MLA ``[kv_layer]``), each ``[slots, ...]``.
+    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
+    layer_id : int in ``[0, layers)``.
+    page_size : int >= 1, the page dimension of ``src_ptrs``.
+    """
+    pairs, page = check_pf_lf_pairs(src_ptrs, dst_ptrs, layer_id, page_size)
+    _copy(pairs, checked_runs(pairs, src_indices, dst_indices, page))
+
+
+def transfer_kv_all_layer_direct_lf_pf(
+    src_ptrs: list[torch.Tensor],
+    dst_ptrs: list[torch.Tensor],
+    src_indices: torch.Tensor,
+    dst_indices: torch.Tensor,
+    page_size: int,
+) -> None:
+    """Every layer of layer_first buffers into page_first_direct buffers.
+
+    Parameters
+    ----------
+    src_ptrs : ``k_layers + v_layers`` (MLA ``kv_layers``): ``len(dst_ptrs) * layers`` tensors
+        ``[slots, ...]``; ``src_ptrs[j * layers + l]`` is layer ``l`` of ``dst_ptrs[j]``.
+    dst_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
+    src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
+    page_size : int >= 1, the page dimension of ``dst_ptrs``.
+    """
+    pairs, page = check_lf_pf_pairs(src_ptrs, dst_ptrs, page_size)
+    _copy(pairs, checked_runs(pairs, src_indices, dst_indices, page))

@@ -35,6 +35,11 @@ def execute(plan: CopyPlan, block_quota: object, num_warps_per_block: object) ->
     """Check the launch arguments, then copy: Triton when ``plan.device`` is CUDA."""
     check_launch(block_quota, num_warps_per_block)
     assert isinstance(block_quota, int) and isinstance(num_warps_per_block, int)
+    run(plan, block_quota, num_warps_per_block)
+
+
+def run(plan: CopyPlan, block_quota: int, num_warps_per_block: int) -> None:
+    """Copy a validated ``plan`` whose launch arguments passed ``check_launch``: no checks."""
     backend = _forced.get() or ("triton" if plan.device.type == "cuda" else "reference")
     if backend == "reference":
         reference.run(plan)

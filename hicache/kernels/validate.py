@@ -12,6 +12,7 @@ keywords of the all-layer ops give it; without them only negative indices are ca
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -84,7 +85,7 @@ def check_index_range(name: str, indices: torch.Tensor, limit: int | None) -> No
         raise IndexError(f"{name} holds {low if low < 0 else high}, outside [0, {limit})")
 
 
-def check_data(named: dict[str, object], row_bytes: int) -> None:
+def check_data(named: Mapping[str, object], row_bytes: int) -> None:
     """Contiguous tensors of one dtype, shape and device whose dim-0 rows are ``row_bytes``."""
     first_name, first = None, None
     for name, tensor in named.items():
@@ -111,7 +112,7 @@ def check_data(named: dict[str, object], row_bytes: int) -> None:
             )
 
 
-def check_tables(named: dict[str, object], num_layers: int) -> None:
+def check_tables(named: Mapping[str, object], num_layers: int) -> None:
     """uint64 pointer tables of ``num_layers`` non-null, 8-byte aligned addresses."""
     for name, table in named.items():
         if not isinstance(table, torch.Tensor):
@@ -164,3 +165,32 @@ def _check_cuda_operand(operand: Operand, device: torch.device) -> None:
             raise ValueError(f"pointer table {name} must be on {device}, got {tensor.device}")
         if tensor.device.type == "cpu" and not tensor.is_pinned():
             raise ValueError(f"{name} is unpinned host memory; a CUDA copy needs it pinned")
+
+
+def check_layer_buffers(
+    name: str, layers: Sequence[Mapping[str, torch.Tensor]], check_pinned: bool
+) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """Every layer's buffers laid out as layer 0's (which the caller validated): the same names,
+    and per name the same dtype, shape, strides and device, and (``check_pinned``: a CUDA copy)
+    CPU ones pinned alike. Returns each layer's buffers as a tuple, in layer 0's name order."""
+    if not layers:
+        raise ValueError(f"{name} must hold at least one layer")
+    names = tuple(layers[0])
+    first = tuple(layers[0].values())
+    for layer, named in enumerate(layers[1:], start=1):
+        if tuple(named) != names:
+            raise ValueError(f"{name}[{layer}] has buffers {tuple(named)}, layer 0 has {names}")
+        for key, tensor, ref in zip(names, named.values(), first, strict=True):
+            _check_like(f"{name}[{layer}][{key!r}]", tensor, ref, check_pinned)
+    return tuple(tuple(named.values()) for named in layers)
+
+
+def _check_like(name: str, tensor: object, ref: torch.Tensor, check_pinned: bool) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    got = (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.device)
+    want = (ref.dtype, tuple(ref.shape), ref.stride(), ref.device)
+    if got != want:
+        raise ValueError(f"{name} is {got} but layer 0's is {want}; every layer must match")
+    if check_pinned and tensor.device.type == "cpu" and tensor.is_pinned() != ref.is_pinned():
+        raise ValueError(f"{name} is pinned={tensor.is_pinned()} unlike layer 0's buffer")

@@ -18,6 +18,7 @@ import torch
 
 from hicache.checks import check_int
 from hicache.devices import canonical_device
+from hicache.pools.device_pool import KVPool
 
 _CPU = torch.device("cpu")
 
@@ -130,13 +131,18 @@ class PageAllocator:
     def check_invariants(self) -> None:
         """Raise ``RuntimeError`` when the free list and the allocated mask disagree."""
         listed = torch.cat([self._free, self._released, *(self._group or [])])
-        if listed.numel() != listed.unique().numel():
+        if listed.numel() != torch.unique(listed).numel():
             raise RuntimeError("allocator: a page is on the free list twice")
         if listed.numel() and int(listed.min()) < self.reserved_pages:
             raise RuntimeError("allocator: a reserved page is on the free list")
         unallocated = (~self._allocated[self.reserved_pages :]).nonzero().flatten()
         if not torch.equal(listed.sort().values, unallocated + self.reserved_pages):
             raise RuntimeError("allocator: free list and allocated mask disagree")
+
+    def corrupt_free_list_for_testing(self) -> None:
+        """Test-facing only: list the first free page twice, the corruption
+        :meth:`check_invariants` must report. Never call it outside tests."""
+        self._free = torch.cat([self._free, self._free[:1]])
 
     def _merge_released(self) -> None:
         # Sorted released pages go behind the free list: later allocations get ascending runs.
@@ -184,11 +190,11 @@ class PageAllocator:
             pages = _sorted_unique(slots // self.page_size)[0]
         if repeated:
             raise ValueError("indices contains a slot more than once")
-        pages = torch.from_numpy(pages)
-        if not bool(self._allocated[pages].all()):
-            bad = pages[~self._allocated[pages]][:4].tolist()
+        page_ids = torch.from_numpy(pages)
+        if not bool(self._allocated[page_ids].all()):
+            bad = page_ids[~self._allocated[page_ids]][:4].tolist()
             raise ValueError(f"indices frees pages that are not allocated (double free?): {bad}")
-        return pages
+        return page_ids
 
     def _whole_pages(self, slots: np.ndarray) -> np.ndarray | None:
         """The pages of ``slots`` when they are whole pages, each page's slots in ascending order
@@ -237,7 +243,7 @@ class TokenToKVPoolAllocator(PageAllocator):
         size: int,
         page_size: int = 1,
         device: torch.device | str = "cpu",
-        kvcache: Any = None,
+        kvcache: KVPool | None = None,
     ) -> None:
         check_int("page_size", page_size, minimum=1)
         check_int("size", size, minimum=1)
@@ -250,7 +256,7 @@ class TokenToKVPoolAllocator(PageAllocator):
         self.size = size
         self._kvcache = kvcache
 
-    def get_kvcache(self) -> Any:
+    def get_kvcache(self) -> KVPool | None:
         """The device KV pool (``MHATokenToKVPool`` / ``MLATokenToKVPool``) or None."""
         return self._kvcache
 

@@ -50,6 +50,7 @@ class KVPool:
     """
 
     kind: str  # "MHA" or "MLA"
+    head_num: int  # KV heads (1 for MLA)
 
     def __init__(
         self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
@@ -69,6 +70,21 @@ class KVPool:
         self.layer_transfer_counter: LayerTransferCounter | None = None
 
     def _dims(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    @property
+    def item_size(self) -> int:
+        """Bytes of one token in one layer."""
+        raise NotImplementedError
+
+    @property
+    def part_buffers(self) -> list[list[torch.Tensor]]:
+        """Per-layer buffers of each part (K and V, or the MLA latent): ``[part][layer]``."""
+        raise NotImplementedError
+
+    @property
+    def part_data_ptrs(self) -> list[torch.Tensor]:
+        """Each part's uint64 pointer table of its layer buffers (on ``device``)."""
         raise NotImplementedError
 
     @property
@@ -141,140 +157,5 @@ class KVPool:
             raise TypeError(f"{name} must have dtype {self.dtype}, got {cache.dtype}")
         if cache.device != self.device:
             raise ValueError(f"{name} must be on {self.device}, got {cache.device}")
-        cache = cache.to(self.dtype)
-        return cache if self.store_dtype == self.dtype else cache.view(self.store_dtype)
-
-
-class MHATokenToKVPool(KVPool):
-    """Multi-head attention KV: ``k_buffer[l]``, ``v_buffer[l]`` of ``[size + page_size, H, D]``.
-
-    ``k_data_ptrs``/``v_data_ptrs`` are uint64 tables of the layer buffers' addresses on
-    ``device``; ``item_size = head_num * head_dim * elem_size`` bytes.
-    """
-
-    kind = "MHA"
-
-    def __init__(
-        self,
-        size: int,
-        page_size: int,
-        dtype: torch.dtype,
-        head_num: int,
-        head_dim: int,
-        layer_num: int,
-        device: torch.device | str,
-    ) -> None:
-        super().__init__(size, page_size, dtype, layer_num, device)
-        self.head_num = check_int("head_num", head_num, minimum=1)
-        self.head_dim = check_int("head_dim", head_dim, minimum=1)
-        self.k_buffer = self._new_layers((self.num_slots, head_num, head_dim))
-        self.v_buffer = self._new_layers((self.num_slots, head_num, head_dim))
-        self.k_data_ptrs = pointer_table(self.k_buffer, self.device)
-        self.v_data_ptrs = pointer_table(self.v_buffer, self.device)
-
-    @property
-    def item_size(self) -> int:
-        return self.head_num * self.head_dim * self.store_dtype.itemsize
-
-    def _dims(self) -> dict[str, int]:
-        return {"head_num": self.head_num, "head_dim": self.head_dim}
-
-    @property
-    def part_buffers(self) -> list[list[torch.Tensor]]:
-        """Per-layer buffers of each part: ``[k_buffer, v_buffer]``."""
-        return [self.k_buffer, self.v_buffer]
-
-    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
-        """Layer ``layer_id``'s keys, ``[size + page_size, H, D]`` in ``dtype``."""
-        self._wait_layer(layer_id)
-        return self._view(self.k_buffer[layer_id])
-
-    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
-        """Layer ``layer_id``'s values, ``[size + page_size, H, D]`` in ``dtype``."""
-        self._wait_layer(layer_id)
-        return self._view(self.v_buffer[layer_id])
-
-    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(keys, values)`` of layer ``layer_id`` (one wait)."""
-        self._wait_layer(layer_id)
-        return self._view(self.k_buffer[layer_id]), self._view(self.v_buffer[layer_id])
-
-    def set_kv_buffer(
-        self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
-    ) -> None:
-        """Write ``cache_k``, ``cache_v`` (``[len(loc), H, D]``, ``dtype``, ``device``) at ``loc``.
-
-        fp8 pools also take floating inputs and cast them to ``dtype``. Nothing is written when
-        an argument is invalid.
-        """
-        self.check_layer(layer_id)
-        self._check_loc(loc)
-        shape = (loc.numel(), self.head_num, self.head_dim)
-        k = self._to_store("cache_k", cache_k, shape)
-        v = self._to_store("cache_v", cache_v, shape)
-        self.k_buffer[layer_id][loc] = k
-        self.v_buffer[layer_id][loc] = v
-
-
-class MLATokenToKVPool(KVPool):
-    """Multi-head latent attention: one latent per token, ``kv_buffer[l]`` of
-    ``[size + page_size, 1, kv_lora_rank + qk_rope_head_dim]``.
-
-    ``get_key_buffer`` returns the whole latent, ``get_value_buffer`` its first
-    ``kv_lora_rank`` channels; ``item_size = (kv_lora_rank + qk_rope_head_dim) * elem_size``.
-    """
-
-    kind = "MLA"
-
-    def __init__(
-        self,
-        size: int,
-        page_size: int,
-        dtype: torch.dtype,
-        kv_lora_rank: int,
-        qk_rope_head_dim: int,
-        layer_num: int,
-        device: torch.device | str,
-    ) -> None:
-        super().__init__(size, page_size, dtype, layer_num, device)
-        self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank, minimum=1)
-        self.qk_rope_head_dim = check_int("qk_rope_head_dim", qk_rope_head_dim, minimum=0)
-        self.head_num = 1
-        self.kv_dim = kv_lora_rank + qk_rope_head_dim
-        self.kv_buffer = self._new_layers((self.num_slots, 1, self.kv_dim))
-        self.kv_data_ptrs = pointer_table(self.kv_buffer, self.device)
-
-    @property
-    def item_size(self) -> int:
-        return self.kv_dim * self.store_dtype.itemsize
-
-    def _dims(self) -> dict[str, int]:
-        return {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim}
-
-    @property
-    def part_buffers(self) -> list[list[torch.Tensor]]:
-        """Per-layer buffers of each part: ``[kv_buffer]``."""
-        return [self.kv_buffer]
-
-    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
-        """Layer ``layer_id``'s latents, ``[size + page_size, 1, kv_dim]`` in ``dtype``."""
-        self._wait_layer(layer_id)
-        return self._view(self.kv_buffer[layer_id])
-
-    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
-        """The first ``kv_lora_rank`` channels: ``[size + page_size, 1, kv_lora_rank]``."""
-        self._wait_layer(layer_id)
-        return self._view(self.kv_buffer[layer_id])[..., : self.kv_lora_rank]
-
-    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(latents, latents[..., :kv_lora_rank])`` of layer ``layer_id`` (one wait)."""
-        self._wait_layer(layer_id)
-        latent = self._view(self.kv_buffer[layer_id])
-        return latent, latent[..., : self.kv_lora_rank]
-
-    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_kv: torch.Tensor) -> None:
-        """Write ``cache_kv`` (``[len(loc), 1, kv_dim]``, ``dtype``, on ``device``) at ``loc``."""
-        self.check_layer(layer_id)
-        self._check_loc(loc)
-        kv = self._to_store("cache_kv", cache_kv, (loc.numel(), 1, self.kv_dim))
-        self.kv_buffer[layer_id][loc] = kv
+        stored: torch.Tensor = cache.to(self.dtype)
+        return stored if self.store_dtype == self.dtype else stored.view(self.store_dtype)

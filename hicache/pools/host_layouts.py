@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # the venv has no types-psutil
 
 from hicache import env
+from hicache.checks import check_choice
 from hicache.env import ENV
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -36,23 +37,31 @@ ROUTES = tuple(
 _GB = 1e9
 
 
-def check_layout(layout: str, allowed: tuple[str, ...]) -> None:
-    if layout not in allowed:
-        raise ValueError(f"layout must be one of {allowed}, got {layout!r}")
+def check_io_backend(io_backend: object) -> str:
+    """``io_backend`` if it is one of :data:`IO_BACKENDS`, else ``ValueError``."""
+    return check_choice("io_backend", io_backend, IO_BACKENDS)
 
 
-def check_pair(layout: str, io_backend: str) -> None:
-    """``ValueError`` unless ``io_backend`` is known and has an op for ``layout``."""
-    if io_backend not in IO_BACKENDS:
-        raise ValueError(f"io_backend must be one of {IO_BACKENDS}, got {io_backend!r}")
-    if layout not in SUPPORTED_PAIRS[io_backend]:
+def check_layout(layout: object, allowed: tuple[str, ...] = LAYOUTS, name: str = "layout") -> str:
+    """``layout`` if it is one of ``allowed``, else ``ValueError`` naming ``name``."""
+    return check_choice(name, layout, allowed)
+
+
+def check_pair(layout: object, io_backend: object, name: str = "layout") -> None:
+    """``ValueError`` unless ``io_backend`` and ``layout`` (the argument ``name``) are known and
+    ``io_backend`` has an op for ``layout``: the one check of a (layout, io_backend) pair."""
+    backend = check_io_backend(io_backend)
+    check_layout(layout, name=name)
+    if layout not in SUPPORTED_PAIRS[backend]:
         raise ValueError(
-            f"io_backend={io_backend!r} does not support layout={layout!r}; "
-            f"it supports {SUPPORTED_PAIRS[io_backend]}"
+            f"{name}={layout!r} is not supported by io_backend={backend!r}; "
+            f"it supports {SUPPORTED_PAIRS[backend]}"
         )
 
 
-def part_shape(layout: str, size: int, page_size: int, layers: int, heads: int, dim: int) -> tuple:
+def part_shape(
+    layout: str, size: int, page_size: int, layers: int, heads: int, dim: int
+) -> tuple[int, ...]:
     """Shape of one part (K, V or latent) of a host buffer of ``size`` slots in ``layout``."""
     pages = size // page_size
     return {

@@ -1,6 +1,7 @@
 """Host KV pools (L2): one CPU buffer per pool, pinned when the device pool is on CUDA.
 
-``load_to_device_per_layer`` and ``backup_from_device_all_layer`` route each (layout,
+``load_to_device_per_layer``, ``plan_load`` (every layer of a load, planned once; see
+:mod:`hicache.pools.load_plan`) and ``backup_from_device_all_layer`` route each (layout,
 io_backend) pair to its transfer op in :mod:`hicache.kernels` (load: one layer host -> device;
 backup: all layers device -> host; ``_mla`` variants for MLA):
 
@@ -11,12 +12,16 @@ backup: all layers device -> host; ``_mla`` variants for MLA):
 - direct, page_first_direct: ``transfer_kv_per_layer_direct_pf_lf`` /
   ``transfer_kv_all_layer_direct_lf_pf``
 
+``plan_load`` uses the ``hicache.kernels.plan_*`` form of the same load op.
+
 Other pairs raise ``ValueError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,7 +29,7 @@ import torch
 from hicache.checks import check_slot_indices
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
 from hicache.pools.allocator import PageAllocator
-from hicache.pools.device_pool import KVPool, MHATokenToKVPool, MLATokenToKVPool, pointer_table
+from hicache.pools.device_pool import KVPool, pointer_table
 from hicache.pools.host_layouts import (
     LAYOUTS,
     check_layout,
@@ -34,6 +39,7 @@ from hicache.pools.host_layouts import (
     part_shape,
 )
 from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
+from hicache.pools.load_plan import LoadPlan, plan_load
 
 _CPU = torch.device("cpu")
 
@@ -92,6 +98,7 @@ class HostKVPool:
         self.pinned = pin_memory and is_cuda(device_pool.device) and pin_tensor(self._buffer)
         self._unpin = weakref.finalize(self, unpin_tensor, self._buffer) if self.pinned else None
         self.closed = False
+        self._active_plan: LoadPlan | None = None  # see planned_load
         self.host_parts = [self._buffer[i] for i in range(self.parts)]
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
 
@@ -178,8 +185,14 @@ class HostKVPool:
         """Copy layer ``layer_id`` of host slots ``host_indices`` to ``device_indices``.
 
         Indices are equally long int64 tensors on CPU or the device pool's device; they are
-        moved (non-blocking) where the op needs them. Runs on the current stream.
+        moved (non-blocking) where the op needs them. Runs on the current stream. Inside
+        :meth:`planned_load`, a call with the very arguments planned there runs that plan's
+        layer (only ``layer_id`` is checked).
         """
+        plan = self._active_plan
+        if plan is not None and plan.serves(device_pool, host_indices, device_indices, io_backend):
+            plan.run(layer_id)
+            return
         host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
         device_pool.check_layer(layer_id)
         if io_backend == "direct":
@@ -187,6 +200,44 @@ class HostKVPool:
         else:
             ops = KERNEL_OPS[(self.parts, self.layout)]
             ops.load(self, device_pool, host_idx, dev_idx, layer_id)
+
+    def plan_load(
+        self,
+        device_pool: KVPool,
+        host_indices: torch.Tensor,
+        device_indices: torch.Tensor,
+        io_backend: str,
+    ) -> LoadPlan:
+        """Validate and plan, once, the load of every layer of ``host_indices`` to
+        ``device_indices``; ``plan.run(layer_id)`` then copies one layer, checking only its id.
+
+        Runs every check of :meth:`load_to_device_per_layer` except the layer id, and moves the
+        indices (non-blocking) on the current stream: plan on the stream the layers run on.
+        """
+        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
+        runner = plan_load(self, device_pool, host_idx, dev_idx, io_backend)
+        return LoadPlan(self, device_pool, runner, (host_indices, device_indices, io_backend))
+
+    @contextlib.contextmanager
+    def planned_load(
+        self,
+        device_pool: KVPool,
+        host_indices: torch.Tensor,
+        device_indices: torch.Tensor,
+        io_backend: str,
+    ) -> Iterator[LoadPlan]:
+        """:meth:`plan_load`, and while the block runs, :meth:`load_to_device_per_layer` with
+        these very arguments (the same objects) runs the plan's layer instead of checking and
+        planning again. The controller loads this way, so the per-layer call stays the one seam
+        that wrappers of the host pool (meters, fault injection) see. The indices must not
+        change inside the block.
+        """
+        plan = self.plan_load(device_pool, host_indices, device_indices, io_backend)
+        previous, self._active_plan = self._active_plan, plan
+        try:
+            yield plan
+        finally:
+            self._active_plan = previous
 
     def backup_from_device_all_layer(
         self,
@@ -249,42 +300,3 @@ class HostKVPool:
                 "device_pool does not match the pool this host pool was built for: "
                 + "; ".join(differences)
             )
-
-
-class MHATokenToKVPoolHost(HostKVPool):
-    """Host pool for ``MHATokenToKVPool``: ``kv_buffer`` of ``(2, *part_shape)``;
-    ``k_buffer = kv_buffer[0]``, ``v_buffer = kv_buffer[1]`` (shapes in :mod:`host_layouts`)."""
-
-    parts = 2
-    device_pool_type = MHATokenToKVPool
-
-    def _head_dim(self) -> int:
-        return self.device_pool.head_dim
-
-    @property
-    def kv_buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    @property
-    def k_buffer(self) -> torch.Tensor:
-        return self._buffer[0]
-
-    @property
-    def v_buffer(self) -> torch.Tensor:
-        return self._buffer[1]
-
-
-class MLATokenToKVPoolHost(HostKVPool):
-    """Host pool for ``MLATokenToKVPool``: ``kv_buffer`` of ``part_shape`` with ``H = 1``,
-    ``D = kv_lora_rank + qk_rope_head_dim``; no ``page_head`` layout."""
-
-    parts = 1
-    layouts = ("layer_first", "page_first", "page_first_direct")
-    device_pool_type = MLATokenToKVPool
-
-    def _head_dim(self) -> int:
-        return self.device_pool.kv_dim
-
-    @property
-    def kv_buffer(self) -> torch.Tensor:
-        return self._buffer[0]

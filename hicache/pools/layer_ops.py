@@ -1,31 +1,52 @@
-"""Calls from the host pools into :mod:`hicache.kernels`, one pair of functions per route.
+"""Calls from the host pools into :mod:`hicache.kernels`, one set of functions per route.
 
 ``load(host, dev, host_idx, dev_idx, layer_id)`` copies one layer host -> device;
-``backup(host, dev, host_idx, dev_idx)`` copies every layer device -> host. ``host`` is a
-``HostKVPool`` (``host_parts``: its K/V or latent buffers; ``host_ptr_tables``: per-part layer
-pointer tables for ``layer_first``), ``dev`` the matching device pool. Indices are already where
-the op wants them (the kernel's device, or the CPU for direct ops). Every all-layer op gets the
-item count behind each of its pointer tables (``*_items_per_layer``), so it bounds indices.
+``backup(host, dev, host_idx, dev_idx)`` copies every layer device -> host (the plan-once load
+of every layer is :mod:`hicache.pools.load_plan`). ``host`` is a :class:`HostBuffers` (a host
+pool), ``dev`` the matching device pool. Indices are already where the op wants them (the
+kernel's device, or the CPU for direct ops). Every all-layer op gets the item count behind each
+of its pointer tables (``*_items_per_layer``), so it bounds indices.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
 from hicache import kernels
+from hicache.pools.device_pool import KVPool
 
 Tensor = torch.Tensor
 
 
+class HostBuffers(Protocol):
+    """What the routes read of a host pool (``HostKVPool``)."""
+
+    layout: str
+    size: int
+    page_size: int
+    layer_num: int
+    item_size: int
+    layout_dim: int
+    head_num: int
+    host_parts: list[Tensor]  # the K/V (or latent) buffers
+    host_ptr_tables: list[Tensor] | None  # per-part layer tables (layer_first only)
+    closed: bool
+
+
 class LayerOps(NamedTuple):
-    load: Callable[[Any, Any, Tensor, Tensor, int], None]
-    backup: Callable[[Any, Any, Tensor, Tensor], None]
+    load: Callable[[HostBuffers, KVPool, Tensor, Tensor, int], None]
+    backup: Callable[[HostBuffers, KVPool, Tensor, Tensor], None]
 
 
-def direct_load(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _tables(host: HostBuffers) -> list[Tensor]:
+    assert host.host_ptr_tables is not None, "a layer_first host pool has pointer tables"
+    return host.host_ptr_tables
+
+
+def direct_load(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
     dst = [part[layer] for part in dev.part_buffers]
     if host.layout == "layer_first":
         src = [part[layer] for part in host.host_parts]
@@ -36,7 +57,7 @@ def direct_load(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
         )
 
 
-def direct_backup(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
+def direct_backup(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
     src = [layer for part in dev.part_buffers for layer in part]
     if host.layout == "layer_first":
         dst = [layer for part in host.host_parts for layer in part]
@@ -48,19 +69,19 @@ def direct_backup(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
 # -- MHA --------------------------------------------------------------------------------------
 
 
-def _mha_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _mha_load_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
+    dk, dv = dev.part_buffers
     hk, hv = host.host_parts
-    kernels.transfer_kv_per_layer(
-        hk[layer], dev.k_buffer[layer], hv[layer], dev.v_buffer[layer], h, d, host.item_size
-    )
+    kernels.transfer_kv_per_layer(hk[layer], dk[layer], hv[layer], dv[layer], h, d, host.item_size)
 
 
-def _mha_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
-    hk_ptrs, hv_ptrs = host.host_ptr_tables
+def _mha_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+    dk_ptrs, dv_ptrs = dev.part_data_ptrs
+    hk_ptrs, hv_ptrs = _tables(host)
     kernels.transfer_kv_all_layer(
-        dev.k_data_ptrs,
+        dk_ptrs,
         hk_ptrs,
-        dev.v_data_ptrs,
+        dv_ptrs,
         hv_ptrs,
         d,
         h,
@@ -71,34 +92,38 @@ def _mha_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     )
 
 
-def _mha_load_pf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _mha_load_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
+    dk, dv = dev.part_buffers
     hk, hv = host.host_parts
     kernels.transfer_kv_per_layer_pf_lf(
-        hk, dev.k_buffer[layer], hv, dev.v_buffer[layer], h, d, layer,
+        hk, dk[layer], hv, dv[layer], h, d, layer,
         host.item_size, host.layout_dim,
     )  # fmt: skip
 
 
-def _mha_backup_pf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
+def _mha_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+    dk_ptrs, dv_ptrs = dev.part_data_ptrs
     hk, hv = host.host_parts
     kernels.transfer_kv_all_layer_lf_pf(
-        dev.k_data_ptrs, hk, dev.v_data_ptrs, hv, d, h,
+        dk_ptrs, hk, dv_ptrs, hv, d, h,
         host.item_size, host.layout_dim, host.layer_num, src_items_per_layer=dev.num_slots,
     )  # fmt: skip
 
 
-def _mha_load_ph(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _mha_load_ph(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
+    dk, dv = dev.part_buffers
     hk, hv = host.host_parts
     kernels.transfer_kv_per_layer_ph_lf(
-        hk, dev.k_buffer[layer], hv, dev.v_buffer[layer], h, d, layer,
+        hk, dk[layer], hv, dv[layer], h, d, layer,
         host.item_size, host.layout_dim, host.page_size, host.head_num,
     )  # fmt: skip
 
 
-def _mha_backup_ph(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
+def _mha_backup_ph(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+    dk_ptrs, dv_ptrs = dev.part_data_ptrs
     hk, hv = host.host_parts
     kernels.transfer_kv_all_layer_lf_ph(
-        dev.k_data_ptrs, hk, dev.v_data_ptrs, hv, d, h,
+        dk_ptrs, hk, dv_ptrs, hv, d, h,
         host.item_size, host.layout_dim, host.layer_num, host.page_size, host.head_num,
         src_items_per_layer=dev.num_slots,
     )  # fmt: skip
@@ -107,15 +132,17 @@ def _mha_backup_ph(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
 # -- MLA --------------------------------------------------------------------------------------
 
 
-def _mla_load_lf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _mla_load_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
+    (dkv,) = dev.part_buffers
     (hkv,) = host.host_parts
-    kernels.transfer_kv_per_layer_mla(hkv[layer], dev.kv_buffer[layer], h, d, host.item_size)
+    kernels.transfer_kv_per_layer_mla(hkv[layer], dkv[layer], h, d, host.item_size)
 
 
-def _mla_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
-    (h_ptrs,) = host.host_ptr_tables
+def _mla_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+    (dkv_ptrs,) = dev.part_data_ptrs
+    (h_ptrs,) = _tables(host)
     kernels.transfer_kv_all_layer_mla(
-        dev.kv_data_ptrs,
+        dkv_ptrs,
         h_ptrs,
         d,
         h,
@@ -126,17 +153,19 @@ def _mla_backup_lf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
     )
 
 
-def _mla_load_pf(host: Any, dev: Any, h: Tensor, d: Tensor, layer: int) -> None:
+def _mla_load_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: int) -> None:
+    (dkv,) = dev.part_buffers
     (hkv,) = host.host_parts
     kernels.transfer_kv_per_layer_mla_pf_lf(
-        hkv, dev.kv_buffer[layer], h, d, layer, host.item_size, host.layout_dim
+        hkv, dkv[layer], h, d, layer, host.item_size, host.layout_dim
     )
 
 
-def _mla_backup_pf(host: Any, dev: Any, h: Tensor, d: Tensor) -> None:
+def _mla_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+    (dkv_ptrs,) = dev.part_data_ptrs
     (hkv,) = host.host_parts
     kernels.transfer_kv_all_layer_mla_lf_pf(
-        dev.kv_data_ptrs,
+        dkv_ptrs,
         hkv,
         d,
         h,

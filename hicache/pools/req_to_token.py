@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ class ReqToTokenPool:
         self.req_to_token = torch.zeros(
             (size, max_context_len), dtype=torch.int32, device=self.device
         )
+        self._free: list[int] = []
+        self._used: set[int] = set()
         self.clear()
 
     def available_size(self) -> int:
@@ -49,7 +52,8 @@ class ReqToTokenPool:
         """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
         included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
         (numpy or 0-d torch integers) are accepted."""
-        rows = [_row_id(r) for r in ([idx] if _is_scalar(idx) else list(idx))]
+        ids: list[object] = [idx] if _is_scalar(idx) else list(cast(Iterable[object], idx))
+        rows = [_row_id(r) for r in ids]
         if len(set(rows)) != len(rows) or not self._used.issuperset(rows):
             raise ValueError(f"idx must be distinct rows currently allocated, got {idx!r}")
         self._used.difference_update(rows)
@@ -84,8 +88,8 @@ class ReqToTokenPool:
 
     def clear(self) -> None:
         """Every row free."""
-        self._free: list[int] = list(range(self.size))
-        self._used: set[int] = set()
+        self._free = list(range(self.size))
+        self._used = set()
 
     def _target(self, indices: Any) -> tuple[int, Columns, int]:
         """``(row, cols, number of entries selected)`` of checked ``indices``."""

@@ -7,9 +7,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hicache.checks import check_int
-from hicache.controller import WRITE_POLICIES
+from hicache.controller import check_write_policy
 from hicache.controller.integrity import check_verify
-from hicache.pools import IO_BACKENDS, LAYOUTS, SUPPORTED_PAIRS
+from hicache.pools import check_pair
 from hicache.radix.policies import check_policy
 
 
@@ -77,19 +77,8 @@ class HiCacheConfig:
     def __post_init__(self) -> None:
         _check_number("hicache_ratio", self.hicache_ratio)
         _check_number("hicache_size_gb", self.hicache_size_gb)
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(
-                f"write_policy must be one of {WRITE_POLICIES}, got {self.write_policy!r}"
-            )
-        if self.io_backend not in IO_BACKENDS:
-            raise ValueError(f"io_backend must be one of {IO_BACKENDS}, got {self.io_backend!r}")
-        if self.mem_layout not in LAYOUTS:
-            raise ValueError(f"mem_layout must be one of {LAYOUTS}, got {self.mem_layout!r}")
-        if self.mem_layout not in SUPPORTED_PAIRS[self.io_backend]:
-            raise ValueError(
-                f"mem_layout={self.mem_layout!r} is not supported by io_backend="
-                f"{self.io_backend!r}; it supports {SUPPORTED_PAIRS[self.io_backend]}"
-            )
+        check_write_policy(self.write_policy)
+        check_pair(self.mem_layout, self.io_backend, name="mem_layout")
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
         check_verify(self.verify, self.verify_sample_period)
 

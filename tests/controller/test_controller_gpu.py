@@ -103,7 +103,7 @@ def test_without_the_wait_stale_bytes_are_read():
     rig = big_rig()
     ctrl = rig.controller
     host_indices, want = offloaded(rig)
-    ctrl.layer_done_counter._skip_wait_for_testing = True
+    ctrl.layer_done_counter.skip_wait_for_testing = True
     stale = 0
     for _ in range(TRIES):
         poison(rig.device_pool)

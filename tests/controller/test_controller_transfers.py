@@ -157,3 +157,26 @@ def test_merged_operation_keeps_a_cpu_copy_only_when_every_part_has_one():
     assert merged.device_indices_cpu.tolist() == [4, 5, 8, 9] and merged.node_ids == [0, 1]
     partial = [with_cpu[0], CacheOperation(torch.tensor([2, 3]), dev[1], [1])]
     assert CacheOperation.merge(partial).device_indices_cpu is None
+
+
+def test_a_load_batch_is_checked_and_planned_once(monkeypatch):
+    """start_loading plans the batch once: the index checks run once, not once per layer."""
+    import hicache.pools.host_pool as host_pool_module
+
+    rig = make_rig(layers=3)
+    ctrl = rig.controller
+    host_indices = offload(rig, rig.allocator.alloc(2), node_id=0)
+    checked: list[str] = []
+    real_check = host_pool_module.check_slot_indices
+    monkeypatch.setattr(
+        host_pool_module,
+        "check_slot_indices",
+        lambda name, *a: checked.append(name) or real_check(name, *a),
+    )
+    real_plan = rig.host_pool.plan_load
+    plans: list[object] = []
+    monkeypatch.setattr(rig.host_pool, "plan_load", lambda *a: plans.append(a) or real_plan(*a))
+    ctrl.load(host_indices, node_id=1)
+    ctrl.start_loading()
+    assert len(plans) == 1
+    assert checked == ["host_indices", "device_indices"]

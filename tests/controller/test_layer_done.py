@@ -143,9 +143,9 @@ def test_no_consumer_and_skip_switch_do_not_wait() -> None:
     counter.set_consumer(counter.update_producer())
     spy = SpyEvent()
     counter.events[0].load_events = [spy]
-    counter._skip_wait_for_testing = True
+    counter.skip_wait_for_testing = True
     counter.wait_until(0)
-    counter._skip_wait_for_testing = False
+    counter.skip_wait_for_testing = False
     counter.set_consumer(NO_CONSUMER)
     counter.wait_until(0)
     assert spy.waits == 0

@@ -54,7 +54,7 @@ def batches(request, monkeypatch) -> list[int] | None:
                 assert any(lo <= addr and addr + n <= hi for lo, hi in spans), "copy out of bounds"
             ctypes.memmove(d, s, n)
 
-    monkeypatch.setattr(direct, "_on_copy_engine", engine_device)
+    monkeypatch.setattr(direct, "engine_device", engine_device)
     monkeypatch.setattr(copy_engine, "copy_batch", memmove_batch)
     return sizes
 
@@ -164,15 +164,13 @@ def test_engine_is_unavailable_without_a_cuda_runtime(monkeypatch):
     def no_runtime():
         raise RuntimeError("the CUDA runtime library was not found")
 
-    monkeypatch.setattr(copy_engine, "_open_cudart", no_runtime)
+    monkeypatch.setattr(copy_engine, "open_cudart", no_runtime)
     try:
         for cuda, hip, loads in (("13.0", None, 1), (None, None, 0), ("13.0", "6.2", 0)):
             monkeypatch.setattr(torch.version, "cuda", cuda)
             monkeypatch.setattr(torch.version, "hip", hip)
-            copy_engine.available.cache_clear()
-            copy_engine._runtime.cache_clear()
+            copy_engine.clear_caches()
             assert copy_engine.available() is False
-            assert copy_engine._runtime.cache_info().misses == loads
+            assert copy_engine.runtime_load_attempts() == loads
     finally:  # later tests (on a GPU machine) must see the real runtime again
-        copy_engine.available.cache_clear()
-        copy_engine._runtime.cache_clear()
+        copy_engine.clear_caches()

@@ -204,7 +204,7 @@ def test_alloc_pair_is_alloc_with_a_cpu_copy() -> None:
 def test_check_invariants_detects_corruption() -> None:
     a = TokenToKVPoolAllocator(8, 1)
     a.alloc(2)
-    a._free = torch.cat([a._free, a._free[:1]])
+    a.corrupt_free_list_for_testing()
     with pytest.raises(RuntimeError, match="twice"):
         a.check_invariants()
 

@@ -274,7 +274,7 @@ POOLS: list[tuple[str, Action, type[Exception], str]] = [
             w.device_pool, idx(0, 1), idx(2, 3), 0, "direct"
         ),
         ValueError,
-        "io_backend='direct' does not support layout='page_first'",
+        "layout='page_first' is not supported by io_backend='direct'",
     ),
     ("load bad layer", lambda w: _load(w, layer=2), ValueError, "layer_id must be in"),
     (
@@ -386,7 +386,7 @@ CONTROLLER: list[tuple[str, Action, type[Exception], str]] = [
             w.allocator, host_pool(w.device_pool, "page_first"), PAGE, io_backend="direct"
         ),
         ValueError,
-        "does not support io_backend 'direct'",
+        "mem_pool_host.layout='page_first' is not supported by io_backend='direct'",
     ),
     (
         "page_size mismatch",

@@ -1,0 +1,44 @@
+"""Stream ordering and the index tensors of one issued batch (host metadata, device data)."""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.controller.operations import CacheOperation
+from hicache.devices import current_stream
+
+
+def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
+    """Make transfer ``stream`` wait (GPU-side) for ``device``'s current (compute) stream; a
+    no-op on CPU (``stream`` None)."""
+    compute = current_stream(device)
+    if stream is not None and compute is not None:
+        stream.wait_stream(compute)
+
+
+def transfer_indices(
+    op: CacheOperation, stream: torch.cuda.Stream | None, io_backend: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's (host, device) index tensors as the transfer on ``stream`` needs them, built
+    once per batch.
+
+    Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
+    ``stream`` (``record_stream``). The kernel backend gets the host indices on ``device``,
+    copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
+    direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
+    allocator's CPU copy of their slots; otherwise (writes) the device-to-host copy blocks
+    until ``stream`` reaches it (a racy non-blocking one read at once by the CPU would plan
+    with garbage).
+    """
+    if stream is None:
+        return op.host_indices, op.device_indices
+    op.device_indices.record_stream(stream)
+    if io_backend == "direct":
+        cpu = op.device_indices_cpu
+        return op.host_indices, op.device_indices.cpu() if cpu is None else cpu
+    # Pairs in host-address order: scattered pinned reads then stay within few host pages at
+    # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).
+    host, order = torch.sort(op.host_indices)
+    order = order.pin_memory().to(device, non_blocking=True)
+    device_indices = op.device_indices.index_select(0, order)
+    return host.pin_memory().to(device, non_blocking=True), device_indices

@@ -1,0 +1,169 @@
+"""Plan once, run per layer: the per-layer kernel ops over every layer of one load batch.
+
+``transfer_kv_per_layer*`` validate and plan on every call. A load batch makes the same call once
+per layer with the same indices, so the planners here run every check of the op once, for all
+layers (layer 0 of a layer_first side, the last layer of a page_first / page_head source, and
+that every other layer's buffers are laid out like layer 0's), move the indices to the copy's
+device once, and return a :class:`LayerPlan` whose :meth:`~LayerPlan.run` checks only the layer
+id and launches. Arguments are those of the matching op, with MHA passing ``{"src_k": ...,
+"src_v": ...}`` and MLA ``{"src": ...}`` (names as the op's parameters), and a layer_first side
+given as one such dict per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from hicache.kernels import dispatch, plans
+from hicache.kernels import validate as check
+from hicache.kernels.layouts import CopyPlan, Operand
+from hicache.kernels.ops import DEFAULT_NUM_WARPS
+
+Tensor = torch.Tensor
+Named = dict[str, Tensor]
+Layers = tuple[tuple[Tensor, ...], ...]
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """A validated per-layer copy of layers ``0 .. num_layers - 1``; see the module.
+
+    Attributes
+    ----------
+    template : the validated plan of one layer; its indices already on ``template.device``.
+    src_layers : layer ``l``'s source buffers (a layer_first source), or None: the source is one
+        page_first / page_head buffer set and layer ``l`` is its layer ``l``.
+    dst_layers : layer ``l``'s destination buffers (layer_first).
+    block_quota, num_warps_per_block : checked launch arguments.
+    """
+
+    template: CopyPlan
+    src_layers: Layers | None
+    dst_layers: Layers
+    block_quota: int
+    num_warps_per_block: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.dst_layers)
+
+    def at(self, layer_id: int) -> CopyPlan:
+        """The plan of layer ``layer_id`` (``IndexError`` outside ``[0, num_layers)``)."""
+        layer = check.check_layer_id(layer_id, self.num_layers)
+        src, dst = self.template.src, self.template.dst
+        if self.src_layers is None:
+            src = _at(src, src.buffers, layer)
+        else:
+            src = _at(src, self.src_layers[layer], 0)
+        return replace(self.template, src=src, dst=_at(dst, self.dst_layers[layer], 0))
+
+    def run(self, layer_id: int) -> None:
+        """Copy layer ``layer_id``: the only check is the layer id. Same backends as the ops."""
+        dispatch.run(self.at(layer_id), self.block_quota, self.num_warps_per_block)
+
+
+def _at(side: Operand, buffers: tuple[Tensor, ...], first_layer: int) -> Operand:
+    return Operand(side.names, buffers, False, side.geometry, side.num_items, first_layer)
+
+
+def _finish(
+    template: CopyPlan,
+    src_layers: Sequence[Named] | None,
+    dst_layers: Sequence[Named],
+    block_quota: object,
+    num_warps_per_block: object,
+) -> LayerPlan:
+    check.check_launch(block_quota, num_warps_per_block)
+    assert isinstance(block_quota, int) and isinstance(num_warps_per_block, int)
+    device = template.device
+    cuda = device.type == "cuda"
+    src = None if src_layers is None else check.check_layer_buffers("src_layers", src_layers, cuda)
+    dst = check.check_layer_buffers("dst_layers", dst_layers, cuda)
+    if src is not None and len(src) != len(dst):
+        raise ValueError(f"src_layers and dst_layers differ in length: {len(src)} != {len(dst)}")
+    template = replace(
+        template,
+        src_indices=template.src_indices.to(device, non_blocking=True).contiguous(),
+        dst_indices=template.dst_indices.to(device, non_blocking=True).contiguous(),
+    )
+    return LayerPlan(template, src, dst, block_quota, num_warps_per_block)
+
+
+def _first(name: str, layers: Sequence[Named]) -> Named:
+    if not isinstance(layers, Sequence) or not layers:
+        raise TypeError(f"{name} must be a non-empty sequence of per-layer buffer dicts")
+    return layers[0]
+
+
+def plan_per_layer(
+    src_layers: Sequence[Named],
+    dst_layers: Sequence[Named],
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlan:
+    """``transfer_kv_per_layer`` (``_mla``) for every layer: layer ``l`` copies
+    ``src_layers[l]`` into ``dst_layers[l]`` (``[items, ...]`` tensors)."""
+    template = plans.per_layer(
+        _first("src_layers", src_layers),
+        _first("dst_layers", dst_layers),
+        src_indices,
+        dst_indices,
+        item_size,
+    )
+    return _finish(template, src_layers, dst_layers, block_quota, num_warps_per_block)
+
+
+def plan_per_layer_pf_lf(
+    src: Named,
+    dst_layers: Sequence[Named],
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    src_layout_dim: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlan:
+    """``transfer_kv_per_layer_pf_lf`` (``_mla_pf_lf``) for layers ``0 .. len(dst_layers) - 1``
+    of the page_first ``src`` (each must be one of its layers)."""
+    _first("dst_layers", dst_layers)
+    last = len(dst_layers) - 1
+    template = plans.per_layer_pf_lf(
+        src, dst_layers[last], src_indices, dst_indices, last, item_size, src_layout_dim
+    )
+    return _finish(template, None, dst_layers, block_quota, num_warps_per_block)
+
+
+def plan_per_layer_ph_lf(
+    src: Named,
+    dst_layers: Sequence[Named],
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    item_size: int,
+    src_layout_dim: int,
+    page_size: int,
+    head_num: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlan:
+    """``transfer_kv_per_layer_ph_lf`` for layers ``0 .. len(dst_layers) - 1`` of the
+    page_head ``src``."""
+    _first("dst_layers", dst_layers)
+    last = len(dst_layers) - 1
+    template = plans.per_layer_ph_lf(
+        src,
+        dst_layers[last],
+        src_indices,
+        dst_indices,
+        last,
+        item_size,
+        src_layout_dim,
+        page_size,
+        head_num,
+    )
+    return _finish(template, None, dst_layers, block_quota, num_warps_per_block)

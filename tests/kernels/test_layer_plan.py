@@ -1,0 +1,110 @@
+"""The plan-once forms of the per-layer ops: each layer's run equals the op's call, and a plan
+checks once what the op checks on every call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hicache.kernels as K
+from tests.kernels.cases import POISON
+
+LAYERS, ITEMS, HEADS, DIM, PAGE = 3, 16, 2, 4, 4
+ITEM = HEADS * DIM * 2  # float16
+
+
+def rand(*shape: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    raw = torch.randint(0, 256, (torch.Size(shape).numel() * 2,), dtype=torch.uint8, generator=gen)
+    return raw.view(torch.float16).view(shape)
+
+
+def poisoned_layers() -> list[torch.Tensor]:
+    return [torch.full((ITEMS, HEADS, DIM * 2), POISON, dtype=torch.uint8).view(torch.float16)
+            for _ in range(LAYERS)]  # fmt: skip
+
+
+SRC_IDX = torch.tensor([5, 2, 9, 14])
+DST_IDX = torch.tensor([1, 7, 3, 12])
+
+
+def test_plan_per_layer_equals_the_op() -> None:
+    src_k = [rand(ITEMS, HEADS, DIM, seed=layer) for layer in range(LAYERS)]
+    src_v = [rand(ITEMS, HEADS, DIM, seed=10 + layer) for layer in range(LAYERS)]
+    planned_k, planned_v, called_k, called_v = (poisoned_layers() for _ in range(4))
+    plan = K.plan_per_layer(
+        [{"src_k": k, "src_v": v} for k, v in zip(src_k, src_v, strict=True)],
+        [{"dst_k": k, "dst_v": v} for k, v in zip(planned_k, planned_v, strict=True)],
+        SRC_IDX,
+        DST_IDX,
+        ITEM,
+    )
+    for layer in range(LAYERS):
+        plan.run(layer)
+        K.transfer_kv_per_layer(
+            src_k[layer], called_k[layer], src_v[layer], called_v[layer], SRC_IDX, DST_IDX, ITEM
+        )
+    for got, want in zip(planned_k + planned_v, called_k + called_v, strict=True):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(planned_k[1][DST_IDX].view(torch.uint8), src_k[1][SRC_IDX].view(torch.uint8))
+
+
+def test_plan_pf_lf_equals_the_op() -> None:
+    src = rand(ITEMS, LAYERS, 1, DIM * HEADS, seed=1)
+    planned = [layer.view(ITEMS, 1, HEADS * DIM) for layer in poisoned_layers()]
+    called = [layer.view(ITEMS, 1, HEADS * DIM) for layer in poisoned_layers()]
+    plan = K.plan_per_layer_pf_lf(
+        {"src": src}, [{"dst": t} for t in planned], SRC_IDX, DST_IDX, ITEM, ITEM * LAYERS
+    )
+    for layer in range(LAYERS):
+        plan.run(layer)
+        K.transfer_kv_per_layer_mla_pf_lf(
+            src, called[layer], SRC_IDX, DST_IDX, layer, ITEM, ITEM * LAYERS
+        )
+    assert all(
+        torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        for a, b in zip(planned, called, strict=True)
+    )
+
+
+def test_plan_direct_equals_the_op() -> None:
+    src = [[rand(ITEMS, HEADS, DIM, seed=layer)] for layer in range(LAYERS)]
+    planned = [[layer] for layer in poisoned_layers()]
+    called = [[layer] for layer in poisoned_layers()]
+    idx_src, idx_dst = torch.arange(4, 12), torch.tensor([12, 13, 14, 15, 4, 5, 6, 7])
+    plan = K.plan_direct(src, planned, idx_src, idx_dst, PAGE)
+    for layer in range(LAYERS):
+        plan.run(layer)
+        K.transfer_kv_direct(src[layer], called[layer], idx_src, idx_dst, PAGE)
+    assert plan.runs.as_list() == [(4, 12, 4), (8, 4, 4)]
+    for (a,), (b,) in zip(planned, called, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_plans_refuse_a_bad_layer_id() -> None:
+    layers = [{"src": rand(ITEMS, 1, 8, seed=layer)} for layer in range(LAYERS)]
+    dst = [{"dst": layer.view(ITEMS, 1, 8)} for layer in poisoned_layers()]
+    kernel = K.plan_per_layer(layers, dst, SRC_IDX, DST_IDX, 16)
+    direct = K.plan_direct(
+        [[t["src"]] for t in layers], [[t["dst"]] for t in dst], SRC_IDX, DST_IDX, PAGE
+    )
+    for plan in (kernel, direct):
+        with pytest.raises(IndexError, match="layer_id"):
+            plan.run(LAYERS)
+        with pytest.raises(TypeError, match="layer_id"):
+            plan.run(True)
+    assert all((t["dst"].view(torch.uint8) == POISON).all() for t in dst)
+
+
+def test_a_layer_unlike_layer_0_is_refused_at_plan_time() -> None:
+    src = [{"src": rand(ITEMS, 1, 8, seed=layer)} for layer in range(LAYERS)]
+    dst = [{"dst": layer.view(ITEMS, 1, 8)} for layer in poisoned_layers()]
+    dst[2] = {"dst": dst[2]["dst"][: ITEMS // 2]}
+    with pytest.raises(ValueError, match=r"dst_layers\[2\]"):
+        K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, 16)
+    with pytest.raises(ValueError, match=r"dst_layers\[2\]"):
+        K.plan_direct([[t["src"]] for t in src], [[t["dst"]] for t in dst], SRC_IDX, DST_IDX, 4)
+    with pytest.raises(ValueError, match="differ in length"):
+        K.plan_per_layer(src, dst[:2], SRC_IDX, DST_IDX, 16)
+    with pytest.raises(IndexError, match="src_indices"):
+        K.plan_per_layer(src, dst[:1] * LAYERS, SRC_IDX + ITEMS, DST_IDX, 16)
