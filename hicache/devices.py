@@ -79,12 +79,12 @@ def is_cuda(device: torch.device | str) -> bool:
 
 def new_event(device: torch.device | str) -> EventLike:
     """A fresh event: a CUDA event on CUDA, a completed no-op event on CPU."""
-    return torch.cuda.Event() if is_cuda(device) else CompletedEvent()  # type: ignore[no-untyped-call]  # unannotated in torch's stubs
+    return torch.cuda.Event() if is_cuda(device) else CompletedEvent()
 
 
 def new_stream(device: torch.device | str) -> torch.cuda.Stream | None:
     """A dedicated transfer stream on CUDA; ``None`` (synchronous) on CPU."""
-    return torch.cuda.Stream(device=torch.device(device)) if is_cuda(device) else None  # type: ignore[no-untyped-call]  # unannotated in torch's stubs
+    return torch.cuda.Stream(device=torch.device(device)) if is_cuda(device) else None
 
 
 def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
@@ -111,7 +111,7 @@ def pin_tensor(tensor: torch.Tensor) -> bool:
     if not torch.cuda.is_available() or tensor.numel() == 0:
         return False
     nbytes = tensor.numel() * tensor.element_size()
-    err = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), nbytes, 0)  # type: ignore[no-untyped-call]  # unannotated in torch's stubs
+    err = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), nbytes, 0)
     if int(err) != 0:
         raise RuntimeError(f"cudaHostRegister of {nbytes} bytes failed with error {int(err)}")
     return True
@@ -119,6 +119,6 @@ def pin_tensor(tensor: torch.Tensor) -> bool:
 
 def unpin_tensor(tensor: torch.Tensor) -> None:
     """Undo :func:`pin_tensor` (``cudaHostUnregister``)."""
-    err = torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())  # type: ignore[no-untyped-call]  # unannotated in torch's stubs
+    err = torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
     if int(err) != 0:
         raise RuntimeError(f"cudaHostUnregister failed with error {int(err)}")

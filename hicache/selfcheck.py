@@ -82,8 +82,9 @@ def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, 
     host = host_cls(pool, 2.0, 0, args.page_size, layout, pin_memory=True)
     allocator = TokenToKVPoolAllocator(args.tokens, args.page_size, device, pool)
     n = args.tokens // 2
-    dev_idx = allocator.alloc(n)
-    host_idx = host.alloc(n)
+    dev_idx, host_idx = allocator.alloc(n), host.alloc(n)
+    if dev_idx is None or host_idx is None:
+        raise RuntimeError(f"selfcheck: the pools cannot hold {n} tokens")
     perm = torch.randperm(n // args.page_size) * args.page_size
     dev_idx = dev_idx.view(-1, args.page_size)[perm // args.page_size].reshape(-1)
     expected = [buf[dev_idx.cpu()].cpu().clone() for buf in _buffers(pool)]

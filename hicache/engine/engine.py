@@ -128,9 +128,11 @@ class Engine:
             raise RuntimeError("engine stalled: a waiting request can never be admitted")
 
     def _forward(self, work: list[Work]) -> torch.Tensor:
+        rows = [w.req.req_pool_idx for w in work]
+        assert None not in rows, "a scheduled request holds a row"
         batch = ForwardBatch.build(
             self.req_to_token_pool.req_to_token,
-            [w.req.req_pool_idx for w in work],
+            [row for row in rows if row is not None],
             [w.req.kv_len for w in work],
             [w.input_ids for w in work],
             torch.cat([w.slots for w in work]),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-import psutil  # type: ignore[import-untyped]  # the venv has no types-psutil
+import psutil
 
 from hicache import env
 from hicache.checks import check_choice

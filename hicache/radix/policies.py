@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from heapq import merge
 from typing import Any
 
-from sortedcontainers import SortedList  # type: ignore[import-untyped]  # ships no stubs
+from sortedcontainers import SortedList
 
 from hicache.radix.node import TreeNode
 

@@ -129,6 +129,7 @@ class Driver:
             return self._finish(live, completed=False)
         self.stack.allocator.free(live.own())
         self.stack.req_pool.free(live.req.req_pool_idx)
+        assert live.req.last_node is not None, "a live request holds a lock"
         self.cache.dec_lock_ref(live.req.last_node)
         self._drop(live, completed=False)
 
@@ -208,6 +209,7 @@ class Driver:
             live = self.live[0]
             self.stack.allocator.free(live.own())
             self.stack.req_pool.free(live.req.req_pool_idx)
+            assert live.req.last_node is not None, "a live request holds a lock"
             self.cache.dec_lock_ref(live.req.last_node)
             self._drop(live, completed=False)
         while self.locks:

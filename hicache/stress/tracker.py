@@ -250,7 +250,8 @@ class Tracker:
         todo: list[tuple[Any, ...]] = []
         for (i, tier), node in sorted(work.items(), key=lambda item: item[0][1]):  # by tier
             rows = rows_of(node, offset_of(node, self.cache.root), tier)
-            if in_flight[tier] is not None and in_flight[tier][rows[2]].any():
+            flying = in_flight[tier]
+            if flying is not None and flying[rows[2]].any():
                 self.deferred[(i, tier)] = node
             elif (self.tiers[tier].content[rows[2]] != rows[6]).any():
                 todo.append(rows)
