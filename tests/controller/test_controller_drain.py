@@ -81,7 +81,7 @@ def test_drain_on_an_idle_controller_is_a_no_op() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_drain_lands_every_transfer() -> None:
-    rig = make_rig(page_size=64, pages=8, device="cuda", layers=8, heads=8, dim=128)
+    rig = make_rig(page_size=64, pages=16, device="cuda", layers=8, heads=8, dim=128)
     ctrl = rig.controller
     slots = rig.allocator.alloc(256)
     host = ctrl.write(slots, node_id=1)
