@@ -8,6 +8,7 @@ import torch
 
 import hicache.kernels.validate as kernel_checks
 import hicache.pools.host_pool as host_pool_module
+from hicache import env
 from hicache.kernels.dispatch import force_backend
 from hicache.pools import KVPool
 from hicache.pools.host_pool import HostKVPool
@@ -76,6 +77,10 @@ def test_plan_matches_per_layer_route_and_oracle(
     assert same(device_bytes(per_layer), oracle), "per-layer route"
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available() or not env.ENV.triton_interpret,
+    reason="the Triton interpreter runs on CPU-only machines (TRITON_INTERPRET=1)",
+)
 @pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_head"])
 def test_plan_on_the_triton_kernel(layout: str) -> None:
     """The kernel route's plan through the Triton kernel (the interpreter on CPU)."""
