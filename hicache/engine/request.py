@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from hicache.radix.tokens import TokenBuffer
+
 
 class Status(enum.Enum):
     WAITING = "waiting"  # queued; holds nothing
@@ -29,6 +31,9 @@ class Request:
 
     Attributes
     ----------
+    tokens : the request's ``origin_input_ids + output_ids`` as a ``TokenBuffer``, the prompt
+        converted once at construction and each generated token once, when first read after
+        it was appended (``output_ids`` only grows); its keys are views (no list conversion).
     kv_len : tokens whose KV is in row ``req_pool_idx`` (positions ``0 .. kv_len - 1``).
     kv_capacity : slots the row names (``>= kv_len``; the tail of the last page may be unused).
     device_hit, host_hit, computed : prompt tokens served from L1, loaded back from L2, and
@@ -61,6 +66,19 @@ class Request:
     arrival: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None
+    _tokens: TokenBuffer = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        capacity = len(self.origin_input_ids) + self.max_new_tokens
+        self._tokens = TokenBuffer(self.origin_input_ids, capacity=capacity)
+
+    @property
+    def tokens(self) -> TokenBuffer:
+        """The request's tokens; catches up with the tokens appended to ``output_ids``."""
+        buf, held = self._tokens, len(self._tokens) - len(self.origin_input_ids)
+        if held < len(self.output_ids):
+            buf.extend(self.output_ids[held:])
+        return buf
 
     @property
     def kv_total(self) -> int:

@@ -117,7 +117,9 @@ def to_token_array(token_ids: Any) -> np.ndarray:
     it is empty, e.g. shape ``(0, 3)``). A list of ``n`` ids costs one C-level pass (~8 ns per
     id); an array ``O(n)`` vectorised.
     """
-    if isinstance(token_ids, torch.Tensor):
+    if type(token_ids) is list or type(token_ids) is tuple:  # the common case, first
+        arr = _from_sequence(token_ids)
+    elif isinstance(token_ids, torch.Tensor):
         arr = _from_tensor(token_ids)
     elif isinstance(token_ids, np.ndarray):
         arr = _from_numpy(token_ids)
