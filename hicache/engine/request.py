@@ -75,10 +75,7 @@ class Request:
     @property
     def tokens(self) -> TokenBuffer:
         """The request's tokens; catches up with the tokens appended to ``output_ids``."""
-        buf, held = self._tokens, len(self._tokens) - len(self.origin_input_ids)
-        if held < len(self.output_ids):
-            buf.extend(self.output_ids[held:])
-        return buf
+        return self._tokens.follow(len(self.origin_input_ids), self.output_ids)
 
     @property
     def kv_total(self) -> int:

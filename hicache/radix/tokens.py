@@ -186,6 +186,15 @@ class TokenBuffer:
         self._buf[self._len : self._len + len(ids)] = ids
         self._len += len(ids)
 
+    def follow(self, prompt_len: int, output: Sequence[Any]) -> TokenBuffer:
+        """Catch up with a request whose tokens are its prompt (the first ``prompt_len`` held
+        here) and then ``output``, a list that only grows: appends the items of ``output``
+        not yet held (each converted once, when first seen). Returns ``self``."""
+        held = self._len - prompt_len
+        if held < len(output):
+            self.extend(output[held:])
+        return self
+
     def ids(self, end: int | None = None) -> np.ndarray:
         """Read-only int32 view ``[end]`` of the first ``end`` tokens (all by default)."""
         view = self._buf[: self._check_end(end)]

@@ -121,3 +121,12 @@ def test_a_tree_node_viewing_a_buffer_survives_the_buffer_growing():
     buf.extend(list(range(100, 200)))  # moves the buffer; the node keeps the old one
     assert len(cache.match_prefix(RadixKey(list(range(10, 18)))).device_indices) == 8
     cache.check_invariants()
+
+
+def test_follow_appends_only_the_outputs_not_yet_held():
+    prompt, output = [1, 2, 3], [4]
+    buf = TokenBuffer(prompt)
+    assert buf.follow(len(prompt), output).ids().tolist() == [1, 2, 3, 4]
+    output += [5, 6]
+    assert buf.follow(len(prompt), output).ids().tolist() == [1, 2, 3, 4, 5, 6]
+    assert buf.follow(len(prompt), output).ids().tolist() == [1, 2, 3, 4, 5, 6]
