@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from hicache.radix.tokens import TokenBuffer
+from hicache.radix.tokens import RequestTokens, TokenBuffer
 
 
 class Status(enum.Enum):
@@ -33,7 +33,8 @@ class Request:
     ----------
     tokens : the request's ``origin_input_ids + output_ids`` as a ``TokenBuffer``, the prompt
         converted once at construction and each generated token once, when first read after
-        it was appended (``output_ids`` only grows); its keys are views (no list conversion).
+        it was appended (``output_ids`` only grows; a replaced list is converted anew); its
+        keys are views (no list conversion).
     kv_len : tokens whose KV is in row ``req_pool_idx`` (positions ``0 .. kv_len - 1``).
     kv_capacity : slots the row names (``>= kv_len``; the tail of the last page may be unused).
     device_hit, host_hit, computed : prompt tokens served from L1, loaded back from L2, and
@@ -66,16 +67,15 @@ class Request:
     arrival: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None
-    _tokens: TokenBuffer = field(init=False, repr=False)
+    _tokens: RequestTokens = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        capacity = len(self.origin_input_ids) + self.max_new_tokens
-        self._tokens = TokenBuffer(self.origin_input_ids, capacity=capacity)
+        self._tokens = RequestTokens(self.origin_input_ids, self.output_ids, self.max_new_tokens)
 
     @property
     def tokens(self) -> TokenBuffer:
         """The request's tokens; catches up with the tokens appended to ``output_ids``."""
-        return self._tokens.follow(len(self.origin_input_ids), self.output_ids)
+        return self._tokens.get(self.origin_input_ids, self.output_ids)
 
     @property
     def kv_total(self) -> int:

@@ -220,3 +220,33 @@ class TokenBuffer:
             grown = np.empty(max(need, 2 * len(self._buf), 16), dtype=TOKEN_DTYPE)
             grown[: self._len] = self._buf[: self._len]
             self._buf = grown
+
+
+class RequestTokens:
+    """A request's ``prompt + output`` token lists mirrored in a ``TokenBuffer``.
+
+    ``get`` returns the buffer caught up with the lists: the output tokens appended since the
+    last call are converted (once each); when either list object was replaced, the buffer is
+    rebuilt from the new lists. Editing a list in place other than appending to ``output`` is
+    not seen (requests only ever append generated tokens).
+
+    Parameters
+    ----------
+    capacity : tokens to reserve beyond the prompt (e.g. ``max_new_tokens``).
+    """
+
+    __slots__ = ("_buffer", "_prompt", "_output", "_extra")
+
+    def __init__(self, prompt: Sequence[Any], output: Sequence[Any], capacity: int = 0) -> None:
+        check_int("capacity", capacity, minimum=0)
+        self._extra = capacity
+        self._track(prompt, output)
+
+    def get(self, prompt: Sequence[Any], output: Sequence[Any]) -> TokenBuffer:
+        if prompt is not self._prompt or output is not self._output:
+            self._track(prompt, output)
+        return self._buffer.follow(len(prompt), output)
+
+    def _track(self, prompt: Sequence[Any], output: Sequence[Any]) -> None:
+        self._buffer = TokenBuffer(prompt, capacity=len(prompt) + self._extra)
+        self._prompt, self._output = prompt, output

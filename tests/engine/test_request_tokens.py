@@ -28,3 +28,11 @@ def test_the_buffer_is_reserved_once_and_keys_view_it():
 def test_a_bad_prompt_is_refused_at_construction():
     with pytest.raises(TypeError, match="token_ids"):
         Request(0, [1, 2.0], max_new_tokens=1)
+
+
+def test_a_replaced_output_list_is_converted_anew():
+    req = Request(0, [1, 2], max_new_tokens=3)
+    req.output_ids.append(3)
+    assert req.tokens.ids().tolist() == [1, 2, 3]
+    req.output_ids = [9]
+    assert req.tokens.ids().tolist() == [1, 2, 9]

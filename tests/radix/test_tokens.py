@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hicache.radix import RadixCache, RadixKey, as_token_array
-from hicache.radix.tokens import TOKEN_DTYPE, TokenBuffer, to_token_array
+from hicache.radix.tokens import TOKEN_DTYPE, RequestTokens, TokenBuffer, to_token_array
 
 CHUNK = 16_384  # tokens.py packs long lists in chunks of this many ids
 
@@ -130,3 +130,15 @@ def test_follow_appends_only_the_outputs_not_yet_held():
     output += [5, 6]
     assert buf.follow(len(prompt), output).ids().tolist() == [1, 2, 3, 4, 5, 6]
     assert buf.follow(len(prompt), output).ids().tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_request_tokens_follow_appends_and_replaced_lists():
+    prompt, output = [1, 2], [3]
+    tracked = RequestTokens(prompt, output, capacity=4)
+    first = tracked.get(prompt, output)
+    output.append(4)
+    assert tracked.get(prompt, output) is first and first.ids().tolist() == [1, 2, 3, 4]
+    prompt = [7, 8, 9]
+    assert tracked.get(prompt, output).ids().tolist() == [7, 8, 9, 3, 4]
+    output = [5]
+    assert tracked.get(prompt, output).ids().tolist() == [7, 8, 9, 5]
