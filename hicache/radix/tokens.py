@@ -174,8 +174,10 @@ class TokenBuffer:
 
     def append(self, token: Any) -> None:
         """Add one token (an int in ``[0, 2**31 - 1]``); raises before changing anything."""
-        token = _check_token(token)
-        self._reserve(1)
+        if type(token) is not int or not 0 <= token <= TOKEN_MAX:
+            token = _check_token(token)
+        if self._len == len(self._buf):
+            self._reserve(1)
         self._buf[self._len] = token
         self._len += 1
 
@@ -191,7 +193,9 @@ class TokenBuffer:
         here) and then ``output``, a list that only grows: appends the items of ``output``
         not yet held (each converted once, when first seen). Returns ``self``."""
         held = self._len - prompt_len
-        if held < len(output):
+        if held == len(output) - 1:  # one token per decode step: the common case
+            self.append(output[held])
+        elif held < len(output):
             self.extend(output[held:])
         return self
 
