@@ -72,17 +72,12 @@ def _pack(ids: Sequence[Any]) -> np.ndarray:
 
 def _from_sequence(ids: Sequence[Any]) -> np.ndarray:
     """One C-level pass that takes ints and integer scalars (``__index__``) and refuses floats,
-    strings, None and nested sequences; then vectorised range checks on the array."""
+    strings, None and nested sequences; then vectorised range and bool checks on the array."""
     try:
         arr = _pack(ids)
     except struct.error:  # not an int, or outside int32: array.array names which
         arr = _explain(ids)
-    if len(arr):
-        low = int(arr.min())
-        if low < 0:
-            raise ValueError(f"{_RANGE}, got {low}")
-        if low <= 1:
-            _reject_bools(ids, arr)
+    _check_small(ids, arr)
     return arr
 
 
@@ -96,13 +91,17 @@ def _explain(ids: Sequence[Any]) -> np.ndarray:
         raise ValueError(f"{_RANGE}, got a value outside int32") from None
 
 
-def _reject_bools(ids: Sequence[Any], arr: np.ndarray) -> None:
-    """``TypeError`` if an item of ``ids`` is a bool. A bool became 0 or 1 in ``arr``, so only
-    those positions are looked at (usually a handful per request), or every item in one C-level
-    pass when they are many (an eighth or more)."""
-    small = arr <= 1
-    count = int(np.count_nonzero(small))
-    items = ids if count * 8 >= len(arr) else map(ids.__getitem__, np.flatnonzero(small).tolist())
+def _check_small(ids: Sequence[Any], arr: np.ndarray) -> None:
+    """``ValueError`` for a negative id, ``TypeError`` if an item of ``ids`` is a bool. Both are
+    values ``<= 1`` in ``arr``, so only those positions are looked at (usually a handful per
+    request), or every item in one C-level pass when they are many (an eighth or more)."""
+    low = int(arr.min()) if arr.size else 2
+    if low > 1:
+        return
+    if low < 0:
+        raise ValueError(f"{_RANGE}, got {low}")
+    small = (arr <= 1).nonzero()[0]
+    items = ids if small.size * 8 >= len(arr) else map(ids.__getitem__, small.tolist())
     if bool in set(map(type, items)):
         raise TypeError(_BOOL_ERROR)
 
