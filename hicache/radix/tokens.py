@@ -57,7 +57,7 @@ def _from_tensor(ids: torch.Tensor) -> np.ndarray:
 def _pack(ids: Sequence[Any]) -> np.ndarray:
     """``ids`` as C ints in one C-level pass (``struct``: ints and ``__index__`` scalars in
     int32 range; ``struct.error`` for anything else). About twice as fast as ``array.array``
-    or ``np.fromiter`` on a list: ``struct`` reads each item with one C call."""
+    and faster than ``np.fromiter`` on a list (``benchmarks/bench_keys.py``)."""
     n = len(ids)
     if n <= _PACK_CHUNK:
         return np.frombuffer(struct.pack(f"{n}{_C_INT}", *ids), dtype=TOKEN_DTYPE)
@@ -148,9 +148,9 @@ def _check_token(token: Any) -> int:
 class TokenBuffer:
     """Append-only token ids of one request, each converted and validated once.
 
-    Positions ``[0, len)`` never change once written, so ``ids`` and ``key`` hand out read-only
-    views (no copy) that stay valid while the buffer grows: growing moves the buffer to a new
-    array and leaves the old one to the views that pin it. Appending is amortised O(1) per token
+    Positions ``[0, len)`` never change once written, so ``ids`` (and ``RadixKey(buffer)``) hand
+    out read-only views (no copy) that stay valid while the buffer grows: growing moves the
+    buffer to a new array and leaves the old one to the views that pin it. Appending is amortised O(1) per token
     (the capacity doubles); reserve the request's whole length up front to never move.
 
     Parameters
