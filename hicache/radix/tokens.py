@@ -150,8 +150,9 @@ class TokenBuffer:
 
     Positions ``[0, len)`` never change once written, so ``ids`` (and ``RadixKey(buffer)``) hand
     out read-only views (no copy) that stay valid while the buffer grows: growing moves the
-    buffer to a new array and leaves the old one to the views that pin it. Appending is amortised O(1) per token
-    (the capacity doubles); reserve the request's whole length up front to never move.
+    buffer to a new array and leaves the old one to the views that pin it. Appending is
+    amortised O(1) per token (the capacity doubles); reserve the request's whole length up
+    front to never move.
 
     Parameters
     ----------
