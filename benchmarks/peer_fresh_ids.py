@@ -58,6 +58,9 @@ def insert_us(make: object, page: int, rng: np.random.Generator, same: bool) -> 
 def main() -> None:
     impl = sys.argv[1] if len(sys.argv) > 1 else "hicache"
     make, _ = peer.IMPLS[impl]()
+    import torch
+
+    torch.set_num_threads(1)  # as bench_radix_peer.py does: the trees' tensor ops are tiny
     rng = np.random.default_rng(1)
     ids = peer.rand_tokens(rng, 131_072)
     for page in (1, 16, 64):
