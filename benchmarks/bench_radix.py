@@ -2,10 +2,13 @@
 
 Run: ``python3 benchmarks/bench_radix.py [--quick] [--wall]``. The tree runs as a pure index (no
 pools; values are slot tensors the benchmark passes in, or the token ids), so the figures are the
-tree's own cost; an allocator's ``free`` comes on top of ``evict``. Keys are built as RadixKeys
-before timing, as a server builds one per request; the cost of building one from a Python list
-is printed separately. Every figure is the median over repeats after one untimed warm-up run,
-in thread CPU time (robust to other load on a shared 2-core host; ``--wall`` for wall time).
+tree's own cost; an allocator's ``free`` comes on top of ``evict``. Every row with a key runs
+twice: ``array`` keys are RadixKeys built before timing (as a request's key viewing its
+``TokenBuffer`` is), ``list`` keys are Python lists that each timed ``match_prefix`` / ``insert``
+turns into a RadixKey itself (what a scheduler passing ``fill_ids`` pays). Every figure is the
+median over repeats after one untimed warm-up run, in thread CPU time (robust to other load on a
+shared 2-core host; ``--wall`` for wall time). Key building on its own (list conversion against
+numpy baselines, a long prompt prefilled in chunks) is measured by ``bench_keys.py``.
 
 Workloads
 ---------
@@ -46,13 +49,15 @@ SGLANG = {
     "evict": (2.8, 2.5),
     "mixed": (12_000.0, 18_000.0),
 }
-ROWS = [  # metric, label, unit, lower is better
-    ("match_one", "match 128k, 1 node", "ms", True),
-    ("match_chain", "match 128k, 64-node chain", "ms", True),
-    ("insert", "insert 2k (1k shared)", "us/op", True),
-    ("evict", "evict 1,000 pages @1M", "ms", True),
-    ("mixed", "mixed 20k ops", "ops/s", False),
+ROWS = [  # metric, label, unit, lower is better, keyed (runs with array and with list keys)
+    ("match_one", "match 128k, 1 node", "ms", True, True),
+    ("match_chain", "match 128k, 64-node chain", "ms", True, True),
+    ("insert", "insert 2k (1k shared)", "us/op", True, True),
+    ("evict", "evict 1,000 pages @1M", "ms", True, False),
+    ("mixed", "mixed 20k ops", "ops/s", False, True),
 ]
+KEY_KINDS = ("array", "list")
+Key = RadixKey | list[int]
 
 
 CLOCK = {"clock": time.thread_time_ns}
@@ -72,7 +77,12 @@ def _median_ms(
     return statistics.median(times[1:]) / 1e6
 
 
-def bench_match(page: int, repeats: int) -> tuple[float, float]:
+def _as(kind: str, ids: np.ndarray) -> Key:
+    """``ids`` as the benchmark hands it to the tree: a prebuilt RadixKey or a Python list."""
+    return RadixKey(ids) if kind == "array" else ids.tolist()
+
+
+def bench_match(page: int, repeats: int, kind: str) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     key = RadixKey(rng.integers(0, VOCAB, 131_072))
     one = RadixCache(None, None, page)
@@ -81,9 +91,10 @@ def bench_match(page: int, repeats: int) -> tuple[float, float]:
     for end in range(2048, 131_072 + 1, 2048):
         chain.insert(key[:end])
     assert len(_path(chain, key)) == 64, "the chain benchmark needs a 64-node path"
+    query = _as(kind, key.token_ids)
     return (
-        _median_ms(lambda: one.match_prefix(key), repeats),
-        _median_ms(lambda: chain.match_prefix(key), repeats),
+        _median_ms(lambda: one.match_prefix(query), repeats),
+        _median_ms(lambda: chain.match_prefix(query), repeats),
     )
 
 
@@ -95,19 +106,21 @@ def _path(cache: RadixCache, key: RadixKey) -> list:
     return path
 
 
-def _shared_prefix_keys(rng: np.random.Generator, groups: int, per_group: int) -> list[RadixKey]:
+def _shared_prefix_keys(
+    rng: np.random.Generator, groups: int, per_group: int, kind: str = "array"
+) -> list[Key]:
     keys = []
     for _ in range(groups):
         prefix = rng.integers(0, VOCAB, 1024)
         keys += [
-            RadixKey(np.concatenate([prefix, rng.integers(0, VOCAB, 1024)]))
+            _as(kind, np.concatenate([prefix, rng.integers(0, VOCAB, 1024)]))
             for _ in range(per_group)
         ]
     return keys
 
 
-def bench_insert(page: int, repeats: int, count: int = 2000) -> float:
-    keys = _shared_prefix_keys(np.random.default_rng(1), 1, count)
+def bench_insert(page: int, repeats: int, kind: str, count: int = 2000) -> float:
+    keys = _shared_prefix_keys(np.random.default_rng(1), 1, count, kind)
     values = [torch.arange(i * 2048, (i + 1) * 2048, dtype=torch.int64) for i in range(count)]
     caches: list[RadixCache] = []
 
@@ -137,7 +150,7 @@ def bench_evict(page: int, repeats: int) -> float:
     return _median_ms(lambda: cache.evict(1000 * page), repeats, setup=refill)
 
 
-def _mixed_requests(rng: np.random.Generator, count: int) -> list[tuple[RadixKey, RadixKey]]:
+def _mixed_requests(rng: np.random.Generator, count: int, kind: str) -> list[tuple[Key, Key]]:
     systems = [rng.integers(0, VOCAB, 1024) for _ in range(32)]
     history: list[np.ndarray] = []
     requests = []
@@ -149,12 +162,14 @@ def _mixed_requests(rng: np.random.Generator, count: int) -> list[tuple[RadixKey
         prompt = np.concatenate([base, rng.integers(0, VOCAB, int(rng.integers(64, 512)))])
         full = np.concatenate([prompt, rng.integers(0, VOCAB, int(rng.integers(32, 256)))])
         history = (history + [full])[-256:]
-        requests.append((RadixKey(prompt), RadixKey(full)))
+        requests.append((_as(kind, prompt), _as(kind, full)))
     return requests
 
 
-def bench_mixed(page: int, repeats: int, ops: int = 20_000, capacity: int = 262_144) -> float:
-    requests = _mixed_requests(np.random.default_rng(3), ops // 4)
+def bench_mixed(
+    page: int, repeats: int, kind: str, ops: int = 20_000, capacity: int = 262_144
+) -> float:
+    requests = _mixed_requests(np.random.default_rng(3), ops // 4, kind)
     caches: list[RadixCache] = []
 
     def fresh() -> None:
@@ -179,14 +194,41 @@ def bench_mixed(page: int, repeats: int, ops: int = 20_000, capacity: int = 262_
     return ops / (_median_ms(run, repeats, setup=fresh) / 1e3)
 
 
-def bench_key_build() -> tuple[float, float]:
-    small = np.random.default_rng(4).integers(0, VOCAB, 2048).tolist()
-    large = np.random.default_rng(5).integers(0, VOCAB, 131_072).tolist()
-    return (_median_ms(lambda: RadixKey(small), 50) * 1e3, _median_ms(lambda: RadixKey(large), 10))
-
-
 def _fmt(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def run_all(reps: int) -> dict[str, list[float]]:
+    """``{metric/kind (or metric, for evict): [value at each page size]}``."""
+    results: dict[str, list[float]] = {}
+
+    def put(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    for page in PAGE_SIZES:
+        for kind in KEY_KINDS:
+            one, chain = bench_match(page, reps * 2, kind)
+            put(f"match_one/{kind}", one)
+            put(f"match_chain/{kind}", chain)
+            put(f"insert/{kind}", bench_insert(page, max(2, reps // 5), kind))
+            put(f"mixed/{kind}", bench_mixed(page, max(2, reps // 5), kind))
+        put("evict", bench_evict(page, reps))
+    return results
+
+
+def print_table(results: dict[str, list[float]]) -> None:
+    pages = "".join(f"{'page ' + str(p):>11}" for p in PAGE_SIZES)
+    print(f"{'metric':28}{'keys':>7}{'unit':>7}{pages}{'SGLang p1/p16':>17}{'speedup p1/p16':>17}")
+    for metric, label, unit, lower, keyed in ROWS:
+        for kind in KEY_KINDS if keyed else ("-",):
+            ours = results[f"{metric}/{kind}" if keyed else metric]
+            base = SGLANG[metric]
+            gain = [b / o if lower else o / b for o, b in zip(ours, base, strict=False)]
+            cells = "".join(f"{_fmt(v):>11}" for v in ours)
+            print(
+                f"{label:28}{kind:>7}{unit:>7}{cells}{_fmt(base[0]) + ' / ' + _fmt(base[1]):>17}"
+                f"{f'{gain[0]:.0f}x / {gain[1]:.0f}x':>17}"
+            )
 
 
 def main() -> None:
@@ -194,35 +236,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--wall", action="store_true", help="wall-clock instead of CPU time")
     args = parser.parse_args()
-    reps = 5 if args.quick else 20
     if args.wall:
         CLOCK["clock"] = time.perf_counter_ns
-    results: dict[str, list[float]] = {metric: [] for metric, *_ in ROWS}
-    for page in PAGE_SIZES:
-        one, chain = bench_match(page, reps * 2)
-        results["match_one"].append(one)
-        results["match_chain"].append(chain)
-        results["insert"].append(bench_insert(page, max(2, reps // 5)))
-        results["evict"].append(bench_evict(page, reps))
-        results["mixed"].append(bench_mixed(page, max(2, reps // 5)))
+    results = run_all(5 if args.quick else 20)
     clock = "wall time" if args.wall else "thread CPU time"
     print(f"RadixCache, pure index, {torch.get_num_threads()} torch threads; median {clock}\n")
-    head = f"{'metric':28}{'unit':>7}" + "".join(f"{'page ' + str(p):>11}" for p in PAGE_SIZES)
-    print(head + f"{'SGLang p1/p16':>17}{'speedup p1/p16':>17}")
-    for metric, label, unit, lower in ROWS:
-        ours = results[metric]
-        base = SGLANG[metric]
-        gain = [b / o if lower else o / b for o, b in zip(ours, base, strict=False)]
-        cells = "".join(f"{_fmt(v):>11}" for v in ours)
-        print(
-            f"{label:28}{unit:>7}{cells}{_fmt(base[0]) + ' / ' + _fmt(base[1]):>17}"
-            f"{f'{gain[0]:.0f}x / {gain[1]:.0f}x':>17}"
-        )
-    small_us, large_ms = bench_key_build()
-    print(
-        f"\nRadixKey from a Python list (once per request): 2k tokens {small_us:.1f} us, "
-        f"128k tokens {large_ms:.2f} ms"
-    )
+    print_table(results)
 
 
 if __name__ == "__main__":

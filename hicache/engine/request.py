@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from hicache.radix.tokens import RequestTokens, TokenBuffer
+
 
 class Status(enum.Enum):
     WAITING = "waiting"  # queued; holds nothing
@@ -29,6 +31,10 @@ class Request:
 
     Attributes
     ----------
+    tokens : the request's ``origin_input_ids + output_ids`` as a ``TokenBuffer``, the prompt
+        converted once at construction and each generated token once, when first read after
+        it was appended (``output_ids`` only grows; a replaced list is converted anew); its
+        keys are views (no list conversion).
     kv_len : tokens whose KV is in row ``req_pool_idx`` (positions ``0 .. kv_len - 1``).
     kv_capacity : slots the row names (``>= kv_len``; the tail of the last page may be unused).
     device_hit, host_hit, computed : prompt tokens served from L1, loaded back from L2, and
@@ -61,6 +67,15 @@ class Request:
     arrival: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None
+    _tokens: RequestTokens = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tokens = RequestTokens(self.origin_input_ids, self.output_ids, self.max_new_tokens)
+
+    @property
+    def tokens(self) -> TokenBuffer:
+        """The request's tokens; catches up with the tokens appended to ``output_ids``."""
+        return self._tokens.get(self.origin_input_ids, self.output_ids)
 
     @property
     def kv_total(self) -> int:

@@ -1,31 +1,32 @@
 """RadixKey: the token ids of a prefix plus the namespace (``extra_key``) they live in.
 
 Token ids are held as one read-only, contiguous int32 numpy array (token ids are vocabulary
-indices, far below 2**31), validated once when the key is built. The tree compares pages of these
-arrays with vectorised numpy, so building a key from a Python list (one C-level pass through
-``array.array``) is the only per-token Python cost, paid once per request.
-
-Nothing is converted silently: bools, floats (even integral ones), strings, objects and nested
-sequences raise ``TypeError``; negative or too large ids and arrays that are not 1-D raise
-``ValueError``.
+indices, far below 2**31), validated once when the key is built (``tokens.to_token_array``). The
+tree compares pages of these arrays with vectorised numpy, so building a key from a Python list
+(one C-level pass) is the only per-token Python cost; a request that keeps its tokens in a
+``tokens.TokenBuffer`` pays it once per token, and its keys are views of that buffer.
 """
 
 from __future__ import annotations
 
-import array
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, cast
 
 import numpy as np
-import torch
 
-TOKEN_DTYPE = np.int32
-_TOKEN_MAX = int(np.iinfo(TOKEN_DTYPE).max)
-_RANGE = f"token_ids must be in [0, {_TOKEN_MAX}]"
-_INT32_CODE = "i"  # array.array's C int: 4 bytes on every platform numpy and torch support
-assert array.array(_INT32_CODE).itemsize == np.dtype(TOKEN_DTYPE).itemsize
-# Sequences whose items are not token ids (array.array would read bytes-likes as raw bytes).
-_NOT_ID_SEQUENCES = (str, bytes, bytearray, memoryview)
+from hicache.radix.tokens import TOKEN_DTYPE, TokenBuffer, to_token_array
+
+__all__ = [
+    "BYTES_COMPARE_MAX",
+    "TOKEN_DTYPE",
+    "RadixKey",
+    "as_radix_key",
+    "as_token_array",
+    "check_extra_key",
+    "common_prefix_len",
+    "edge_ids",
+]
+
 # Namespace atoms: exact built-in types, whose equality and hash are by value and never mix
 # (bool, float and subclasses such as enums or numpy scalars may equal an int of another meaning).
 _EXTRA_KEY_ATOMS = (str, bytes, int, type(None))
@@ -43,7 +44,7 @@ def check_extra_key(extra_key: Any) -> Hashable | None:
     for a tuple.
     """
     if type(extra_key) in _EXTRA_KEY_ATOMS:
-        return extra_key
+        return cast(Hashable | None, extra_key)
     stack = [extra_key]
     while stack:
         item = stack.pop()
@@ -51,80 +52,24 @@ def check_extra_key(extra_key: Any) -> Hashable | None:
             stack.extend(item)
         elif type(item) not in _EXTRA_KEY_ATOMS:
             raise TypeError(f"{_EXTRA_KEY_RULE}; got {type(item).__name__} {item!r:.60}")
-    return extra_key
-
-
-def _from_numpy(ids: np.ndarray) -> np.ndarray:
-    if ids.ndim != 1:
-        raise ValueError(f"token_ids must be 1-D, got shape {ids.shape}")
-    if ids.size == 0:
-        return np.empty(0, dtype=TOKEN_DTYPE)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"token_ids must be integers, got dtype {ids.dtype}")
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high > _TOKEN_MAX:
-        raise ValueError(f"{_RANGE}, got values in [{low}, {high}]")
-    return np.array(ids, dtype=TOKEN_DTYPE)  # always a private copy
-
-
-def _from_tensor(ids: torch.Tensor) -> np.ndarray:
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"token_ids must be integers, got dtype {ids.dtype}")
-    return _from_numpy(ids.detach().cpu().numpy())
-
-
-def _from_sequence(ids: Sequence[Any]) -> np.ndarray:
-    """One C-level pass (``array.array``) that takes ints and integer scalars (``__index__``)
-    and refuses floats, strings, None and nested sequences; then vectorised range checks."""
-    try:
-        arr = np.frombuffer(array.array(_INT32_CODE, ids), dtype=TOKEN_DTYPE)
-    except TypeError as exc:
-        raise TypeError(f"token_ids must be a sequence of ints: {exc}") from None
-    except OverflowError:
-        raise ValueError(f"{_RANGE}, got a value outside int32") from None
-    if len(arr):
-        low = int(arr.min())
-        if low < 0:
-            raise ValueError(f"{_RANGE}, got {low}")
-        if low <= 1:
-            _reject_bools(ids, arr)
-    return arr
-
-
-def _reject_bools(ids: Sequence[Any], arr: np.ndarray) -> None:
-    """``TypeError`` if an item of ``ids`` is a bool. A bool became 0 or 1 in ``arr``, so only
-    those positions are looked at (usually a handful per request), or every item in one C-level
-    pass when they are many (an eighth or more)."""
-    small = arr <= 1
-    count = int(np.count_nonzero(small))
-    items = ids if count * 8 >= len(arr) else map(ids.__getitem__, np.flatnonzero(small).tolist())
-    if bool in set(map(type, items)):
-        raise TypeError(
-            "token_ids must be a sequence of ints, got a bool (True/False are not token ids)"
-        )
+    return cast(Hashable, extra_key)
 
 
 def as_token_array(token_ids: Any) -> np.ndarray:
-    """Validate ``token_ids`` and return a private read-only 1-D int32 copy.
+    """Validated read-only 1-D int32 token ids of ``token_ids``.
 
-    Accepts a sequence of ints (or integer scalars), an integer numpy array or an integer torch
-    tensor (any device; a CUDA tensor is copied to the CPU). Raises ``TypeError`` for non-integer
-    ids (bools, floats even when integral, strings, None, objects, nested sequences) and
-    ``ValueError`` for ids outside ``[0, 2**31 - 1]`` or an array that is not 1-D (also when
-    it is empty, e.g. shape ``(0, 3)``).
+    A RadixKey or a ``TokenBuffer`` (already validated) gives its ids without a copy; anything
+    else gets a private validated copy (``tokens.to_token_array``: a sequence of ints or integer
+    scalars, an integer numpy array or an integer tensor on any device). Raises ``TypeError``
+    for non-integer ids (bools, floats even when integral, strings, None, objects, nested
+    sequences) and ``ValueError`` for ids outside ``[0, 2**31 - 1]`` or an array that is not
+    1-D (also when it is empty, e.g. shape ``(0, 3)``).
     """
     if isinstance(token_ids, RadixKey):
         return token_ids.token_ids
-    if isinstance(token_ids, torch.Tensor):
-        arr = _from_tensor(token_ids)
-    elif isinstance(token_ids, np.ndarray):
-        arr = _from_numpy(token_ids)
-    elif isinstance(token_ids, Sequence) and not isinstance(token_ids, _NOT_ID_SEQUENCES):
-        arr = _from_sequence(token_ids)
-    else:
-        raise TypeError(f"token_ids must be a sequence of ints, got {type(token_ids).__name__}")
-    arr.flags.writeable = False
-    return arr
+    if isinstance(token_ids, TokenBuffer):
+        return token_ids.ids()
+    return to_token_array(token_ids)
 
 
 def edge_ids(ids: np.ndarray) -> np.ndarray:
@@ -168,8 +113,9 @@ class RadixKey:
 
     Parameters
     ----------
-    token_ids : sequence of non-negative ints, integer numpy array or integer tensor; copied into
-        a read-only int32 numpy array ``[len]`` on the CPU.
+    token_ids : sequence of non-negative ints, integer numpy array or integer tensor, copied into
+        a read-only int32 numpy array ``[len]`` on the CPU; or a ``TokenBuffer`` (or RadixKey),
+        whose current tokens are viewed without a copy.
     extra_key : namespace (LoRA id, tenant salt) or None: None, ``str``, ``bytes``, ``int``
         (not ``bool``) or a tuple of these, nested to any depth, all of exactly these built-in
         types; anything else (float, bool, enums, numpy scalars, lists) raises ``TypeError``
