@@ -14,7 +14,15 @@ from hicache.pools import (
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
-from hicache.radix import HiCacheConfig, HiRadixCache, MatchResult, RadixCache, RadixKey, Req
+from hicache.radix import (
+    HiCacheConfig,
+    HiRadixCache,
+    MatchResult,
+    RadixCache,
+    RadixKey,
+    Req,
+    TokenBuffer,
+)
 from hicache.stack import KVStack, build_kv_stack
 
 __version__ = "0.1.0"
@@ -30,6 +38,7 @@ __all__ = [
     "RadixKey",
     "Req",
     "ReqToTokenPool",
+    "TokenBuffer",
     "TokenToKVPoolAllocator",
     "__version__",
     "build_kv_stack",

@@ -73,7 +73,8 @@ class Scheduler:
 
     def _admit(self, req: Request) -> bool:
         """Match, lock, check the reservation, then load back host hits. False: try later."""
-        match = self.cache.match_prefix(RadixKey(req.origin_input_ids[:-1], req.extra_key))
+        prompt = req.tokens.ids(len(req.origin_input_ids) - 1)  # a view: nothing converted
+        match = self.cache.match_prefix(RadixKey.from_validated(prompt, req.extra_key))
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
         need = self.budget.round_up(req.kv_total) - len(match.device_indices)

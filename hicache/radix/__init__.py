@@ -8,6 +8,7 @@ from hicache.radix.node import TreeNode
 from hicache.radix.policies import EVICTION_POLICIES
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.req import Req
+from hicache.radix.tokens import TokenBuffer
 
 __all__ = [
     "EVICTION_POLICIES",
@@ -19,5 +20,6 @@ __all__ = [
     "RadixCacheConfig",
     "RadixKey",
     "Req",
+    "TokenBuffer",
     "TreeNode",
 ]

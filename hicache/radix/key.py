@@ -81,7 +81,7 @@ def edge_ids(ids: np.ndarray) -> np.ndarray:
     base = ids.base
     if isinstance(base, np.ndarray) and 2 * ids.nbytes >= base.nbytes:
         return ids
-    return ids.copy()
+    return np.array(ids)  # a private copy
 
 
 BYTES_COMPARE_MAX = 4096  # tokens; above this a bytes copy costs more than numpy's compare

@@ -32,6 +32,7 @@ from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_allocated, check_pages
 from hicache.radix.slots import Slots, copy_slots
+from hicache.radix.tokens import RequestTokens, TokenBuffer
 from hicache.radix.tree import RadixTree
 
 
@@ -67,6 +68,15 @@ class Req:
     prefix_indices: torch.Tensor = field(default_factory=_empty_indices)
     last_node: TreeNode | None = None
     cache_protected_len: int = 0
+    _tokens: RequestTokens | None = field(default=None, init=False, repr=False)
+
+    @property
+    def tokens(self) -> TokenBuffer:
+        """``origin_input_ids + output_ids`` in a TokenBuffer (each token converted once, on
+        first use; ``output_ids`` only grows, a replaced list is converted anew)."""
+        if self._tokens is None:
+            self._tokens = RequestTokens(self.origin_input_ids, self.output_ids)
+        return self._tokens.get(self.origin_input_ids, self.output_ids)
 
     @property
     def fill_ids(self) -> list[int]:
@@ -88,7 +98,10 @@ def kv_key(req: Any) -> RadixKey:
             f"req.kv_len must be in [cache_protected_len={req.cache_protected_len}, "
             f"{total}] (prompt + output tokens), got {kv_len}"
         )
-    head = as_token_array(origin[:kv_len])
+    tokens = getattr(req, "tokens", None)  # Req, engine.Request: a view of the buffer
+    if isinstance(tokens, TokenBuffer):
+        return RadixKey.from_validated(tokens.ids(kv_len), req.extra_key)
+    head = as_token_array(origin[:kv_len])  # a duck-typed request: its lists, every call
     if kv_len <= len(origin):
         return RadixKey.from_validated(head, req.extra_key)
     tail = as_token_array(output[: kv_len - len(origin)])

@@ -35,8 +35,7 @@ class Live:
     def compute(self, pool: Any, end: int) -> None:
         """The model's forward over positions ``[kv_len, end)``: write their KV into ``pool``."""
         start, req = self.req.kv_len, self.req
-        ids = (list(req.origin_input_ids) + req.output_ids)[start:end]
-        tokens = torch.tensor(ids, dtype=torch.int64)
+        tokens = torch.from_numpy(req.tokens.ids(end)[start:].astype("int64"))
         write_kv(
             pool,
             self.slots[start - self.base : end - self.base],

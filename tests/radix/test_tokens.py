@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from hicache.radix import RadixCache, RadixKey, as_token_array
+from hicache.radix import RadixCache, RadixKey
+from hicache.radix.key import as_token_array
 from hicache.radix.tokens import TOKEN_DTYPE, RequestTokens, TokenBuffer, to_token_array
 
 CHUNK = 16_384  # tokens.py packs long lists in chunks of this many ids
