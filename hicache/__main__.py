@@ -1,4 +1,5 @@
-"""``hicache`` command line: ``bench`` (the main job) and ``selfcheck``.
+"""``hicache`` command line: ``bench`` (the main job), ``replay`` (request traces) and
+``selfcheck``.
 
 Bad arguments exit with status 2 and one line on stderr, never a traceback.
 """
@@ -70,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(hicache/bench/config.py).",
     )
     _bench_options(bench)
+    replay = sub.add_parser(
+        "replay",
+        help="replay a request trace (Mooncake JSONL) through the real cache tiers",
+        description="Replay a Mooncake-format trace through HiRadixCache and its real pools: "
+        "per-tier hit rates, bytes moved, evictions (measured) and TTFT/throughput on a "
+        "cost-model clock (modelled), next to the trace's ideal hit rate.",
+    )
+    from hicache.replay.cli import add_options
+
+    add_options(replay)
     sub.add_parser(
         "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
     )
@@ -97,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         from hicache.selfcheck import main as selfcheck_main
 
         return selfcheck_main(argv[1:])
-    return _bench(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.command == "replay":
+        from hicache.replay.cli import main as replay_main
+
+        return replay_main(args)
+    return _bench(args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ class GenerateSpec:
     zipf: float = 1.1
     turn_tokens: int = 256
     output_tokens: int = 64
-    session_rate: float = 4.0
+    session_rate: float = 1.0
     turn_gap_s: float = 5.0
     block_tokens: int = BLOCK_TOKENS
     seed: int = 0
