@@ -58,6 +58,25 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-layout", choices=LAYOUTS)
     p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _sglang_options(p)
+
+
+def _sglang_options(p: argparse.ArgumentParser) -> None:
+    """SGLang bench_multiturn's names for the same settings (bench/config.SGLANG_MULTITURN)."""
+    from hicache.bench.config import ARRIVALS, SGLANG_MULTITURN
+
+    g = p.add_argument_group(
+        "SGLang bench_multiturn names",
+        "the same settings under the names of SGLang's multi-turn benchmark; "
+        "their clients share no system prompt (add --system-len 0 to match)",
+    )
+    for name, ours in SGLANG_MULTITURN.items():
+        flag, mine = "--" + name.replace("_", "-"), "--" + ours.replace("_", "-")
+        if name == "distribution":
+            g.add_argument(flag, dest=ours, choices=ARRIVALS, help="first-turn arrival process")
+        else:
+            kind = float if name == "request_rate" else int
+            g.add_argument(flag, dest=ours, type=kind, help=f"= {mine}")
 
 
 def build_parser() -> argparse.ArgumentParser:
