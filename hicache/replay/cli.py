@@ -161,11 +161,11 @@ def _sweep(
     out.write(_headline(args.trace, trace, base) + f"\nsweep {name} = {values}\n")
     summaries = []
     for value, cfg in zip(values, configs, strict=True):
-        run = _one(trace, cfg, f"{name}={value:g}", not args.no_progress)
+        run = _one(trace, cfg, f"{name}={value}", not args.no_progress)
         summaries.append({name: value, "config": cfg.to_dict(), **summarize(run)})
         h = summaries[-1]["hit_rate"]
         out.write(
-            f"  {name}={value:g}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
+            f"  {name}={value}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
             f"total {h['total']:.1f}%  (ideal {h['ideal']:.1f}%)  "
             f"TTFT p50 {summaries[-1]['ttft_ms']['p50'] or 0:,.0f} ms\n"
         )

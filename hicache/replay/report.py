@@ -68,6 +68,12 @@ def _transfers(run: ReplayRun) -> dict[str, float]:
     }
 
 
+def _bandwidth_source(run: ReplayRun) -> str:
+    if run.config.host_ratio == 0:
+        return "no host tier"
+    return "measured on these pools" if run.cost.measured else "flags"
+
+
 def summarize(run: ReplayRun) -> dict[str, Any]:
     """The run's figures as plain JSON-able values (None where there is no sample)."""
     tokens = _tokens(run)
@@ -98,7 +104,7 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
             "decode_step_ms": cost.decode_step_s * 1e3,
             "h2d_gb_s": cost.h2d_bytes_per_s / 1e9,
             "d2h_gb_s": cost.d2h_bytes_per_s / 1e9,
-            "bandwidth": "measured on these pools" if cost.measured else "flags",
+            "bandwidth": _bandwidth_source(run),
         },
         "replay_wall_s": run.wall_s,
         "replay_requests_per_s": len(run.records) / run.wall_s if run.wall_s else 0.0,

@@ -81,3 +81,15 @@ def test_a_request_longer_than_the_device_pool_is_rejected():
     run = replay(trace, ReplayConfig(device_tokens=1024, **FAST))
     errors = [r.error for r in run.records]
     assert errors[0] is not None and "KV slots" in errors[0] and errors[1] is None
+
+
+def test_ctrl_c_keeps_what_was_measured():
+    seen = []
+
+    def stop_after_three(record):
+        seen.append(record)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    run = replay(_trace(), ReplayConfig(**FAST), on_record=stop_after_three)
+    assert run.interrupted and len(run.records) == 3 and run.total_requests == N * TURNS
