@@ -113,7 +113,7 @@ def plot_sweep(
     if name == "device-tokens" and max(values) / min(values) > 8:
         ax.set_xscale("log")
         ax.minorticks_off()
-    ax.set_xticks(list(values), [f"{v:,g}" for v in values])
+    ax.set_xticks(list(values), [f"{v:,.0f}" if v == int(v) else f"{v:g}" for v in values])
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
