@@ -1,4 +1,5 @@
-"""``hicache`` command line: ``bench`` (the main job) and ``selfcheck``.
+"""``hicache`` command line: ``bench`` (the main job), ``replay`` (request traces) and
+``selfcheck``.
 
 Bad arguments exit with status 2 and one line on stderr, never a traceback.
 """
@@ -57,6 +58,25 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-layout", choices=LAYOUTS)
     p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _sglang_options(p)
+
+
+def _sglang_options(p: argparse.ArgumentParser) -> None:
+    """SGLang bench_multiturn's names for the same settings (bench/config.SGLANG_MULTITURN)."""
+    from hicache.bench.config import ARRIVALS, SGLANG_MULTITURN
+
+    g = p.add_argument_group(
+        "SGLang bench_multiturn names",
+        "the same settings under the names of SGLang's multi-turn benchmark; "
+        "their clients share no system prompt (add --system-len 0 to match)",
+    )
+    for name, ours in SGLANG_MULTITURN.items():
+        flag, mine = "--" + name.replace("_", "-"), "--" + ours.replace("_", "-")
+        if name == "distribution":
+            g.add_argument(flag, dest=ours, choices=ARRIVALS, help="first-turn arrival process")
+        else:
+            kind = float if name == "request_rate" else int
+            g.add_argument(flag, dest=ours, type=kind, help=f"= {mine}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(hicache/bench/config.py).",
     )
     _bench_options(bench)
+    replay = sub.add_parser(
+        "replay",
+        help="replay a request trace (Mooncake JSONL) through the real cache tiers",
+        description="Replay a Mooncake-format trace through HiRadixCache and its real pools: "
+        "per-tier hit rates, bytes moved, evictions (measured) and TTFT/throughput on a "
+        "cost-model clock (modelled), next to the trace's ideal hit rate.",
+    )
+    from hicache.replay.cli import add_options
+
+    add_options(replay)
     sub.add_parser(
         "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
     )
@@ -97,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         from hicache.selfcheck import main as selfcheck_main
 
         return selfcheck_main(argv[1:])
-    return _bench(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.command == "replay":
+        from hicache.replay.cli import main as replay_main
+
+        return replay_main(args)
+    return _bench(args)
 
 
 if __name__ == "__main__":

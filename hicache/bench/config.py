@@ -15,6 +15,19 @@ from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ARRIVALS = ("uniform", "poisson")
+# SGLang's multi-turn benchmark (benchmark/hicache/bench_multiturn.py) names its settings
+# differently; ``hicache bench`` accepts those names for the same fields, so a run can be put
+# next to theirs. Their clients have no shared system prompt: pass --system-len 0 to match.
+SGLANG_MULTITURN = {
+    "num_clients": "users",
+    "num_rounds": "rounds",
+    "request_length": "prompt_len",
+    "output_length": "answer_len",
+    "max_parallel": "max_running",
+    "request_rate": "arrival_rate",
+    "distribution": "arrival_distribution",
+}
 
 # The device pool holds a few conversations while the host pool (x host_ratio) holds them all:
 # CPU: 24 conversations of up to 1.7k tokens (29k distinct) vs 8k device / 33k host slots;
@@ -63,7 +76,8 @@ CUDA_DEFAULTS: dict[str, Any] = {  # Llama-3-8B attention geometry, light MLPs
 @dataclass(frozen=True)
 class BenchConfig:
     """One bench run. Sizes are tokens; ``arrival_rate`` is first-round users per second
-    (0: all at once); every later round of a user is sent when its previous answer is done.
+    (0: all at once), spaced evenly or as a Poisson process (``arrival_distribution``); every
+    later round of a user is sent when its previous answer is done.
     ``threads``: torch intra-op CPU threads during the run (None: leave torch's setting)."""
 
     users: int
@@ -84,6 +98,7 @@ class BenchConfig:
     device: str = "cpu"
     attention: str = "mha"
     arrival_rate: float = 0.0
+    arrival_distribution: str = "uniform"
     host_ratio: float = 4.0
     page_size: int = 1
     eviction_policy: str = "lru"
@@ -105,6 +120,10 @@ class BenchConfig:
         check_real(_flag("arrival_rate"), self.arrival_rate)
         # The host pool is the larger tier.
         check_real(_flag("host_ratio"), self.host_ratio, minimum=1, inclusive=False)
+        if self.arrival_distribution not in ARRIVALS:
+            raise ValueError(
+                f"--distribution must be one of {list(ARRIVALS)}, got {self.arrival_distribution!r}"
+            )
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         _check_device(self.device)

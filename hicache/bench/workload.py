@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -45,9 +46,17 @@ class ChatWorkload:
         ]
 
     def first_arrivals(self, t0: float) -> list[tuple[float, int, int]]:
-        """``(time, user, round=0)`` of every user's first turn, spaced by ``1/arrival_rate``."""
-        gap = 1.0 / self.cfg.arrival_rate if self.cfg.arrival_rate > 0 else 0.0
-        return [(t0 + u * gap, u, 0) for u in range(self.cfg.users)]
+        """``(time, user, round=0)`` of every user's first turn: ``arrival_rate`` per second,
+        spaced by ``1/arrival_rate`` (uniform) or exponential gaps of that mean (poisson,
+        seeded by ``seed``); all at ``t0`` when the rate is 0."""
+        rate, users = self.cfg.arrival_rate, self.cfg.users
+        if rate == 0:
+            return [(t0, u, 0) for u in range(users)]
+        if self.cfg.arrival_distribution == "uniform":
+            return [(t0 + u / rate, u, 0) for u in range(users)]
+        rng = random.Random(self.cfg.seed + 1)
+        times = list(itertools.accumulate(rng.expovariate(rate) for _ in range(users - 1)))
+        return [(t0 + t, u, 0) for u, t in enumerate([0.0, *times])]
 
 
 def drive(

@@ -1,0 +1,190 @@
+"""``hicache replay``: options, and the command (one replay, or a capacity sweep).
+
+Bad arguments and bad traces exit with status 2 and one line on stderr; Ctrl-C prints and
+writes what was measured so far and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from hicache.bench.progress import ProgressBar
+from hicache.controller import WRITE_POLICIES
+from hicache.pools import IO_BACKENDS, LAYOUTS
+from hicache.radix import EVICTION_POLICIES
+from hicache.replay.config import DTYPES, ReplayConfig
+from hicache.replay.generate import GenerateSpec, generate_trace
+from hicache.replay.plot import plot_replay, plot_sweep
+from hicache.replay.report import format_summary, summarize
+from hicache.replay.runner import ReplayRun, replay
+from hicache.replay.sweep import parse_sweep, sweep_configs
+from hicache.replay.trace import BLOCK_TOKENS, Trace, read_trace, write_trace
+
+_INTS = {
+    "device-tokens": "device KV pool size in tokens (default 1048576)",
+    "page-size": "tokens per page (default 16)",
+    "max-running": "requests admitted at once (default 16)",
+    "max-prefill-tokens": "prompt tokens per iteration (default 8192)",
+    "layers": "KV layers (default: 1 on cpu, 32 on cuda)",
+    "kv-heads": "KV heads (default: 1 on cpu, 8 on cuda)",
+    "head-dim": "head dim (default: 4 on cpu, 128 on cuda)",
+    "load-back-threshold": "shortest host hit worth loading, tokens (default 10)",
+    "threads": "torch CPU threads (default 1 on cpu: more spin against each other on small "
+    "shared machines and run many times slower)",
+}
+_FLOATS = {
+    "host-ratio": "host pool / device pool (> 1; 0: no host tier; default 4)",
+    "prefill-tps": "modelled prefill tokens/s (default 20000)",
+    "decode-step-ms": "modelled decode iteration time (default 25)",
+    "h2d-gbps": "host->device GB/s for the clock (default: measured on these pools)",
+    "d2h-gbps": "device->host GB/s for the clock (default: measured on these pools)",
+}
+_GENERATE = {f.name for f in fields(GenerateSpec)} - {"block_tokens"}
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", nargs="?", help="Mooncake-format JSONL trace")
+    for name, help_ in _INTS.items():
+        p.add_argument(f"--{name}", type=int, help=help_)
+    for name, help_ in _FLOATS.items():
+        p.add_argument(f"--{name}", type=float, help=help_)
+    p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per hash id")
+    p.add_argument("--device", help="cpu (default) or cuda[:N]")
+    p.add_argument("--dtype", choices=sorted(DTYPES))
+    p.add_argument("--policy", dest="eviction_policy", choices=sorted(EVICTION_POLICIES))
+    p.add_argument("--write-policy", choices=WRITE_POLICIES)
+    p.add_argument("--io-backend", choices=IO_BACKENDS)
+    p.add_argument("--mem-layout", choices=LAYOUTS)
+    p.add_argument("--skip-bad", action="store_true", help="skip (and count) bad trace lines")
+    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--sweep", help="device-tokens=V1,V2,... or host-ratio=V1,V2,...")
+    p.add_argument("--out-dir", default="replay_out", help="JSON and PNG (default replay_out)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
+    g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
+    g.add_argument("--generate-only", action="store_true", help="write it, do not replay")
+    for name in sorted(_GENERATE):
+        kind = type(getattr(GenerateSpec(), name))
+        g.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"generator {name}")
+
+
+def _trace(args: argparse.Namespace) -> Trace:
+    if args.generate:
+        if args.trace:
+            raise ValueError("give a TRACE or --generate OUT, not both")
+        given = {k: getattr(args, k) for k in _GENERATE if getattr(args, k) is not None}
+        spec = GenerateSpec(**given, block_tokens=args.block_tokens)
+        write_trace(args.generate, generate_trace(spec))
+        args.trace = args.generate
+    if not args.trace:
+        raise ValueError("give a TRACE file (or --generate OUT)")
+    trace = read_trace(args.trace, block_tokens=args.block_tokens, skip_bad=args.skip_bad)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit must be positive, got {args.limit}")
+        trace = Trace(
+            trace.requests[: args.limit], trace.block_tokens, trace.skipped, trace.first_error
+        )
+    return trace
+
+
+def _one(trace: Trace, cfg: ReplayConfig, label: str, progress: bool) -> ReplayRun:
+    bar = ProgressBar(len(trace.requests), label) if progress else None
+    run = replay(trace, cfg, (lambda _r: bar.update()) if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    return run
+
+
+def _write(out_dir: Path, name: str, payload: dict[str, Any]) -> Path:
+    path = out_dir / name
+    path.write_text(json.dumps(payload, indent=2, allow_nan=False))
+    return path
+
+
+def _headline(path: str, trace: Trace, cfg: ReplayConfig) -> str:
+    host = f"host x{cfg.host_ratio:g}" if cfg.host_ratio else "no host tier"
+    skipped = f", {trace.skipped} bad line(s) skipped" if trace.skipped else ""
+    return (
+        f"hicache replay {path}: {len(trace.requests):,} requests{skipped}; device "
+        f"{cfg.device_slots:,} tokens, {host}, page {cfg.page_size}, {cfg.device} "
+        f"({cfg.token_bytes} B/token)"
+    )
+
+
+def run_command(args: argparse.Namespace, out: TextIO) -> int:
+    """One replay or a sweep; 130 when interrupted, else 0."""
+    trace = _trace(args)
+    if args.generate_only:
+        out.write(f"trace: {args.trace} ({len(trace.requests):,} requests)\n")
+        return 0
+    base = ReplayConfig.from_args(vars(args))
+    threads = args.threads if args.threads is not None else 1 if base.device == "cpu" else None
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be positive, got {threads}")
+        torch.set_num_threads(threads)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"trace": args.trace, "skipped_lines": trace.skipped}
+    if args.sweep:
+        return _sweep(args, trace, base, out_dir, meta, out)
+    out.write(_headline(args.trace, trace, base) + "\n")
+    run = _one(trace, base, "replay", not args.no_progress)
+    summary = summarize(run)
+    out.write(format_summary(summary) + "\n")
+    path = _write(out_dir, "replay.json", {**meta, "config": base.to_dict(), **summary})
+    why = plot_replay(out_dir / "replay.png", run.records, _headline(args.trace, trace, base))
+    out.write(
+        f"results: {path}\n" + (f"note: {why}\n" if why else f"plot:    {out_dir / 'replay.png'}\n")
+    )
+    return 130 if run.interrupted else 0
+
+
+def _sweep(
+    args: argparse.Namespace,
+    trace: Trace,
+    base: ReplayConfig,
+    out_dir: Path,
+    meta: dict[str, Any],
+    out: TextIO,
+) -> int:
+    name, values = parse_sweep(args.sweep)
+    configs = sweep_configs(base, name, values)
+    out.write(_headline(args.trace, trace, base) + f"\nsweep {name} = {values}\n")
+    summaries = []
+    for value, cfg in zip(values, configs, strict=True):
+        run = _one(trace, cfg, f"{name}={value}", not args.no_progress)
+        summaries.append({name: value, "config": cfg.to_dict(), **summarize(run)})
+        h = summaries[-1]["hit_rate"]
+        out.write(
+            f"  {name}={value}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
+            f"total {h['total']:.1f}%  (ideal {h['ideal']:.1f}%)  "
+            f"TTFT p50 {summaries[-1]['ttft_ms']['p50'] or 0:,.0f} ms\n"
+        )
+        if run.interrupted:
+            break
+    path = _write(out_dir, "sweep.json", {**meta, "sweep": name, "runs": summaries})
+    why = plot_sweep(out_dir / "sweep.png", name, values[: len(summaries)], summaries)
+    out.write(
+        f"results: {path}\n" + (f"note: {why}\n" if why else f"plot:    {out_dir / 'sweep.png'}\n")
+    )
+    return 130 if summaries[-1]["interrupted"] else 0
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    try:
+        return run_command(args, out if out is not None else sys.stdout)
+    except (ValueError, TypeError, OSError) as err:
+        sys.stderr.write(f"hicache replay: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("\nhicache replay: interrupted before the replay started\n")
+        return 130

@@ -1,0 +1,206 @@
+"""The replay loop: trace arrivals through the real cache, iteration by iteration, on a
+modelled clock.
+
+Each iteration (as ``hicache.engine``'s, without a model):
+
+1. ``check_hicache_events()``; requests whose arrival time has come join the waiting queue.
+2. The decode batch is every request past its prefill: one token each.
+3. Prefill, FIFO, within ``max_prefill_tokens``: the current request's next chunk; when its
+   prompt is done (``cache_unfinished_req``: its pages enter the tree) the next waiting one is
+   admitted, while ``max_running`` and the slot budget allow: ``match_prefix`` on the prompt but
+   its last token, ``inc_lock_ref``, the budget check (free + evictable slots, as
+   ``SlotBudget``), ``init_load_back`` of a host hit, ``ready_to_load_host_cache`` /
+   ``consume_load_batch``, and slots for every token the request will hold (evicting when short).
+   Prefilling one request at a time costs the same modelled time as batching prompts (the cost
+   is linear in tokens) and makes every request see all earlier prompts in the cache.
+4. The clock advances by ``CostModel.step_seconds``; a request whose prompt finished gets its
+   first token then; one whose last token was generated is finished (``cache_finished_req``;
+   its decode slots are freed, see ``LiveRequest``).
+
+Iterations with only decode work are taken many at a time, up to the next event (an arrival
+that could be admitted, a request finishing): nothing in the cache changes between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from hicache.engine.memory import SlotBudget
+from hicache.radix import RadixKey
+from hicache.replay.cost import CostModel
+from hicache.replay.live import LiveRequest, Record
+from hicache.stack import KVStack
+
+
+class Replayer:
+    """Replay requests (arrival order) through ``stack``'s cache under ``cost``'s clock."""
+
+    def __init__(
+        self,
+        stack: KVStack,
+        cost: CostModel,
+        *,
+        max_running: int,
+        max_prefill_tokens: int,
+        token_bytes: int,
+    ) -> None:
+        self.stack, self.cache, self.cost = stack, stack.cache, cost
+        self.budget = SlotBudget(stack.cache, stack.allocator, stack.req_to_token_pool)
+        self.max_running, self.max_prefill_tokens = max_running, max_prefill_tokens
+        self.token_bytes = token_bytes
+        self.on_record: Callable[[Record], None] | None = None
+        self.now = 0.0
+        self.arrivals: deque[LiveRequest] = deque()
+        self.waiting: deque[LiveRequest] = deque()
+        self.decoding: list[LiveRequest] = []
+        self.prefilling: LiveRequest | None = None
+        self.records: list[Record] = []
+
+    def run(
+        self, requests: Sequence[LiveRequest], on_record: Callable[[Record], None] | None = None
+    ) -> list[Record]:
+        """Replay every request; returns one record per request, in finishing order."""
+        self.arrivals.extend(requests)
+        self.on_record = on_record
+        while self.arrivals or self.waiting or self.decoding or self.prefilling:
+            self._arrive()
+            if not (self.waiting or self.decoding or self.prefilling):
+                self.now = max(self.now, self.arrivals[0].arrival_s)
+                continue
+            self.step()
+        return self.records
+
+    def step(self) -> None:
+        """One iteration (or several decode-only ones); see the module docstring."""
+        self.cache.check_hicache_events()
+        batch = list(self.decoding)
+        prefilled, tokens, loaded = self._prefill()
+        steps = 1 if tokens or not batch else self._decode_only_steps(batch)
+        dt = self.cost.step_seconds(tokens, bool(batch), loaded * self.token_bytes)
+        self.now += dt if steps == 1 else steps * self.cost.decode_step_s
+        for req in prefilled:
+            req.first_token_s = self.now
+        for req in batch:
+            req.decode_left -= steps
+        for req in [r for r in batch if r.decode_left == 0] + [
+            r for r in prefilled if r.decode_left == 0
+        ]:
+            self._finish(req)
+
+    @property
+    def running(self) -> int:
+        return len(self.decoding) + (self.prefilling is not None)
+
+    def _arrive(self) -> None:
+        while self.arrivals and self.arrivals[0].arrival_s <= self.now:
+            req = self.arrivals.popleft()
+            need, size = self.budget.round_up(req.kv_total), self.stack.allocator.size
+            if need <= size:
+                self.waiting.append(req)
+            else:
+                reason = f"needs {need} KV slots; the device pool holds {size}"
+                self._emit(req.record(None, reason))
+
+    def _prefill(self) -> tuple[list[LiveRequest], int, int]:
+        """This iteration's prompt chunks: (requests whose prompt finished, tokens computed,
+        tokens loaded from the host)."""
+        left, done, loaded = self.max_prefill_tokens, [], 0
+        while left > 0:
+            if self.prefilling is None:
+                self.prefilling = self._admit_next()
+                if self.prefilling is None:
+                    break
+                loaded += self.prefilling.host_hit
+            req = self.prefilling
+            n = min(left, req.to_compute)
+            req.to_compute -= n
+            left -= n
+            if req.to_compute == 0:
+                req.kv_len = req.trace.input_length
+                self.cache.cache_unfinished_req(req)
+                self.decoding.append(req)
+                done.append(req)
+                self.prefilling = None
+        return done, self.max_prefill_tokens - left, loaded
+
+    def _decode_only_steps(self, batch: list[LiveRequest]) -> int:
+        """How many decode-only iterations pass before the next event."""
+        steps = min(r.decode_left for r in batch)
+        if self.arrivals and self.running < self.max_running and self.cost.decode_step_s > 0:
+            gap = self.arrivals[0].arrival_s - self.now
+            steps = min(steps, max(1, math.ceil(gap / self.cost.decode_step_s)))
+        return steps
+
+    def _admit_next(self) -> LiveRequest | None:
+        if not self.waiting or self.running >= self.max_running:
+            return None
+        req = self.waiting[0]
+        admitted = self._admit(req)
+        if not admitted and self.running == 0:
+            self.cache.drain_transfers()  # only transfers in flight hold slots now
+            self.cache.check_hicache_events()
+            admitted = self._admit(req)
+            if not admitted:
+                raise RuntimeError(f"request {req.rid} cannot be admitted into an idle cache")
+        return self.waiting.popleft() if admitted else None
+
+    def _admit(self, req: LiveRequest) -> bool:
+        """Match, lock, check the budget, load back a host hit, take the request's slots."""
+        m = self.cache.match_prefix(RadixKey.from_validated(req.origin_input_ids[:-1], None))
+        node = m.last_device_node
+        self.cache.inc_lock_ref(node)
+        total = self.budget.round_up(req.kv_total)
+        rows = None
+        if total - len(m.device_indices) <= self.budget.headroom(()):
+            rows = self.stack.req_to_token_pool.alloc(1)
+        if rows is None:
+            self.cache.dec_lock_ref(node)
+            return False
+        prefix = m.device_indices
+        if m.host_hit_length > 0:
+            prefix, node = self._load_back(m, node)
+        rest = self.budget.alloc(total - len(prefix))
+        if rest is None:
+            raise RuntimeError(f"out of KV slots for request {req.rid} within its budget")
+        slots = torch.cat([prefix.to(rest.device), rest]).to(torch.int32)
+        self.stack.req_to_token_pool.write((rows[0], slice(0, total)), slots)
+        req.req_pool_idx, req.prefix_indices, req.last_node = rows[0], prefix, node
+        req.kv_len = req.cache_protected_len = len(prefix)
+        req.kv_capacity = total
+        req.device_hit, req.host_hit = len(m.device_indices), len(prefix) - len(m.device_indices)
+        req.to_compute = req.trace.input_length - len(prefix)
+        req.decode_left = max(req.trace.output_length - 1, 0)
+        return True
+
+    def _load_back(self, match: Any, locked: Any) -> tuple[torch.Tensor, Any]:
+        loaded, node = self.cache.init_load_back(match.last_host_node, match.host_hit_length)
+        if len(loaded) == 0:
+            return match.device_indices, locked
+        self.cache.inc_lock_ref(node)
+        self.cache.dec_lock_ref(locked)
+        self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
+        return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
+
+    def _finish(self, req: LiveRequest) -> None:
+        """Hand the prompt to the cache, free the decode slots past its last page."""
+        row = req.req_pool_idx
+        assert row is not None, "a running request holds a row"
+        start = self.budget.round_up(req.trace.input_length)
+        table = self.stack.req_to_token_pool.req_to_token
+        decode = table[row, start : req.kv_capacity].to(torch.int64)
+        self.cache.cache_finished_req(req)
+        if len(decode):
+            self.stack.allocator.free(decode)
+        self.decoding.remove(req)
+        req.release_tokens()
+        self._emit(req.record(self.now))
+
+    def _emit(self, record: Record) -> None:
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)

@@ -1,0 +1,147 @@
+"""A replay's figures: per-tier hits, transfers, evictions, modelled TTFT and throughput.
+
+Every figure is either measured (counted on the real cache and pools, or timed on the real
+transfers) or modelled (the cost model's clock); ``MEASURED`` and ``MODELLED`` name them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hicache.replay.runner import ReplayRun
+
+MEASURED = (
+    "tokens",
+    "hit_rate",
+    "transfers",
+    "evicted_tokens",
+    "replay_wall_s",
+    "replay_requests_per_s",
+)
+MODELLED = ("ttft_ms", "makespan_s", "throughput")
+TIERS = ("device", "host", "storage", "computed")
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
+def _ttft_ms(run: ReplayRun) -> dict[str, float | None]:
+    ttft = np.array([r.ttft_s for r in run.records if r.ttft_s is not None], dtype=np.float64)
+    if not ttft.size:
+        return {"p50": None, "p99": None, "mean": None}
+    ms = ttft * 1e3
+    return {
+        "p50": float(np.percentile(ms, 50)),
+        "p99": float(np.percentile(ms, 99)),
+        "mean": float(ms.mean()),
+    }
+
+
+def _tokens(run: ReplayRun) -> dict[str, int]:
+    served = [r for r in run.records if r.error is None]
+    return {
+        "prompt": sum(r.prompt_tokens for r in served),
+        "device": sum(r.device_hit for r in served),
+        "host": sum(r.host_hit for r in served),
+        "storage": 0,  # the storage tier is not built yet (issue 17)
+        "computed": sum(r.computed for r in served),
+        "ideal": sum(r.ideal_hit for r in served),
+        "output": sum(r.output_tokens for r in served),
+    }
+
+
+def _transfers(run: ReplayRun) -> dict[str, float]:
+    m = run.meter
+    h2d_s, d2h_s = m.h2d_seconds(), m.d2h_seconds()
+    return {
+        "token_bytes": run.config.token_bytes,
+        "h2d_bytes": m.h2d_bytes,
+        "d2h_bytes": m.d2h_bytes,
+        "h2d_busy_s": h2d_s,
+        "d2h_busy_s": d2h_s,
+        "h2d_gb_s": m.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
+        "d2h_gb_s": m.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
+    }
+
+
+def _bandwidth_source(run: ReplayRun) -> str:
+    if run.config.host_ratio == 0:
+        return "no host tier"
+    return "measured on these pools" if run.cost.measured else "flags"
+
+
+def summarize(run: ReplayRun) -> dict[str, Any]:
+    """The run's figures as plain JSON-able values (None where there is no sample)."""
+    tokens = _tokens(run)
+    prompt, makespan = tokens["prompt"], run.modelled_s
+    cost = run.cost
+    return {
+        "requests": run.total_requests,
+        "finished": sum(r.error is None for r in run.records),
+        "rejected": sum(r.error is not None for r in run.records),
+        "interrupted": run.interrupted,
+        "tokens": tokens,
+        "hit_rate": {
+            **{t: _pct(tokens[t], prompt) for t in TIERS},
+            "total": _pct(tokens["device"] + tokens["host"] + tokens["storage"], prompt),
+            "ideal": _pct(tokens["ideal"], prompt),
+        },
+        "transfers": _transfers(run),
+        "evicted_tokens": {"device": run.meter.device_evicted, "host": run.meter.host_evicted},
+        "ttft_ms": _ttft_ms(run),
+        "makespan_s": makespan,
+        "throughput": {
+            "output_tok_s": tokens["output"] / makespan if makespan else 0.0,
+            "prompt_tok_s": prompt / makespan if makespan else 0.0,
+            "requests_s": len(run.records) / makespan if makespan else 0.0,
+        },
+        "cost_model": {
+            "prefill_tps": cost.prefill_tps,
+            "decode_step_ms": cost.decode_step_s * 1e3,
+            "h2d_gb_s": cost.h2d_bytes_per_s / 1e9,
+            "d2h_gb_s": cost.d2h_bytes_per_s / 1e9,
+            "bandwidth": _bandwidth_source(run),
+        },
+        "replay_wall_s": run.wall_s,
+        "replay_requests_per_s": len(run.records) / run.wall_s if run.wall_s else 0.0,
+        "measured": list(MEASURED),
+        "modelled": list(MODELLED),
+        "first_error": next((r.error for r in run.records if r.error), None),
+    }
+
+
+def _num(value: float | None, fmt: str = ",.1f") -> str:
+    return "-" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A few aligned lines: measured first, then modelled."""
+    t, h, x, c = s["tokens"], s["hit_rate"], s["transfers"], s["cost_model"]
+    ttft, tp = s["ttft_ms"], s["throughput"]
+    lines = [
+        f"requests        {s['finished']:,} finished, {s['rejected']:,} rejected"
+        + (" (interrupted)" if s["interrupted"] else ""),
+        "measured (the real cache, pools and transfers):",
+        f"  prompt tokens {t['prompt']:,}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
+        f"storage {h['storage']:.1f}% (not built)  computed {h['computed']:.1f}%",
+        f"  hit rate      {h['total']:.1f}%   ideal (infinite cache) {h['ideal']:.1f}%",
+        f"  host->device  {x['h2d_bytes'] / 1e6:,.1f} MB at {x['h2d_gb_s']:.3g} GB/s   "
+        f"device->host {x['d2h_bytes'] / 1e6:,.1f} MB at {x['d2h_gb_s']:.3g} GB/s "
+        f"({x['token_bytes']} B/token)",
+        f"  evicted       device {s['evicted_tokens']['device']:,} tokens, "
+        f"host {s['evicted_tokens']['host']:,} tokens",
+        f"  replay        {s['replay_wall_s']:.1f} s wall, "
+        f"{s['replay_requests_per_s']:,.0f} requests/s",
+        f"modelled (prefill {c['prefill_tps']:,.0f} tok/s, decode step {c['decode_step_ms']:g} ms, "
+        f"loads at {c['h2d_gb_s']:.3g} GB/s, {c['bandwidth']}):",
+        f"  TTFT          p50 {_num(ttft['p50'])} ms  p99 {_num(ttft['p99'])} ms",
+        f"  throughput    {tp['output_tok_s']:,.0f} output tok/s, {tp['prompt_tok_s']:,.0f} "
+        f"prompt tok/s over {s['makespan_s']:,.1f} s",
+    ]
+    if s["first_error"]:
+        lines.append(f"note: e.g. {s['first_error']}")
+    return "\n".join(lines)

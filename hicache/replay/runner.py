@@ -1,0 +1,93 @@
+"""One replay end to end: trace -> requests -> real stack -> records and meter counters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache.bench.meter import TransferMeter
+from hicache.replay.config import ReplayConfig
+from hicache.replay.cost import CostModel, measure_bandwidth
+from hicache.replay.driver import Replayer
+from hicache.replay.ideal import ideal_hits
+from hicache.replay.live import LiveRequest, Record
+from hicache.replay.trace import Trace
+
+
+@dataclass
+class ReplayRun:
+    """A finished (or interrupted) replay: its records, counters and clock."""
+
+    config: ReplayConfig
+    cost: CostModel
+    records: list[Record]
+    meter: TransferMeter
+    ideal_total: int
+    total_requests: int
+    modelled_s: float
+    wall_s: float
+    interrupted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def cost_model(cfg: ReplayConfig) -> CostModel:
+    """The flags' compute model; the bandwidths from the flags, else measured."""
+    h2d, d2h = cfg.h2d_gbps, cfg.d2h_gbps
+    measured = cfg.host_ratio > 0 and (h2d is None or d2h is None)
+    mh2d, md2h = measure_bandwidth(cfg) if measured else (0.0, 0.0)
+    return CostModel(
+        prefill_tps=cfg.prefill_tps,
+        decode_step_s=cfg.decode_step_ms / 1e3,
+        h2d_bytes_per_s=h2d * 1e9 if h2d is not None else mh2d,
+        d2h_bytes_per_s=d2h * 1e9 if d2h is not None else md2h,
+        measured=measured,
+    )
+
+
+def live_requests(trace: Trace, page_size: int) -> list[LiveRequest]:
+    reqs, ideal = trace.requests, ideal_hits(trace.requests, trace.block_tokens, page_size)
+    t0 = reqs[0].timestamp_ms
+    return [
+        LiveRequest(i, r, (r.timestamp_ms - t0) / 1e3, ideal[i], trace.block_tokens)
+        for i, r in enumerate(reqs)
+    ]
+
+
+def replay(
+    trace: Trace,
+    cfg: ReplayConfig,
+    on_record: Callable[[Record], None] | None = None,
+    cost: CostModel | None = None,
+) -> ReplayRun:
+    """Replay ``trace`` under ``cfg``. Ctrl-C stops it and returns what was measured so far
+    (``interrupted``); ``ValueError`` before any work when ``cfg`` does not fit the trace."""
+    if cfg.block_tokens != trace.block_tokens:
+        raise ValueError(
+            f"block_tokens={cfg.block_tokens} but the trace was read with {trace.block_tokens}"
+        )
+    cost = cost or cost_model(cfg)
+    longest = max(r.input_length + r.output_length for r in trace.requests)
+    stack = cfg.build_stack(longest + cfg.page_size)
+    meter = TransferMeter(stack.cache)
+    driver = Replayer(
+        stack,
+        cost,
+        max_running=cfg.max_running,
+        max_prefill_tokens=cfg.max_prefill_tokens,
+        token_bytes=cfg.token_bytes,
+    )
+    requests = live_requests(trace, cfg.page_size)
+    start, interrupted = time.perf_counter(), False
+    try:
+        driver.run(requests, on_record)
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.perf_counter() - start
+    if not interrupted:
+        stack.cache.check_invariants()
+    ideal = sum(r.ideal_hit for r in driver.records)
+    return ReplayRun(
+        cfg, cost, driver.records, meter, ideal, len(requests), driver.now, wall, interrupted
+    )

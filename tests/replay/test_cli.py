@@ -1,0 +1,62 @@
+"""``hicache replay``: JSON and PNG written, sweeps, bad traces as one error line."""
+
+import json
+
+import pytest
+
+from hicache.__main__ import main
+
+GEN = ["--sessions", "6", "--turns", "2", "--system-tokens", "512", "--turn-tokens", "256"]
+FAST = ["--h2d-gbps", "10", "--d2h-gbps", "10", "--no-progress"]
+
+
+def test_generate_then_replay_writes_json_and_png(tmp_path, capsys):
+    trace, out = tmp_path / "g.jsonl", tmp_path / "out"
+    code = main(["replay", "--generate", str(trace), *GEN, "--out-dir", str(out), *FAST])
+    assert code == 0 and trace.exists()
+    report = json.loads((out / "replay.json").read_text())
+    assert report["finished"] == 12 and report["tokens"]["storage"] == 0
+    hit = report["hit_rate"]
+    assert hit["total"] == pytest.approx(hit["ideal"]) and hit["ideal"] > 0
+    assert set(report["modelled"]) == {"ttft_ms", "makespan_s", "throughput"}
+    assert (out / "replay.png").stat().st_size > 0
+    text = capsys.readouterr().out
+    assert "measured (" in text and "modelled (" in text and "ideal (infinite cache)" in text
+
+
+def test_sweep_orders_capacities_and_plots(tmp_path, capsys):
+    trace, out = tmp_path / "g.jsonl", tmp_path / "out"
+    main(["replay", "--generate", str(trace), "--generate-only", *GEN])
+    sweep = "device-tokens=8192,2048"
+    code = main(["replay", str(trace), "--sweep", sweep, "--out-dir", str(out), *FAST])
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert code == 0 and [r["device-tokens"] for r in runs] == [2048, 8192]
+    assert runs[0]["hit_rate"]["device"] <= runs[1]["hit_rate"]["device"]
+    assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):
+    trace = tmp_path / "bad.jsonl"
+    good = {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+    trace.write_text(json.dumps(good) + "\n" + '{"timestamp": 1}\n')
+    out = ["--out-dir", str(tmp_path / "o"), *FAST]
+    assert main(["replay", str(trace), *out]) == 2
+    assert "bad.jsonl:2: 'input_length' must be an int" in capsys.readouterr().err
+    assert main(["replay", str(trace), "--skip-bad", *out]) == 0
+    assert "1 bad line(s) skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--sweep", "layers=1,2"], "--sweep must be one of"),
+        (["--sweep", "host-ratio=x"], "values must be floats"),
+        (["--host-ratio", "0.5"], "host_ratio must be 0 (no host tier) or > 1"),
+        (["--limit", "0"], "--limit must be positive"),
+    ],
+)
+def test_bad_options_exit_2(tmp_path, capsys, argv, words):
+    trace = tmp_path / "g.jsonl"
+    main(["replay", "--generate", str(trace), "--generate-only", *GEN])
+    assert main(["replay", str(trace), "--out-dir", str(tmp_path / "o"), *argv]) == 2
+    assert words in capsys.readouterr().err
