@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from hicache.devices import is_cuda
+from hicache.radix import HiRadixCache, RadixCache
 
 
 class _Timer:
@@ -49,16 +50,15 @@ class TransferMeter:
     """Counters for one cache: ``h2d_bytes``/``d2h_bytes``, busy seconds each way, and
     ``device_evicted``/``host_evicted`` tokens."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: RadixCache) -> None:
         self.h2d_bytes = self.d2h_bytes = 0
         self.device_evicted = self.host_evicted = 0
-        cuda = is_cuda(getattr(cache, "device", "cpu"))
+        cuda = is_cuda(cache.device)
         self._h2d, self._d2h = _Timer(cuda), _Timer(cuda)
         self._wrap_evict(cache, "evict", "device_evicted")
-        self._wrap_evict(cache, "evict_host", "host_evicted")
-        controller = getattr(cache, "cache_controller", None)
-        if controller is not None:
-            self._wrap_host_pool(controller.mem_pool_host)
+        self._wrap_evict(cache, "evict_host", "host_evicted")  # a no-op hook without a host tier
+        if isinstance(cache, HiRadixCache):
+            self._wrap_host_pool(cache.cache_controller.mem_pool_host)
 
     def h2d_seconds(self) -> float:
         return self._h2d.seconds()
@@ -66,10 +66,8 @@ class TransferMeter:
     def d2h_seconds(self) -> float:
         return self._d2h.seconds()
 
-    def _wrap_evict(self, cache: Any, name: str, counter: str) -> None:
-        method = getattr(cache, name, None)
-        if method is None:
-            return
+    def _wrap_evict(self, cache: RadixCache, name: str, counter: str) -> None:
+        method = getattr(cache, name)
 
         @functools.wraps(method)
         def counted(num_tokens: int) -> int:
