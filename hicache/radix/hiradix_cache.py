@@ -42,7 +42,8 @@ class HiRadixCache(RadixCache):
 
     Parameters
     ----------
-    req_to_token_pool, page_size, eviction_policy : as ``RadixCache``.
+    req_to_token_pool, page_size, eviction_policy, enable_kv_events, enable_kv_cache_events :
+        as ``RadixCache`` (KV events report both tiers).
     token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` whose ``get_kvcache()`` is an
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
     config : the host-tier settings as one ``HiCacheConfig``; or, SGLang-style, the keywords
@@ -76,6 +77,8 @@ class HiRadixCache(RadixCache):
         load_back_threshold: int = 10,
         verify: str = "off",
         verify_sample_period: int = 8,
+        enable_kv_events: bool = False,
+        enable_kv_cache_events: bool = False,
     ) -> None:
         settings = HiCacheConfig(
             hicache_ratio,
@@ -93,12 +96,14 @@ class HiRadixCache(RadixCache):
             token_to_kv_pool_allocator,
             page_size,
             eviction_policy=eviction_policy,
+            enable_kv_events=enable_kv_events,
+            enable_kv_cache_events=enable_kv_cache_events,
         )
         self.cache_controller = build_controller(
             token_to_kv_pool_allocator, page_size, self.hi_config
         )
         self.host_tier = HostTier(
-            self.ledger, self.cache_controller, eviction_policy, self.hi_config
+            self.ledger, self.cache_controller, eviction_policy, self.hi_config, self.ledger.events
         )
         self.ledger.attach(self.host_tier)
 

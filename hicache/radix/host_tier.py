@@ -15,6 +15,7 @@ import torch
 
 from hicache.controller import HiCacheController, pop_finished_acks
 from hicache.radix.config import HiCacheConfig
+from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
@@ -32,12 +33,21 @@ class HostTier:
     controller : moves KV between the device and the host pool.
     policy : the cache's eviction policy (orders ``leaves``).
     config : the host-tier settings (write policy).
+    events : where the host tier's KV events go, or None (events off). A node's host pages are
+        reported stored when its backup is queued (its host slots are reserved and ``holds`` is
+        true from then on), removed when they are freed.
     """
 
     def __init__(
-        self, site: TierSite, controller: HiCacheController, policy: str, config: HiCacheConfig
+        self,
+        site: TierSite,
+        controller: HiCacheController,
+        policy: str,
+        config: HiCacheConfig,
+        events: NodeEvents | None = None,
     ) -> None:
         self.site, self.controller, self.config = site, controller, config
+        self.events = events
         self.leaves = LeafSet(policy)
         self._size = 0
         self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
@@ -125,6 +135,8 @@ class HostTier:
         if host is None:
             return False
         node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        if self.events is not None:
+            self.events.stored(node, HOST)
         self._size += n
         self.site.lock(node)
         self._writing[node.id] = node
@@ -190,6 +202,8 @@ class HostTier:
             assert node.host_slots is not None and node.slots is None
             freed.append(node.host_slots)
             count += len(node.key)
+            if self.events is not None:
+                self.events.removed(node, HOST)
             self.site.delete_leaf(node)
         self._size -= count
         if freed:
@@ -209,6 +223,8 @@ class HostTier:
         for node in reversed(nodes):  # every node after its descendants: a leaf when deleted
             assert node.lock_ref == 0 and node.host_slots is not None, "dropping a wrong node"
             host.append(node.host_slots)
+            if self.events is not None:
+                self.events.removed(node, HOST)
             node.host_slots = None
             self._size -= len(node.key)
             if node.slots is not None:

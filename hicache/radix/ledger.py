@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from hicache.radix.events import DEVICE, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners
 from hicache.radix.policies import LeafSet
@@ -34,12 +35,20 @@ class Ledger:
         by the ledger (tests corrupt them to exercise ``check_invariants``).
     owners : the ``SlotOwners`` of the device slots nodes hold.
     lower : the tier below the device, or None.
+    events : where the device tier's KV events go, or None (events off).
     """
 
     def __init__(
-        self, tree: RadixTree, allocator: Any, device: torch.device, policy: str, owners: SlotOwners
+        self,
+        tree: RadixTree,
+        allocator: Any,
+        device: torch.device,
+        policy: str,
+        owners: SlotOwners,
+        events: NodeEvents | None = None,
     ) -> None:
         self.tree, self.allocator, self.device, self.owners = tree, allocator, device, owners
+        self.events = events
         self.leaves = LeafSet(policy)
         self.evictable_tokens = 0
         self.protected_tokens = 0
@@ -150,6 +159,8 @@ class Ledger:
         self.evictable_tokens += len(leaf.key)
         self.sync(leaf.parent)
         self.sync(leaf)
+        if self.events is not None:
+            self.events.stored(leaf, DEVICE)
 
     def delete_leaf(self, node: TreeNode) -> None:
         self.sync(self.tree.unlink_leaf(node))
@@ -161,6 +172,8 @@ class Ledger:
         self.owners.take(slots)
         self.sync(node)
         self.sync(node.parent)
+        if self.events is not None:
+            self.events.stored(node, DEVICE)
 
     def drop_device(self, node: TreeNode) -> None:
         self.free([self._take_device(node)])
@@ -173,6 +186,8 @@ class Ledger:
         if self.lower is not None and self.lower.holds(node):
             self._take_device(node)
         else:
+            if self.events is not None:
+                self.events.removed(node, DEVICE)
             self.evictable_tokens -= len(node.key)
             self.delete_leaf(node)
         return len(node.key)
@@ -190,6 +205,8 @@ class Ledger:
         """Remove ``node``'s device copy (not freed); returns its slots."""
         slots = node.slots
         assert slots is not None and node.parent is not None
+        if self.events is not None:
+            self.events.removed(node, DEVICE)
         self._resize(node, -len(node.key))
         node.slots = None
         self.sync(node)

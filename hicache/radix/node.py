@@ -37,6 +37,9 @@ class TreeNode:
     last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
     priority : max priority of the inserts that reached it; the ``priority`` policy evicts the
         lowest first.
+    hash_value : the page hashes of ``key`` (``page_hash``: one 32-byte digest per page, chained
+        from the root through the namespace seed), or None until first needed
+        (``page_hash.node_hashes``); ``RadixTree.split`` divides them, never recomputes.
     id : unique in the process.
     """
 
@@ -55,6 +58,7 @@ class TreeNode:
         "last_access_time",
         "creation_time",
         "priority",
+        "hash_value",
     )
     _ids: ClassVar[itertools.count[int]] = itertools.count()
 
@@ -81,6 +85,7 @@ class TreeNode:
         self.last_access_time = tick
         self.creation_time = tick
         self.priority = priority
+        self.hash_value: list[bytes] | None = None
 
     @property
     def value(self) -> torch.Tensor | None:

@@ -20,6 +20,7 @@ from hicache.checks import check_int
 from hicache.radix import invariants
 from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable, SlotAllocator
 from hicache.radix.config import RadixCacheConfig
+from hicache.radix.events import EventQueue, KVEvent, NodeEvents, events_enabled
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
 from hicache.radix.node import TreeNode
@@ -42,6 +43,9 @@ class RadixCache(BasePrefixCache):
     page_size : tokens per page (>= 1); must equal the allocator's.
     eviction_policy : ``lru``, ``lfu``, ``fifo``, ``mru``, ``filo`` or ``priority``.
     disable : match nothing and cache nothing (``cache_*_req`` just free).
+    enable_kv_events : publish KV events (``events``), drained by ``take_events``; off by
+        default, and then no page hash is computed. ``enable_kv_cache_events`` is SGLang's name
+        for the same switch (either turns events on).
 
     Attributes
     ----------
@@ -56,8 +60,13 @@ class RadixCache(BasePrefixCache):
         *,
         eviction_policy: str = "lru",
         disable: bool = False,
+        enable_kv_events: bool = False,
+        enable_kv_cache_events: bool = False,
     ) -> None:
         self.config = RadixCacheConfig(page_size, eviction_policy, disable)
+        enabled = events_enabled(
+            enable_kv_events=enable_kv_events, enable_kv_cache_events=enable_kv_cache_events
+        )
         allocator = token_to_kv_pool_allocator
         if req_to_token_pool is not None and allocator is None:
             raise ValueError("req_to_token_pool needs a token_to_kv_pool_allocator")
@@ -73,7 +82,11 @@ class RadixCache(BasePrefixCache):
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self.tree = RadixTree(page_size, self._no_indices())
-        self.ledger = Ledger(self.tree, allocator, self.device, eviction_policy, self.slot_owners)
+        self._event_queue = EventQueue() if enabled else None
+        events = None if self._event_queue is None else NodeEvents(self._event_queue, page_size)
+        self.ledger = Ledger(
+            self.tree, allocator, self.device, eviction_policy, self.slot_owners, events
+        )
 
     @property
     def root(self) -> TreeNode:
@@ -216,6 +229,11 @@ class RadixCache(BasePrefixCache):
             )
         self._clear()
 
+    def take_events(self) -> list[KVEvent]:
+        """The KV events since the last call, oldest first (``events``); always empty when
+        events are off."""
+        return [] if self._event_queue is None else self._event_queue.take_events()
+
     def pretty_print(self) -> None:
         print(invariants.format_tree(self))
 
@@ -234,6 +252,8 @@ class RadixCache(BasePrefixCache):
         self.ledger.free([n.slots for n in self.tree.nodes() if n.slots is not None])
         self.tree.clear()
         self.ledger.clear()
+        if self.ledger.events is not None:
+            self.ledger.events.cleared()
 
     def _check_req(self, req: Any) -> CheckedReq:
         pool, allocator = self.req_to_token_pool, self.token_to_kv_pool_allocator

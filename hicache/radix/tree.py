@@ -122,8 +122,8 @@ class RadixTree:
 
         Each half of the key is a view or a copy as ``edge_ids`` decides (never pinning more
         than twice its bytes); the upper part gets a copy of the slots (so it never pins the
-        lower part's buffers); slots and host_slots split alike; lock_ref and access statistics
-        carry over to both halves.
+        lower part's buffers); slots, host_slots and hash_value split alike; lock_ref and
+        access statistics carry over to both halves.
         """
         parent = node.parent
         assert parent is not None and 0 < at < len(node.key), "bad split"
@@ -138,6 +138,9 @@ class RadixTree:
         upper.host_slots = head_slots(node.host_slots, at)
         upper.lock_ref, upper.hit_count = node.lock_ref, node.hit_count
         upper.last_access_time = node.last_access_time
+        if node.hash_value is not None:  # the same pages: divided, never recomputed
+            pages = at // self.page_size
+            upper.hash_value, node.hash_value = node.hash_value[:pages], node.hash_value[pages:]
         node.key = edge_ids(node.key[at:])
         node.slots = None if node.slots is None else node.slots[at:]
         node.host_slots = None if node.host_slots is None else node.host_slots[at:]
