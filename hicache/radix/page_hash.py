@@ -16,6 +16,8 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from hicache.checks import check_int
+from hicache.radix.key import check_extra_key
 from hicache.radix.node import TreeNode
 
 __all__ = ["NAMESPACE_TAG", "namespace_seed", "node_hashes", "page_hashes"]
@@ -36,7 +38,11 @@ def page_hashes(ids: np.ndarray, page_size: int, prior: bytes | None) -> list[by
         seed), or None for an unseeded chain.
 
     One ``sha256`` per page over a bytes view of the page; no per-token Python loop.
+    ``TypeError`` unless ``ids`` is a 1-D integer numpy array; ``page_size`` as ``check_int``.
     """
+    if not isinstance(ids, np.ndarray) or ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise TypeError(f"ids must be a 1-D integer numpy array, got {type(ids).__name__}")
+    check_int("page_size", page_size, minimum=1)
     width = 4 * page_size  # bytes per page
     data = memoryview(np.ascontiguousarray(ids, dtype="<u4").tobytes())
     out: list[bytes] = []
@@ -58,8 +64,9 @@ def namespace_seed(extra_key: Hashable | None) -> bytes | None:
     8-byte item count followed by each item's frame, and for None (inside a tuple) the tag
     alone. Every valid ``extra_key`` (``key.check_extra_key``) has one frame and no two share
     one: ``1``, ``"1"``, ``b"1"`` and ``(1,)`` seed four chains, ``("a", "bc") != ("ab", "c")``.
+    ``TypeError`` (``check_extra_key``) for anything else.
     """
-    if extra_key is None:
+    if check_extra_key(extra_key) is None:
         return None
     return hashlib.sha256(NAMESPACE_TAG + _frame(extra_key)).digest()
 

@@ -67,6 +67,15 @@ def test_deeply_nested_namespace_is_framed_without_recursion() -> None:
     assert namespace_seed(key) is not None  # type: ignore[arg-type]
 
 
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(TypeError, match="extra_key"):
+        namespace_seed(("a", 1.5))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ids"):
+        page_hashes([1, 2], 1, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="page_size"):
+        page_hashes(ids([1, 2]), 0, None)
+
+
 def cache_with(*seqs: list[int], extra_key: object = None) -> RadixCache:
     cache = RadixCache(None, None, 2, enable_kv_events=True)
     for seq in seqs:
