@@ -44,13 +44,11 @@ def page_hashes(ids: np.ndarray, page_size: int, prior: bytes | None) -> list[by
         raise TypeError(f"ids must be a 1-D integer numpy array, got {type(ids).__name__}")
     check_int("page_size", page_size, minimum=1)
     width = 4 * page_size  # bytes per page
-    data = memoryview(np.ascontiguousarray(ids, dtype="<u4").tobytes())
-    out: list[bytes] = []
+    data = ids.astype("<u4").tobytes()
+    sha, chained, out = hashlib.sha256, prior or b"", []
     for start in range(0, len(data) - len(data) % width, width):
-        digest = hashlib.sha256(prior or b"")
-        digest.update(data[start : start + width])
-        prior = digest.digest()
-        out.append(prior)
+        chained = sha(chained + data[start : start + width]).digest()
+        out.append(chained)
     return out
 
 
