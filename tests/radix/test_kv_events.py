@@ -27,8 +27,10 @@ class Replica:
         for event in events:
             if isinstance(event, BlockStored):
                 held = self.tiers[event.tier]
-                assert len(event.token_ids) == len(event.block_hashes) * event.block_size
                 above = event.parent_block_hash
+                prior = namespace_seed(event.namespace) if above is None else above
+                hashes = reference_hashes(list(event.token_ids), event.block_size, prior)
+                assert hashes == list(event.block_hashes)  # tokens, parent and namespace agree
                 for h in event.block_hashes:
                     assert h not in held, "a page stored twice in one tier"
                     held.add(h)
