@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Hashable
 from typing import ClassVar
 
@@ -10,7 +9,10 @@ import numpy as np
 import torch
 
 from hicache.radix.slots import Slots, as_tensor, stored_form
+from hicache.radix.tokens import TOKEN_DTYPE
 
+_EMPTY_KEY = np.empty(0, TOKEN_DTYPE)
+_EMPTY_KEY.flags.writeable = False
 ChildKey = Hashable  # first page's bytes; ``(extra_key, bytes)`` under the root
 
 
@@ -37,7 +39,11 @@ class TreeNode:
     last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
     priority : max priority of the inserts that reached it; the ``priority`` policy evicts the
         lowest first.
-    id : unique in the process.
+    id : unique in the process unless given (``id=``) or ``TreeNode.counter`` is reset; taken
+        from the class counter ``TreeNode.counter``, which every construction advances (as in
+        SGLang).
+
+    ``TreeNode()`` (all defaults) is a detached node with an empty key and no slots.
     """
 
     __slots__ = (
@@ -56,21 +62,24 @@ class TreeNode:
         "creation_time",
         "priority",
     )
-    _ids: ClassVar[itertools.count[int]] = itertools.count()
+    counter: ClassVar[int] = 0
 
     def __init__(
         self,
-        key: np.ndarray,
-        slots: Slots | None,
-        parent: TreeNode | None,
+        key: np.ndarray | None = None,
+        slots: Slots | None = None,
+        parent: TreeNode | None = None,
         extra_key: Hashable | None = None,
         tick: int = 0,
         priority: int = 0,
+        *,
+        id: int | None = None,
     ) -> None:
-        self.id = next(TreeNode._ids)
+        self.id = TreeNode.counter if id is None else id
+        TreeNode.counter += 1
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
-        self.key = key
+        self.key = _EMPTY_KEY if key is None else key
         self.slots = slots  # stored form (see ``slots.Slots``), unchecked: the insert path
         self.host_slots: Slots | None = None
         self.extra_key = extra_key
