@@ -1,7 +1,8 @@
 """The page_first_direct ops with several layers per call, as sgl-kernel defines them:
 ``transfer_kv_per_layer_direct_pf_lf`` loads consecutive layers from ``layer_id``, one per
 destination; ``transfer_kv_all_layer_direct_lf_pf`` writes the layers it is given (0 .. m-1).
-Random bytes against a per-slot torch reference, destinations poisoned."""
+Random bytes against a per-slot torch reference, destinations poisoned; through ``copy_`` and
+through the copy-engine plan (``test_direct``'s ``batches`` fixture)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import pytest
 import torch
 
 import hicache.kernels as K
+from hicache.kernels.direct import runs
+from tests.kernels import test_direct
 from tests.kernels.cases import POISON, poisoned, random_bytes
-from tests.kernels.test_direct import as_bytes, paged_indices
+from tests.kernels.test_direct import as_bytes, assert_one_batch, paged_indices
+
+batches = test_direct.batches  # the fixture: the copy_ path, then the copy-engine plan
 
 LAYERS = 4
 
@@ -23,7 +28,9 @@ def slot_shape(mla: bool) -> tuple[int, int]:
 @pytest.mark.parametrize("mla", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
-def test_pf_lf_loads_consecutive_layers_one_per_destination(dtype, page_size, mla, layer_id, m):
+def test_pf_lf_loads_consecutive_layers_one_per_destination(
+    dtype, page_size, mla, layer_id, m, batches
+):
     gen = torch.Generator().manual_seed(layer_id * 10 + m + page_size + mla)
     kinds, slot = (1 if mla else 2), slot_shape(mla)
     host = [random_bytes((4, LAYERS, page_size, *slot), dtype, gen) for _ in range(kinds)]
@@ -37,12 +44,13 @@ def test_pf_lf_loads_consecutive_layers_one_per_destination(dtype, page_size, ml
             w[d] = h[s // page_size, layer, s % page_size].view(torch.uint8)
     K.transfer_kv_per_layer_direct_pf_lf(host, dev, src_idx, dst_idx, layer_id, page_size)
     assert all(torch.equal(a, b) for a, b in zip(as_bytes(dev), want, strict=True))
+    assert_one_batch(batches, len(runs(src_idx, dst_idx, src_page=page_size)), kinds * m)
 
 
 @pytest.mark.parametrize("m", [1, 2, LAYERS])
 @pytest.mark.parametrize("mla", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
-def test_lf_pf_writes_the_layers_it_is_given(page_size, mla, m):
+def test_lf_pf_writes_the_layers_it_is_given(page_size, mla, m, batches):
     gen = torch.Generator().manual_seed(m * 7 + page_size + mla)
     kinds, slot, dtype = (1 if mla else 2), slot_shape(mla), torch.bfloat16
     dev = [random_bytes((3 * page_size, *slot), dtype, gen) for _ in range(kinds * m)]
@@ -56,6 +64,7 @@ def test_lf_pf_writes_the_layers_it_is_given(page_size, mla, m):
             w[d // page_size, k % m, d % page_size] = layer_buf[s].view(torch.uint8)
     K.transfer_kv_all_layer_direct_lf_pf(dev, host, src_idx, dst_idx, page_size)
     assert all(torch.equal(a, b) for a, b in zip(as_bytes(host), want, strict=True))
+    assert_one_batch(batches, len(runs(src_idx, dst_idx, dst_page=page_size)), kinds * m)
     if m < LAYERS:
         assert bool((host[0][:, m:].view(torch.uint8) == POISON).all())
 
