@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from typing import ClassVar
 
@@ -39,9 +40,8 @@ class TreeNode:
     last_access_time, creation_time : ticks of the owning cache's logical clock (larger is newer).
     priority : max priority of the inserts that reached it; the ``priority`` policy evicts the
         lowest first.
-    id : unique in the process unless given (``id=``) or ``TreeNode.counter`` is reset; taken
-        from the class counter ``TreeNode.counter``, which every construction advances (as in
-        SGLang).
+    id : unique in the process (the leaf sets key on it and break eviction ties by it), so,
+        unlike SGLang's ``TreeNode.counter``, the counter can be neither reset nor overridden.
 
     ``TreeNode()`` (all defaults) is a detached node with an empty key and no slots.
     """
@@ -62,7 +62,7 @@ class TreeNode:
         "creation_time",
         "priority",
     )
-    counter: ClassVar[int] = 0
+    _ids: ClassVar[itertools.count[int]] = itertools.count()
 
     def __init__(
         self,
@@ -72,11 +72,8 @@ class TreeNode:
         extra_key: Hashable | None = None,
         tick: int = 0,
         priority: int = 0,
-        *,
-        id: int | None = None,
     ) -> None:
-        self.id = TreeNode.counter if id is None else id
-        TreeNode.counter += 1
+        self.id = next(TreeNode._ids)
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
         self.key = _EMPTY_KEY if key is None else key

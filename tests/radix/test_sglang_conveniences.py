@@ -1,4 +1,4 @@
-"""SGLang's convenience surface on hicache's own objects: node defaults and counter, the
+"""SGLang's convenience surface on hicache's own objects: node defaults and ids, the
 allocator check (strict for a real allocator, lenient for a test double), the log line and
 the flattened values."""
 
@@ -13,10 +13,9 @@ from hicache.pools import TokenToKVPoolAllocator
 from hicache.radix import RadixCache, TreeNode
 
 
-def test_tree_node_defaults_and_counter() -> None:
-    start = TreeNode.counter
-    node, named = TreeNode(), TreeNode(id=-1)
-    assert (node.id, named.id, TreeNode.counter) == (start, -1, start + 2)
+def test_tree_node_defaults_and_unique_ids() -> None:
+    node, other = TreeNode(), TreeNode()
+    assert other.id == node.id + 1
     assert node.parent is None and node.value is None and len(node.key) == 0
     assert not node.children and node.lock_ref == 0
 
