@@ -83,20 +83,39 @@ def check_lf_pairs(src_layers: object, dst_layers: object, page_size: object) ->
     return [(Slots(src), Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], page
 
 
+def _layers_per_buffer(
+    buffers_name: str, buffers: list[torch.Tensor], layers_name: str, layers: list[torch.Tensor]
+) -> int:
+    """How many layers each page_first_direct buffer pairs with: ``len(layers)`` must be a
+    positive multiple of ``len(buffers)`` (``k_layers + v_layers`` against ``[host_k, host_v]``)."""
+    if len(layers) % len(buffers):
+        raise ValueError(
+            f"{layers_name} must hold a multiple of len({buffers_name}) = {len(buffers)} "
+            f"tensors (the same number of layers for each), got {len(layers)}"
+        )
+    return len(layers) // len(buffers)
+
+
 def check_pf_lf_pairs(
     src_ptrs: object, dst_ptrs: object, layer_id: object, page_size: object
 ) -> tuple[Pairs, int]:
     """The checked (src, dst) pairs of :func:`transfer_kv_per_layer_direct_pf_lf`, page size."""
     srcs, dsts = _tensors("src_ptrs", src_ptrs), _tensors("dst_ptrs", dst_ptrs)
-    if len(srcs) != len(dsts):
-        raise ValueError(f"src_ptrs and dst_ptrs differ in length: {len(srcs)} != {len(dsts)}")
+    n = _layers_per_buffer("src_ptrs", srcs, "dst_ptrs", dsts)
     page = check_int("page_size", page_size, minimum=1)
-    layer = 0
-    for j, (src, dst) in enumerate(zip(srcs, dsts, strict=True)):
-        _check_paged(f"src_ptrs[{j}]", src, page)
-        _check_pair(f"src_ptrs[{j}]", src, src.shape[3:], f"dst_ptrs[{j}]", dst, dst.shape[1:])
-        layer = check.check_layer_id(layer_id, src.shape[1])
-    return [(Slots(src, layer), Slots(dst)) for src, dst in zip(srcs, dsts, strict=True)], page
+    first = 0
+    for i, src in enumerate(srcs):
+        _check_paged(f"src_ptrs[{i}]", src, page)
+        first = check.check_layer_id(layer_id, src.shape[1])
+        if first + n > src.shape[1]:
+            raise IndexError(
+                f"layer_id {first} + {n} layers (len(dst_ptrs) / len(src_ptrs)) is out of "
+                f"range for {src.shape[1]} layers"
+            )
+    for k, dst in enumerate(dsts):
+        src = srcs[k // n]
+        _check_pair(f"src_ptrs[{k // n}]", src, src.shape[3:], f"dst_ptrs[{k}]", dst, dst.shape[1:])
+    return [(Slots(srcs[k // n], first + k % n), Slots(dst)) for k, dst in enumerate(dsts)], page
 
 
 def check_lf_pf_pairs(src_ptrs: object, dst_ptrs: object, page_size: object) -> tuple[Pairs, int]:
@@ -110,18 +129,16 @@ def check_lf_pf_pairs(src_ptrs: object, dst_ptrs: object, page_size: object) -> 
                 f"dst_ptrs[{j}] has shape {tuple(dst.shape)}, dst_ptrs[0] "
                 f"{tuple(dsts[0].shape)}; they must match"
             )
-    layers = dsts[0].shape[1]
-    if len(srcs) != layers * len(dsts):
+    n = _layers_per_buffer("dst_ptrs", dsts, "src_ptrs", srcs)
+    if n > dsts[0].shape[1]:
         raise ValueError(
-            f"src_ptrs must hold len(dst_ptrs) * layers = {layers * len(dsts)} "
-            f"tensors, got {len(srcs)}"
+            f"src_ptrs holds {n} layers per dst_ptrs buffer; the buffers have "
+            f"{dsts[0].shape[1]} layers"
         )
     for k, src in enumerate(srcs):
-        dst = dsts[k // layers]
-        _check_pair(
-            f"src_ptrs[{k}]", src, src.shape[1:], f"dst_ptrs[{k // layers}]", dst, dst.shape[3:]
-        )
-    return [(Slots(src), Slots(dsts[k // layers], k % layers)) for k, src in enumerate(srcs)], page
+        dst = dsts[k // n]
+        _check_pair(f"src_ptrs[{k}]", src, src.shape[1:], f"dst_ptrs[{k // n}]", dst, dst.shape[3:])
+    return [(Slots(src), Slots(dsts[k // n], k % n)) for k, src in enumerate(srcs)], page
 
 
 def slot_limit(side: Slots) -> int:
@@ -172,14 +189,17 @@ def transfer_kv_per_layer_direct_pf_lf(
     layer_id: int,
     page_size: int,
 ) -> None:
-    """Layer ``layer_id`` of page_first_direct buffers into layer_first buffers.
+    """Layers ``layer_id ..`` of page_first_direct buffers into layer_first buffers, one layer
+    per destination (as sgl-kernel): with ``m = len(dst_ptrs) / len(src_ptrs)``,
+    ``dst_ptrs[i * m + j]`` receives layer ``layer_id + j`` of ``src_ptrs[i]``.
 
     Parameters
     ----------
     src_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
-    dst_ptrs : ``[k_layer, v_layer]`` (MLA ``[kv_layer]``), each ``[slots, ...]``.
+    dst_ptrs : ``k_layers + v_layers`` (MLA ``kv_layers``), ``m`` tensors ``[slots, ...]`` per
+        source; usually ``m = 1``: ``[k_layer, v_layer]`` (MLA ``[kv_layer]``).
     src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
-    layer_id : int in ``[0, layers)``.
+    layer_id : int, the first layer; ``layer_id + m <= layers``.
     page_size : int >= 1, the page dimension of ``src_ptrs``.
     """
     pairs, page = check_pf_lf_pairs(src_ptrs, dst_ptrs, layer_id, page_size)
@@ -193,12 +213,13 @@ def transfer_kv_all_layer_direct_lf_pf(
     dst_indices: torch.Tensor,
     page_size: int,
 ) -> None:
-    """Every layer of layer_first buffers into page_first_direct buffers.
+    """The given layer_first layers into page_first_direct buffers, layers ``0 .. m - 1``
+    (as sgl-kernel), ``m = len(src_ptrs) / len(dst_ptrs)``; the other layers are untouched.
 
     Parameters
     ----------
-    src_ptrs : ``k_layers + v_layers`` (MLA ``kv_layers``): ``len(dst_ptrs) * layers`` tensors
-        ``[slots, ...]``; ``src_ptrs[j * layers + l]`` is layer ``l`` of ``dst_ptrs[j]``.
+    src_ptrs : ``k_layers + v_layers`` (MLA ``kv_layers``): ``m`` tensors ``[slots, ...]`` per
+        destination, ``m <= layers``; ``src_ptrs[j * m + l]`` is layer ``l`` of ``dst_ptrs[j]``.
     dst_ptrs : ``[host_k, host_v]`` (MLA ``[host_kv]``), each ``[pages, layers, page_size, ...]``.
     src_indices, dst_indices : int64 ``[n]`` slot indices, ``n % page_size == 0``, any device.
     page_size : int >= 1, the page dimension of ``dst_ptrs``.

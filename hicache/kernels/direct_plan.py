@@ -99,6 +99,11 @@ def plan_direct_pf_lf(
     dst = _layers("dst_layers", dst_layers)
     last = len(dst) - 1
     pairs, page = check_pf_lf_pairs(src_ptrs, dst_layers[last], last, page_size)
+    if len(pairs) != len(src_ptrs):  # the op could take several layers per call; a plan one
+        raise ValueError(
+            f"dst_layers[l] must hold one tensor per src_ptrs buffer ({len(src_ptrs)}), "
+            f"got {len(pairs)}"
+        )
     runs = checked_runs(pairs, src_indices, dst_indices, page)
     dsts = check.check_layer_buffers("dst_layers", dst, _is_cuda(pairs))
     layer_pairs = tuple(

@@ -9,7 +9,8 @@ tree compares pages of these arrays with vectorised numpy, so building a key fro
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import operator
+from collections.abc import Hashable, Iterator
 from typing import Any, cast
 
 import numpy as np
@@ -123,7 +124,10 @@ class RadixKey:
         ``"1"``, ``b"1"`` and ``(1,)`` are four namespaces. Keys with different ``extra_key``
         never share a tree node, not even their first page.
 
-    Slicing (``key[a:b]``) returns a RadixKey viewing the same ids in the same namespace.
+    Slicing (``key[a:b]``) returns a RadixKey viewing the same ids in the same namespace; an
+    int index (``key[i]``) the one-token key at ``i``, and iteration yields Python ints, both
+    as in SGLang. Unlike SGLang's list, ``token_ids`` is a numpy array: compare it with
+    ``.tolist()`` (or compare keys, or ``list(key)``).
     """
 
     __slots__ = ("token_ids", "extra_key")
@@ -144,10 +148,20 @@ class RadixKey:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def __getitem__(self, item: slice) -> RadixKey:
-        if not isinstance(item, slice):
-            raise TypeError(f"RadixKey supports slicing only, got {type(item).__name__}")
-        return RadixKey.from_validated(self.token_ids[item], self.extra_key)
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.token_ids.tolist())
+
+    def __getitem__(self, item: slice | int) -> RadixKey:
+        """``key[a:b]``: the key viewing those ids; ``key[i]``: the one-token key at ``i``
+        (negative counts from the end; ``IndexError`` outside ``[-len, len)``)."""
+        ids = self.token_ids
+        if type(item) is not slice:
+            i = operator.index(item)  # TypeError for a non-integer index
+            if not -len(ids) <= i < len(ids):
+                raise IndexError(f"RadixKey index {i} out of range for {len(ids)} tokens")
+            i %= len(ids)
+            item = slice(i, i + 1)
+        return RadixKey.from_validated(ids[item], self.extra_key)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RadixKey):

