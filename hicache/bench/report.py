@@ -58,7 +58,8 @@ def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) ->
 
 
 def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
-    """Hit rate (%) and TTFT p50/mean (ms) of each round's served requests."""
+    """Hit rate (%, total and per tier), TTFT p50/mean (ms) and every TTFT sample (ms) of each
+    round's served requests."""
     out = []
     for rnd in range(rounds):
         rs = [r for r in records if r.round == rnd and r.error is None]
@@ -69,8 +70,11 @@ def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
                 "round": rnd + 1,
                 "requests": len(rs),
                 "hit_rate": _pct(sum(r.device_hit + r.host_hit for r in rs), prompt),
+                "device_hit_rate": _pct(sum(r.device_hit for r in rs), prompt),
+                "host_hit_rate": _pct(sum(r.host_hit for r in rs), prompt),
                 "ttft_p50_ms": _quantile(ttft, 50),
                 "ttft_mean_ms": float(ttft.mean()) if ttft.size else float("nan"),
+                "ttft_ms": ttft.tolist(),
             }
         )
     return out
