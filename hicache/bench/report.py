@@ -121,10 +121,10 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
 def format_gain(base: dict[str, Any], tier: dict[str, Any]) -> str:
     """One line: what the host tier changed against the device-only baseline."""
     computed = base["computed_tokens"]
-    saved = _pct(computed - tier["computed_tokens"], computed)
+    change = round(_pct(tier["computed_tokens"] - computed, computed)) or 0  # never "-0"
     return (
         f"host tier vs device-only: hit rate {base['hit_rate']:.1f}% -> {tier['hit_rate']:.1f}%, "
-        f"prefill tokens computed {-saved:+.0f}%, "
+        f"prefill tokens computed {computed:,} -> {tier['computed_tokens']:,} ({change:+d}%), "
         f"TTFT p50 {base['ttft_p50_ms']:.0f} -> {tier['ttft_p50_ms']:.0f} ms, "
         f"p99 {base['ttft_p99_ms']:.0f} -> {tier['ttft_p99_ms']:.0f} ms, "
         f"throughput {base['total_tok_s']:.0f} -> {tier['total_tok_s']:.0f} tok/s"
