@@ -134,3 +134,19 @@ def test_plot_without_matplotlib_says_why_and_writes_nothing(tmp_path: Path, mon
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     assert plot_rounds(tmp_path / "rounds.png", {}) == MISSING
     assert not (tmp_path / "rounds.png").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal_is_tqdms() -> None:
+    pytest.importorskip("tqdm")
+    stream = _Terminal()
+    bar = ProgressBar(4, "mode", stream)
+    for _ in range(4):
+        bar.update(note="round 1/1")
+    bar.close()
+    last = stream.getvalue().split("\r")[-1]
+    assert last.startswith("mode: 100%") and "4/4" in last and "round 1/1" in last
