@@ -106,8 +106,16 @@ def _cell(fmt: str, value: Any) -> str:
     return f"{value / 1e6:,.1f}" if fmt == "mb" else fmt.format(value)
 
 
+NOTES = """\
+TTFT: arrival to first token, queueing included. Users' first turns all arrive at once unless
+  --arrival-rate is set, and --max-running requests run at a time, so most of it is waiting.
+throughput (all tok/s): (prompt + output tokens) / wall time, reused prompt tokens included;
+  out tok/s counts generated tokens only.
+GB/s: bytes / busy time of the copy calls (on CPU, memcpy by the cores that run the model)."""
+
+
 def format_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """A fixed-width table: one row per metric, one column per mode."""
+    """A fixed-width table: one row per metric, one column per mode, then ``NOTES``."""
     modes = list(summaries)
     width = max(len(m) for m in modes) + 2
     lines = [f"{'metric':<28}" + "".join(f"{m:>{width}}" for m in modes)]
@@ -115,7 +123,7 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
     for label, key, fmt in ROWS:
         cells = "".join(f"{_cell(fmt, summaries[m][key]):>{width}}" for m in modes)
         lines.append(f"{label:<28}{cells}")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", NOTES])
 
 
 def format_gain(base: dict[str, Any], tier: dict[str, Any]) -> str:
