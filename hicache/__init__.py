@@ -25,7 +25,7 @@ from hicache.radix import (
 )
 from hicache.stack import KVStack, build_kv_stack
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "HiCacheConfig",

@@ -7,12 +7,15 @@ Bad arguments exit with status 2 and one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hicache.controller import WRITE_POLICIES
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,6 +23,49 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def plain(text: str) -> str:
+    """``text`` without reST's double backticks, for --help."""
+    return text.replace("``", "")
+
+
+def add_log_level(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="warning",
+        help="what goes to stderr besides the report (default: %(default)s; info: each phase)",
+    )
+
+
+def setup_logging(level: str) -> None:
+    """Log records of ``level`` and above to stderr as ``LEVEL name: message``."""
+    logging.basicConfig(
+        level=level.upper(), format="%(levelname)s %(name)s: %(message)s", force=True
+    )
+
+
+def _preset(name: str) -> str:
+    """`` (cpu X, cuda Y)``: the presets' values of option ``name``."""
+    from hicache.bench.config import CPU_DEFAULTS, CUDA_DEFAULTS
+
+    key = name.replace("-", "_")
+    if key not in CPU_DEFAULTS:
+        return ""
+    cpu, cuda = CPU_DEFAULTS[key], CUDA_DEFAULTS[key]
+    cuda = "torch's" if cuda is None else cuda
+    return f" (default {cpu})" if cpu == cuda else f" (default: cpu {cpu}, cuda {cuda})"
+
+
+def _field_default(name: str) -> str:
+    from dataclasses import fields
+
+    from hicache.bench.config import BenchConfig
+
+    found: dict[str, Any] = {f.name: f.default for f in fields(BenchConfig)}
+    value = found.get(name.replace("-", "_"))
+    return "" if value is None else f" (default {value})"
 
 
 def _bench_options(p: argparse.ArgumentParser) -> None:
@@ -41,23 +87,33 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
         "max-prefill-tokens": "prefill chunk size",
         "load-back-threshold": "shortest host hit worth loading (tokens)",
         "seed": "RNG seed",
-        "threads": "torch CPU threads during the run (default: 1 on cpu, torch's on cuda)",
+        "threads": "torch CPU threads during the run",
     }
     for name, help_ in ints.items():
-        p.add_argument(f"--{name}", type=int, help=help_)
-    p.add_argument("--arrival-rate", type=float, help="first-turn arrivals per second (0: all)")
+        p.add_argument(f"--{name}", type=int, help=help_ + (_preset(name) or _field_default(name)))
     p.add_argument(
-        "--host-ratio", type=float, help="host pool size / device pool size (> 1; default 4)"
+        "--arrival-rate", type=float, help="first-turn arrivals per second (default 0: all at t=0)"
+    )
+    p.add_argument(
+        "--host-ratio",
+        type=float,
+        help="host pool size / device pool size (> 1)" + _field_default("host_ratio"),
     )
     p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--attention", choices=["mha", "mla"])
-    p.add_argument("--policy", dest="eviction_policy", choices=sorted(EVICTION_POLICIES))
-    p.add_argument("--write-policy", choices=WRITE_POLICIES)
-    p.add_argument("--io-backend", choices=IO_BACKENDS)
-    p.add_argument("--mem-layout", choices=LAYOUTS)
+    choices: dict[str, tuple[str, list[str], str]] = {  # flag: (field, choices, help)
+        "dtype": ("dtype", ["float32", "bfloat16", "float16"], "KV and model dtype"),
+        "attention": ("attention", ["mha", "mla"], "MHA/GQA or MLA (latent KV) attention"),
+        "policy": ("eviction_policy", sorted(EVICTION_POLICIES), "eviction order of the tree"),
+        "write-policy": ("write_policy", list(WRITE_POLICIES), "when device KV is copied to host"),
+        "io-backend": ("io_backend", list(IO_BACKENDS), "how host<->device copies run"),
+        "mem-layout": ("mem_layout", list(LAYOUTS), "host pool layout"),
+    }
+    for flag, (dest, options, help_) in choices.items():
+        default = _preset(dest) or _field_default(dest)
+        p.add_argument(f"--{flag}", dest=dest, choices=options, help=help_ + default)
     p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_log_level(p)
     _sglang_options(p)
 
 
@@ -80,14 +136,16 @@ def _sglang_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="hicache", description=__doc__.splitlines()[0])
+    parser = OneLineParser(
+        prog="hicache", description=plain(" ".join(__doc__.split("\n\n")[0].split()))
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     bench = sub.add_parser(
         "bench",
         help="multi-turn chat: device-only vs host tier",
         description="A multi-turn chat workload run twice: device-only radix cache, then with "
         "the host tier. Options left unset take the CPU or CUDA preset of --device "
-        "(hicache/bench/config.py).",
+        "(hicache/bench/config.py). About 80 s on 2 CPU cores with the defaults.",
     )
     _bench_options(bench)
     replay = sub.add_parser(
@@ -100,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hicache.replay.cli import add_options
 
     add_options(replay)
+    add_log_level(replay)
     sub.add_parser(
         "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
     )
@@ -111,6 +170,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     try:
         cfg = BenchConfig.from_args(vars(args))
+        logging.getLogger("hicache.bench").info("config: %s", cfg.to_dict())
         run_bench(cfg, progress=not args.no_progress)
     except (ValueError, TypeError, OSError) as err:
         sys.stderr.write(f"hicache bench: error: {err}\n")
@@ -128,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return selfcheck_main(argv[1:])
     args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
     if args.command == "replay":
         from hicache.replay.cli import main as replay_main
 

@@ -3,6 +3,8 @@
 # install, comma-separated, default `test`; lint.sh and CI add `dev`). Sourced by the scripts.
 # TORCH_SPEC overrides the torch requirement (default: the CPU build 2.13.0, which a CPU-only
 # machine finds locally; on a CUDA machine with torch already installed nothing is reinstalled).
+# The editable install runs again only when pyproject.toml or the extras changed (a stamp of
+# their hash in .venv), so a second run starts in about a second.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,4 +19,10 @@ fi
 if ! python -c "import triton" 2>/dev/null; then
   python -m pip install -q "${TRITON_SPEC:-triton==3.7.1}"
 fi
-python -m pip install -q -e ".[${HICACHE_EXTRAS:-test}]"
+EXTRAS="${HICACHE_EXTRAS:-test}"
+STAMP=.venv/.hicache-install
+want="$( (cat pyproject.toml; echo "$EXTRAS $ROOT") | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! command -v hicache >/dev/null; then
+  python -m pip install -q -e ".[${EXTRAS}]"
+  echo "$want" > "$STAMP"
+fi

@@ -1,84 +1,163 @@
-"""Per-round line charts of the bench results, drawn on the dependency-free canvas."""
+"""``rounds.png`` of a bench run (matplotlib, an optional extra: ``pip install hicache[plot]``).
+
+Four panels, device-only next to the host tier: the share of each round's prompt tokens served
+by each tier, the TTFT CDF, where all prompt tokens came from, and the KV bytes moved between
+the tiers. Without matplotlib nothing is drawn and the caller is told why.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from hicache.bench.png import Canvas, Color
+import numpy as np
 
-PALETTE: list[Color] = [(220, 80, 40), (30, 110, 200), (40, 160, 70), (150, 60, 170)]
-GRID: Color = (225, 225, 225)
-INK: Color = (40, 40, 40)
-
-
-def _nice_max(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 x 10^k that is >= ``value`` (at least 1)."""
-    if not math.isfinite(value) or value <= 0:
-        return 1.0
-    base = 10 ** math.floor(math.log10(value))
-    return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= value)
+MISSING = "matplotlib is not installed (pip install 'hicache[plot]'): no PNG written"
+TIER_COLORS = {"device (L1)": "#3b7dd8", "host (L2)": "#f0a830", "computed": "#c8c8c8"}
+MODE_STYLES = {"device-only": ("#7a7a7a", "--"), "host-tier": ("#d9480f", "-")}
 
 
-def _label(v: float) -> str:
-    return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
 
 
-def line_chart(
-    canvas: Canvas,
-    box: tuple[int, int, int, int],
-    title: str,
-    series: Mapping[str, Sequence[float]],
-    x_label: str = "round",
-) -> None:
-    """Draw ``series`` (name -> y per x = 1..n) in ``box = (x0, y0, x1, y1)`` with axes,
-    gridlines, tick labels and a title; NaN points are skipped."""
-    x0, y0, x1, y1 = box
-    left, top, right, bottom = x0 + 48, y0 + 26, x1 - 24, y1 - 30
-    n = max(len(v) for v in series.values())
-    y_max = _nice_max(max((v for s in series.values() for v in s if math.isfinite(v)), default=1))
-    canvas.text(x0 + (x1 - x0 - Canvas.text_width(title, 2)) // 2, y0 + 4, title, INK, 2)
-    for i in range(5):
-        y = bottom - (bottom - top) * i // 4
-        canvas.rect(left, y, right, y + 1, GRID)
-        tick = _label(y_max * i / 4)
-        canvas.text(left - 6 - Canvas.text_width(tick), y - 3, tick, INK)
+def _hit_per_round(ax: Any, results: Mapping[str, Any]) -> None:
+    """Stacked bars per round, one pair (device-only, host tier) per round."""
+    from matplotlib.patches import Patch
 
-    def px(i: int) -> float:
-        return left + (right - left) * (i / (n - 1) if n > 1 else 0.5)
-
-    for i in range(n):
-        canvas.text(int(px(i)) - 2, bottom + 6, str(i + 1), INK)
-    canvas.text((left + right - Canvas.text_width(x_label)) // 2, bottom + 18, x_label, INK)
-    canvas.rect(left, top, left + 1, bottom + 1, INK)
-    canvas.rect(left, bottom, right, bottom + 1, INK)
-    for color, ys in zip(PALETTE, series.values(), strict=False):
-        pts = [
-            (px(i), bottom - (bottom - top) * v / y_max)
-            for i, v in enumerate(ys)
-            if math.isfinite(v)
-        ]
-        for (ax, ay), (bx, by) in zip(pts, pts[1:], strict=False):
-            canvas.line(ax, ay, bx, by, color, thick=2)
-        for cx, cy in pts:
-            canvas.rect(int(cx) - 3, int(cy) - 3, int(cx) + 4, int(cy) + 4, color)
+    modes = list(results)
+    width = 0.8 / len(modes)
+    for k, mode in enumerate(modes):
+        rounds = results[mode]["rounds"]
+        x = np.arange(1, len(rounds) + 1) + (k - (len(modes) - 1) / 2) * width
+        device = np.array([r["device_hit_rate"] for r in rounds])
+        host = np.array([r["host_hit_rate"] for r in rounds])
+        hatch = None if k == 0 else "//"
+        ax.bar(x, device, width * 0.95, color=TIER_COLORS["device (L1)"], hatch=hatch, ec="white")
+        ax.bar(
+            x,
+            host,
+            width * 0.95,
+            bottom=device,
+            color=TIER_COLORS["host (L2)"],
+            hatch=hatch,
+            ec="white",
+        )
+    handles = [Patch(color=TIER_COLORS[t], label=t) for t in ("device (L1)", "host (L2)")]
+    handles.append(Patch(fc="white", ec="#555555", hatch="//", label="hatched: host-tier run"))
+    ax.legend(handles=handles, loc="upper left", fontsize=8)
+    ax.set(
+        xlabel="round (left bar: device-only run, right bar: host-tier run)",
+        ylabel="prompt tokens served from cache (%)",
+        ylim=(0, 100),
+        title="hit rate per round, per tier",
+    )
+    ax.set_xticks(np.arange(1, len(rounds) + 1))
+    ax.grid(axis="y", alpha=0.3)
 
 
-def legend(canvas: Canvas, x: int, y: int, names: Sequence[str]) -> None:
-    for i, (name, color) in enumerate(zip(names, PALETTE, strict=False)):
-        ox = x + i * 220
-        canvas.rect(ox, y, ox + 24, y + 4, color)
-        canvas.text(ox + 30, y - 5, name, INK, 2)
+def _ttft_cdf(ax: Any, results: Mapping[str, Any]) -> None:
+    samples = {
+        m: np.sort([t for r in res["rounds"] for t in r["ttft_ms"]]) for m, res in results.items()
+    }
+    longest = max((float(s[-1]) for s in samples.values() if s.size), default=0.0)
+    unit, scale = ("s", 1e3) if longest >= 2000 else ("ms", 1.0)
+    for mode, res in results.items():
+        ttft = samples[mode] / scale
+        color, style = MODE_STYLES.get(mode, ("k", "-"))
+        p50 = res["summary"]["ttft_p50_ms"] / scale
+        ax.step(
+            ttft,
+            np.arange(1, len(ttft) + 1) / max(len(ttft), 1),
+            where="post",
+            color=color,
+            ls=style,
+            lw=2,
+            label=f"{mode} (p50 {p50:.3g} {unit})",
+        )
+    ax.set(
+        xlabel=f"time to first token ({unit}), queueing included",
+        ylabel="fraction of requests",
+        ylim=(0, 1.02),
+        title="TTFT CDF",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
 
 
-def plot_rounds(path: str | Path, rounds: dict[str, list[dict[str, float]]]) -> None:
-    """Two panels — hit rate (%) and TTFT p50 (ms) per round — one line per mode; saved as PNG."""
-    canvas = Canvas(1000, 420)
-    names = list(rounds)
-    hit = {m: [r["hit_rate"] for r in rounds[m]] for m in names}
-    ttft = {m: [r["ttft_p50_ms"] for r in rounds[m]] for m in names}
-    line_chart(canvas, (0, 10, 500, 380), "hit rate (%)", hit)
-    line_chart(canvas, (500, 10, 1000, 380), "TTFT p50 (ms)", ttft)
-    legend(canvas, 260, 400, names)
-    canvas.save(path)
+def _tokens_by_source(ax: Any, results: Mapping[str, Any]) -> None:
+    modes = list(results)
+    left = np.zeros(len(modes))
+    for tier, key in (("device (L1)", "device_hit_rate"), ("host (L2)", "host_hit_rate")):
+        share = np.array([results[m]["summary"][key] for m in modes])
+        ax.barh(modes, share, left=left, color=TIER_COLORS[tier], label=tier)
+        left += share
+    ax.barh(modes, 100 - left, left=left, color=TIER_COLORS["computed"], label="computed")
+    for y, m in enumerate(modes):
+        s = results[m]["summary"]
+        ax.text(
+            101,
+            y,
+            f"{s['hit_rate']:.0f}% reused\n{s['computed_tokens']:,} computed",
+            va="center",
+            fontsize=9,
+        )
+    ax.set(
+        xlim=(0, 135),
+        xlabel="prompt tokens, all rounds (%)",
+        title="where the prompt tokens came from",
+    )
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def _mb(v: float) -> str:
+    return "none" if not v else f"{v:,.0f} MB" if v >= 10 else f"{v:.2g} MB"
+
+
+def _bytes_moved(ax: Any, results: Mapping[str, Any]) -> None:
+    modes = list(results)
+    x = np.arange(len(modes))
+    rows = (
+        ("device->host (backup)", "d2h_bytes", "#6a4c93", -0.2),
+        ("host->device (load back)", "h2d_bytes", "#f0a830", 0.2),
+    )
+    for label, key, color, dx in rows:
+        mb = np.array([results[m]["summary"][key] / 1e6 for m in modes])
+        bars = ax.bar(x + dx, mb, 0.38, color=color, label=label)
+        ax.bar_label(bars, [_mb(v) for v in mb], fontsize=9)
+    ax.set_xticks(x, modes)
+    ax.set(ylabel="KV bytes moved (MB)", title="KV moved between device and host")
+    ax.margins(y=0.15)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_rounds(path: str | Path, results: Mapping[str, Any], title: str = "") -> str | None:
+    """Draw ``rounds.png`` at ``path`` from ``{mode: {"summary": ..., "rounds": ...}}``
+    (``hicache.bench.report``'s ``summarize`` and ``per_round``); returns why not (None when
+    drawn)."""
+    plt = _pyplot()
+    if plt is None:
+        return MISSING
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    _hit_per_round(axes[0][0], results)
+    _ttft_cdf(axes[0][1], results)
+    _tokens_by_source(axes[1][0], results)
+    _bytes_moved(axes[1][1], results)
+    if title:
+        fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

@@ -1,17 +1,26 @@
-"""A plain progress bar on stderr (no dependencies)."""
+"""Progress on stderr: tqdm's bar on a terminal (the ``plot`` extra), plain lines otherwise."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
+
+
+def _tqdm() -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
 
 
 class ProgressBar:
     """``label |#####.....| done/total pct elapsed note``.
 
-    On a terminal the line is redrawn in place (``\\r``) at every update; otherwise (a log
-    file, a captured pipe) a full line is written only at 0%, each 10% step and 100%.
+    On a terminal with tqdm installed, tqdm draws the bar; on a terminal without it, the line
+    is redrawn in place (``\\r``); otherwise (a log file, a captured pipe) a full line is
+    written only at 0%, each 10% step and 100%.
     """
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None, width: int = 30):
@@ -21,20 +30,29 @@ class ProgressBar:
         self.done = 0
         self._decile = -1
         self.start = time.perf_counter()
+        tqdm = _tqdm() if self.tty else None
+        self._bar = None if tqdm is None else tqdm(total=total, desc=label, file=self.stream)
         self._draw("")
 
     def update(self, n: int = 1, note: str = "") -> None:
-        self.done = min(self.done + n, self.total)
+        n = min(n, self.total - self.done)
+        self.done += n
+        if self._bar is not None:
+            self._bar.set_postfix_str(note, refresh=False)
+            self._bar.update(n)
+            return
         self._draw(note)
 
     def close(self) -> None:
-        if self.tty:
+        if self._bar is not None:
+            self._bar.close()
+        elif self.tty:
             self.stream.write("\n")
             self.stream.flush()
 
     def _draw(self, note: str) -> None:
         decile = 10 * self.done // self.total
-        if not self.tty and decile == self._decile:
+        if self._bar is not None or (not self.tty and decile == self._decile):
             return
         self._decile = decile
         filled = self.width * self.done // self.total

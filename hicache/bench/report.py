@@ -58,7 +58,8 @@ def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) ->
 
 
 def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
-    """Hit rate (%) and TTFT p50/mean (ms) of each round's served requests."""
+    """Hit rate (%, total and per tier), TTFT p50/mean (ms) and every TTFT sample (ms) of each
+    round's served requests."""
     out = []
     for rnd in range(rounds):
         rs = [r for r in records if r.round == rnd and r.error is None]
@@ -69,8 +70,11 @@ def per_round(records: Sequence[Record], rounds: int) -> list[dict[str, float]]:
                 "round": rnd + 1,
                 "requests": len(rs),
                 "hit_rate": _pct(sum(r.device_hit + r.host_hit for r in rs), prompt),
+                "device_hit_rate": _pct(sum(r.device_hit for r in rs), prompt),
+                "host_hit_rate": _pct(sum(r.host_hit for r in rs), prompt),
                 "ttft_p50_ms": _quantile(ttft, 50),
                 "ttft_mean_ms": float(ttft.mean()) if ttft.size else float("nan"),
+                "ttft_ms": ttft.tolist(),
             }
         )
     return out
@@ -102,8 +106,16 @@ def _cell(fmt: str, value: Any) -> str:
     return f"{value / 1e6:,.1f}" if fmt == "mb" else fmt.format(value)
 
 
+NOTES = """\
+TTFT: arrival to first token, queueing included. Users' first turns all arrive at once unless
+  --arrival-rate is set, and --max-running requests run at a time, so most of it is waiting.
+throughput (all tok/s): (prompt + output tokens) / wall time, reused prompt tokens included;
+  out tok/s counts generated tokens only.
+GB/s: bytes / busy time of the copy calls (on CPU, memcpy by the cores that run the model)."""
+
+
 def format_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """A fixed-width table: one row per metric, one column per mode."""
+    """A fixed-width table: one row per metric, one column per mode, then ``NOTES``."""
     modes = list(summaries)
     width = max(len(m) for m in modes) + 2
     lines = [f"{'metric':<28}" + "".join(f"{m:>{width}}" for m in modes)]
@@ -111,16 +123,16 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
     for label, key, fmt in ROWS:
         cells = "".join(f"{_cell(fmt, summaries[m][key]):>{width}}" for m in modes)
         lines.append(f"{label:<28}{cells}")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", NOTES])
 
 
 def format_gain(base: dict[str, Any], tier: dict[str, Any]) -> str:
     """One line: what the host tier changed against the device-only baseline."""
     computed = base["computed_tokens"]
-    saved = _pct(computed - tier["computed_tokens"], computed)
+    change = round(_pct(tier["computed_tokens"] - computed, computed)) or 0  # never "-0"
     return (
         f"host tier vs device-only: hit rate {base['hit_rate']:.1f}% -> {tier['hit_rate']:.1f}%, "
-        f"prefill tokens computed {-saved:+.0f}%, "
+        f"prefill tokens computed {computed:,} -> {tier['computed_tokens']:,} ({change:+d}%), "
         f"TTFT p50 {base['ttft_p50_ms']:.0f} -> {tier['ttft_p50_ms']:.0f} ms, "
         f"p99 {base['ttft_p99_ms']:.0f} -> {tier['ttft_p99_ms']:.0f} ms, "
         f"throughput {base['total_tok_s']:.0f} -> {tier['total_tok_s']:.0f} tok/s"

@@ -79,7 +79,9 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
         results = _run_modes(cfg, progress)
     summaries = {m: results[m]["summary"] for m in MODES}
     (out_dir / "results.json").write_text(json.dumps(_finite(results), indent=2, allow_nan=False))
-    plot_rounds(out_dir / "rounds.png", {m: results[m]["rounds"] for m in MODES})
+    why = plot_rounds(
+        out_dir / "rounds.png", {m: results[m] for m in MODES}, _headline(cfg, results["device"])
+    )
     out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
     out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
     out.write(
@@ -89,7 +91,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
             if s["rejected"]
         )
     )
-    out.write(f"results: {out_dir / 'results.json'}\nplot:    {out_dir / 'rounds.png'}\n")
+    plot = f"note: {why}" if why else f"plot:    {out_dir / 'rounds.png'}"
+    out.write(f"results: {out_dir / 'results.json'}\n{plot}\n")
     return results
 
 

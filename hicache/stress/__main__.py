@@ -18,20 +18,24 @@ Progress (ops done, ops/s, violations) goes to stderr when it is a terminal, or 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
 import torch
 
+from hicache.__main__ import add_log_level, plain, setup_logging
 from hicache.bench.progress import ProgressBar
 from hicache.stress.config import StressConfig
 from hicache.stress.runner import Report, matrix, run
+
+log = logging.getLogger("hicache.stress")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m hicache.stress",
-        description=__doc__,
+        description=plain(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--ops", type=int, default=2000, help="random ops per scenario")
@@ -68,6 +72,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="progress on stderr (default: when stderr is a terminal)",
     )
+    add_log_level(p)
     return p.parse_args(argv)
 
 
@@ -89,6 +94,7 @@ def _scenario(cfg: StressConfig, share: float | None, bar_label: str | None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    setup_logging(args.log_level)
     # Every tensor here is tiny: torch's intra-op threads only add wake-up latency (on a loaded
     # 2-core machine, ~16 ms per parallel op, a 10x slowdown of the whole run).
     torch.set_num_threads(1)
@@ -104,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     show = sys.stderr.isatty() if args.progress is None else args.progress
     start, ops, failed = time.perf_counter(), 0, 0
     share = None if args.max_seconds is None else args.max_seconds / max(len(configs), 1)
+    width = max((len(c.label()) for c in configs), default=0)
     for k, cfg in enumerate(configs, 1):
+        log.info("scenario %d/%d: %s (seed %d)", k, len(configs), cfg.label(), cfg.seed)
         report = _scenario(cfg, share, f"{k}/{len(configs)}" if show else None)
         ops += report.ops
-        print(report.line(), flush=True)
+        print(report.line(width), flush=True)
         if report.violations:
             failed += 1
             print("\n".join("    " + v for v in report.violations[:20]), flush=True)

@@ -48,13 +48,14 @@ class Report:
     def ops_per_second(self) -> float:
         return self.ops / max(self.seconds, 1e-9)
 
-    def line(self) -> str:
+    def line(self, label_width: int = 48) -> str:
+        """One table row; ``label_width``: the label column (the longest label of the table)."""
         keys = ("admit", "finished", "aborted", "load_back", "evicted", "host_evicted", "reset")
         shown = " ".join(f"{k}={self.counts.get(k, 0)}" for k in keys)
         faults = sum(self.injected.values())
         cpu = self.ops / max(self.cpu_seconds, 1e-9)
         return (
-            f"{self.label:<48} ops={self.ops:<7} time={self.seconds:7.2f}s "
+            f"{self.label:<{label_width}} ops={self.ops:<7} time={self.seconds:7.2f}s "
             f"ops/s={self.ops_per_second:<5.0f} (cpu {cpu:.0f}) "
             f"violations={len(self.violations)} faults={faults} {shown}"
         )

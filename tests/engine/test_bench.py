@@ -1,22 +1,19 @@
-"""The ``hicache bench`` main job: argument checks, a tiny end-to-end run, the PNG writer."""
+"""The ``hicache bench`` main job: argument checks, a tiny end-to-end run, the plot."""
 
 from __future__ import annotations
 
 import io
 import json
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from hicache.__main__ import main
 from hicache.bench import BenchConfig, run_bench
-from hicache.bench.png import Canvas, encode_png
+from hicache.bench.plot import MISSING, plot_rounds
 from hicache.bench.progress import ProgressBar
 
 TINY = {
@@ -113,6 +110,9 @@ def test_tiny_bench_writes_table_json_and_png(tmp_path: Path) -> None:
     for mode in ("device-only", "host-tier"):
         assert saved[mode]["summary"]["requests"] == TINY["users"] * TINY["rounds"]
         assert len(saved[mode]["rounds"]) == TINY["rounds"]
+        first = saved[mode]["rounds"][0]
+        assert first["hit_rate"] == pytest.approx(first["device_hit_rate"] + first["host_hit_rate"])
+        assert len(first["ttft_ms"]) == TINY["users"]
     host = results["host-tier"]["summary"]
     assert host["host_hit_rate"] > 0 and host["h2d_bytes"] > 0 and host["d2h_bytes"] > 0
     assert host["hit_rate"] > results["device-only"]["summary"]["hit_rate"]
@@ -130,21 +130,23 @@ def test_progress_bar_off_a_terminal_writes_one_line_per_tenth() -> None:
     assert lines[-1].startswith("mode") and "50/50 100%" in lines[-1]
 
 
-def test_png_encoder_round_trips() -> None:
-    canvas = Canvas(7, 5)
-    canvas.rect(1, 1, 4, 3, (10, 20, 30))
-    canvas.text(0, 0, "A1%")
-    data = encode_png(canvas.pixels)
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (7, 5)
-    idat_len = struct.unpack(">I", data[33:37])[0]
-    raw = zlib.decompress(data[41 : 41 + idat_len])
-    rows = np.frombuffer(raw, np.uint8).reshape(5, 1 + 7 * 3)
-    assert (rows[:, 0] == 0).all()
-    assert np.array_equal(rows[:, 1:].reshape(5, 7, 3), canvas.pixels)
+def test_plot_without_matplotlib_says_why_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    assert plot_rounds(tmp_path / "rounds.png", {}) == MISSING
+    assert not (tmp_path / "rounds.png").exists()
 
 
-def test_png_encoder_rejects_bad_pixels() -> None:
-    with pytest.raises(ValueError):
-        encode_png(np.zeros((4, 4), np.uint8))
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal_is_tqdms() -> None:
+    pytest.importorskip("tqdm")
+    stream = _Terminal()
+    bar = ProgressBar(4, "mode", stream)
+    for _ in range(4):
+        bar.update(note="round 1/1")
+    bar.close()
+    last = stream.getvalue().split("\r")[-1]
+    assert last.startswith("mode: 100%") and "4/4" in last and "round 1/1" in last

@@ -225,6 +225,13 @@ def test_cli_runs_a_bounded_matrix(capsys):
     assert err == "", "no progress unless stderr is a terminal or --progress is given"
 
 
+def test_cli_table_columns_line_up_for_labels_over_48_characters(capsys):
+    assert main(["--ops", "20", "--only", "mla/direct/layer_first"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("TOTAL")]
+    assert max(len(line.split(" ops=")[0]) for line in rows) > 48
+    assert len({line.index(" ops=") for line in rows}) == 1
+
+
 def test_cli_progress_shows_ops_rate_and_violations(capsys):
     assert main(["--ops", "250", "--only", "mla/direct/layer_first/p1", "--progress"]) == 0
     lines = capsys.readouterr().err.splitlines()
