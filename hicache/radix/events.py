@@ -2,9 +2,10 @@
 
 Shaped like vLLM's and SGLang's KV events (``BlockStored`` / ``BlockRemoved`` /
 ``AllBlocksCleared``): a block is one page, named by its chained page hash (``page_hash``), and
-``tier`` plays the part of their ``medium``. One event covers the consecutive pages of one tree
-node. Every page is reported once each time a tier gains it and once each time it loses it;
-``AllBlocksCleared`` (on ``reset``) removes every page from every tier. A split reports nothing
+``tier`` plays the part of their ``medium``. One event per page, as SGLang publishes them (a
+``BlockStored`` names its parent page, so a router can chain them). Every page is reported once
+each time a tier gains it and once each time it loses it; ``AllBlocksCleared`` (on ``reset``)
+removes every page from every tier. A split reports nothing
 (the same pages stay in the same tiers).
 
 Events are opt-in (``RadixCache(..., enable_kv_events=True)``): without them no hash is computed
@@ -45,10 +46,11 @@ STORAGE: Tier = "storage"  # reserved for the storage tier (issue 17)
 
 @dataclass(frozen=True)
 class BlockStored:
-    """``tier`` gained the pages ``block_hashes`` (32-byte digests, root side first).
+    """``tier`` gained the pages ``block_hashes`` (32-byte digests, root side first; the cache
+    publishes one page per event).
 
     ``parent_block_hash`` is the hash of the page before the first (None at the start of a
-    prefix); ``token_ids`` the tokens of all the pages, ``block_size`` tokens each; ``namespace``
+    prefix); ``token_ids`` the tokens of the pages, ``block_size`` tokens each; ``namespace``
     the ``extra_key`` they are cached under."""
 
     block_hashes: tuple[bytes, ...]
@@ -98,30 +100,26 @@ class EventQueue:
 
 
 class NodeEvents:
-    """Turns a tier's gain or loss of one node's pages into an event for ``sink``."""
+    """Turns a tier's gain or loss of one node's pages into one event per page for ``sink``."""
 
     def __init__(self, sink: EventSink, page_size: int) -> None:
         self.sink, self.page_size = sink, page_size
 
     def stored(self, node: TreeNode, tier: Tier) -> None:
         """``tier`` now holds the pages of ``node`` (a node of the tree, below the root)."""
-        hashes = node_hashes(node, self.page_size)
+        hashes, page = node_hashes(node, self.page_size), self.page_size
         parent = node.parent
         above = None if parent is None or parent.hash_value is None else parent.hash_value[-1]
-        self.sink.publish(
-            BlockStored(
-                tuple(hashes),
-                above,
-                tuple(node.key.tolist()),
-                self.page_size,
-                tier,
-                node.extra_key,
-            )
-        )
+        tokens = node.key.tolist()
+        for i, digest in enumerate(hashes):
+            ids = tuple(tokens[i * page : (i + 1) * page])
+            self.sink.publish(BlockStored((digest,), above, ids, page, tier, node.extra_key))
+            above = digest
 
     def removed(self, node: TreeNode, tier: Tier) -> None:
         """``tier`` no longer holds the pages of ``node``."""
-        self.sink.publish(BlockRemoved(tuple(node_hashes(node, self.page_size)), tier))
+        for digest in node_hashes(node, self.page_size):
+            self.sink.publish(BlockRemoved((digest,), tier))
 
     def cleared(self) -> None:
         self.sink.publish(AllBlocksCleared())

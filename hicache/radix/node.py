@@ -124,6 +124,10 @@ class TreeNode:
         """A host copy exists (``host_value is not None``)."""
         return self.host_slots is not None
 
+    def get_last_hash_value(self) -> bytes | None:
+        """The hash of the node's last page, or None before its hashes are computed."""
+        return None if self.hash_value is None else self.hash_value[-1]
+
     def __repr__(self) -> str:
         return (
             f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, "

@@ -247,6 +247,11 @@ class RadixCache(BasePrefixCache):
             )
         self._clear()
 
+    @property
+    def enable_kv_cache_events(self) -> bool:
+        """Whether this cache publishes KV events (SGLang's name)."""
+        return self._event_queue is not None
+
     def take_events(self) -> list[KVEvent]:
         """The KV events since the last call, oldest first (``events``); always empty when
         events are off."""

@@ -206,10 +206,11 @@ def test_events_off_publish_nothing_and_compute_no_hash() -> None:
 def test_sglang_name_turns_events_on_and_bad_flags_are_refused() -> None:
     cache = RadixCache(None, None, 1, enable_kv_cache_events=True)
     cache.insert(RadixKey([1, 2], "t"))
-    (event,) = cache.take_events()
-    assert event == BlockStored(
-        tuple(reference_hashes([1, 2], 1, namespace_seed("t"))), None, (1, 2), 1, "device", "t"
-    )
+    first, second = reference_hashes([1, 2], 1, namespace_seed("t"))
+    assert cache.take_events() == [  # one event per page, each naming its parent page
+        BlockStored((first,), None, (1,), 1, "device", "t"),
+        BlockStored((second,), first, (2,), 1, "device", "t"),
+    ]
     assert cache.take_events() == []
     with pytest.raises(TypeError, match="enable_kv_events"):
         RadixCache(None, None, 1, enable_kv_events=1)  # type: ignore[arg-type]
@@ -220,7 +221,7 @@ def test_device_only_cache_reports_eviction_and_reset() -> None:
     cache.insert(RadixKey([1, 2, 3]))
     cache.insert(RadixKey([1, 2, 4]))  # splits: no event for the pages already stored
     stored = cache.take_events()
-    assert [len(e.block_hashes) for e in stored] == [3, 1]  # type: ignore[union-attr]
+    assert [e.token_ids for e in stored] == [(1,), (2,), (3,), (4,)]  # type: ignore[union-attr]
     cache.evict(1)
     (removed,) = cache.take_events()
     assert isinstance(removed, BlockRemoved) and removed.tier == "device"

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hicache.radix import MatchResult, RadixCache, RadixKey
+from hicache.radix import MatchResult, RadixCache, RadixKey, TreeNode
 
 
 @dataclass
@@ -64,11 +64,30 @@ class SGLangShapedCache:
 
 
 def create_simulated(
-    disable: bool = False, mock_allocator: Any = None, page_size: int = 1
+    disable: bool = False,
+    mock_allocator: Any = None,
+    page_size: int = 1,
+    enable_kv_cache_events: bool = False,
 ) -> SGLangShapedCache:
     """SGLang's ``RadixCache.create_simulated``: no request pool, an optional test-double
     allocator (evicted slots are freed to it)."""
-    return SGLangShapedCache(RadixCache(None, mock_allocator, page_size, disable=disable))
+    cache = RadixCache(
+        None,
+        mock_allocator,
+        page_size,
+        disable=disable,
+        enable_kv_cache_events=enable_kv_cache_events,
+    )
+    return SGLangShapedCache(cache)
+
+
+def child(node: TreeNode, first_page: list[int]) -> TreeNode | None:
+    """The child of ``node`` whose key starts with ``first_page`` (SGLang's tests look children
+    up by a tuple of token ids; hicache keys them by the page's bytes, an internal detail)."""
+    return next(
+        (c for c in node.children.values() if c.key[: len(first_page)].tolist() == first_page),
+        None,
+    )
 
 
 def available_and_evictable_str(cache: SGLangShapedCache) -> str:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hicache.radix import RadixKey
+from hicache.radix.events import BlockRemoved, BlockStored
 from tests.sglang_compat.adapter import (
     EvictParams,
     EvictResult,
@@ -18,9 +19,10 @@ from tests.sglang_compat.adapter import (
     MatchPrefixParams,
     SGLangShapedCache,
     available_and_evictable_str,
+    child,
     create_simulated,
 )
-from tests.sglang_compat.markers import EVENTS, NEWER
+from tests.sglang_compat.markers import NEWER
 
 
 def ids(values: list[int]) -> torch.Tensor:
@@ -43,11 +45,15 @@ def cpu_mock_allocator() -> unittest.mock.Mock:
 
 
 class TestRadixCache:
-    # upstream also varies enable_kv_cache_events: see the EVENTS skips
-    @pytest.mark.parametrize(("page_size", "disable"), [(1, False), (4, False), (1, True)])
-    def test_init_variations(self, page_size: int, disable: bool) -> None:
-        cache = create_simulated(disable=disable, page_size=page_size)
+    @pytest.mark.parametrize(
+        ("page_size", "disable", "events"), [(1, False, False), (4, False, True), (1, True, False)]
+    )
+    def test_init_variations(self, page_size: int, disable: bool, events: bool) -> None:
+        cache = create_simulated(
+            disable=disable, page_size=page_size, enable_kv_cache_events=events
+        )
         assert cache.page_size == page_size and cache.disable == disable
+        assert cache.enable_kv_cache_events == events
         assert cache.device == torch.device("cpu")
         assert cache.root_node is not None and len(cache.root_node.key) == 0
 
@@ -82,13 +88,26 @@ class TestRadixCache:
         put(cache, [4, 5], [40, 50])
         assert cache.total_size() == 5
 
-    @EVENTS
-    def test_kv_cache_events(self) -> None:
-        pass
+    @pytest.mark.parametrize(("page_size", "enable"), [(1, True), (2, True), (1, False)])
+    def test_kv_cache_events(self, page_size: int, enable: bool) -> None:
+        cache = create_simulated(page_size=page_size, enable_kv_cache_events=enable)
+        put(cache, [1, 2, 3, 4, 5], None)
+        events = cache.take_events()
+        if not enable:
+            assert events == []
+            return
+        stored = [e for e in events if isinstance(e, BlockStored)]
+        assert stored and all(len(e.token_ids) <= page_size for e in stored)
 
-    @EVENTS
     def test_kv_cache_events_with_eviction(self) -> None:
-        pass
+        cache = create_simulated(mock_allocator=cpu_mock_allocator(), enable_kv_cache_events=True)
+        put(cache, [1, 2, 3], [10, 20, 30])
+        result = cache.evict(EvictParams(num_tokens=3))
+        assert isinstance(result, EvictResult) and result.num_tokens_evicted >= 3
+        events = cache.take_events()
+        assert "BlockStored" in [type(e).__name__ for e in events]
+        removed = [e for e in events if isinstance(e, BlockRemoved)]
+        assert removed and all(len(e.block_hashes) > 0 for e in removed)
 
     def test_extra_key_isolation(self) -> None:
         cache = create_simulated()
@@ -158,17 +177,29 @@ class TestRadixCache:
         assert cache.total_size() == 10
         torch.testing.assert_close(hit(cache, seq2), val2)
 
-    @EVENTS
     def test_hash_value_storage(self) -> None:
-        pass
+        cache = create_simulated(page_size=4, enable_kv_cache_events=True)
+        put(cache, [1, 2, 3, 4, 5, 6, 7, 8], None)
+        cache.take_events()
+        node = child(cache.root_node, [1, 2, 3, 4])
+        assert node is not None and node.hash_value is not None and len(node.hash_value) == 2
 
-    @EVENTS
     def test_hash_value_repeating_tokens(self) -> None:
-        pass
+        cache = create_simulated(page_size=4, enable_kv_cache_events=True)
+        put(cache, [1, 2, 3, 4, 1, 2, 3, 4], None)
+        first, second = [e for e in cache.take_events() if isinstance(e, BlockStored)]
+        assert first.block_hashes[0] != second.block_hashes[0]  # the hash names the prefix
+        assert first.parent_block_hash is None
+        assert second.parent_block_hash == first.block_hashes[0]
 
-    @EVENTS
     def test_hash_value_split(self) -> None:
-        pass
+        cache = create_simulated(page_size=2, enable_kv_cache_events=True)
+        put(cache, [1, 2, 3, 4], None)
+        cache.take_events()
+        put(cache, [1, 2, 5, 6], None)
+        cache.take_events()
+        node = child(cache.root_node, [1, 2])
+        assert node is not None and node.hash_value is not None and len(node.hash_value) == 1
 
     @NEWER
     def test_block_hashes_are_isolated_by_extra_key(self) -> None:

@@ -3,8 +3,8 @@
 names, same scenarios, our code (part 2, the cache: ``test_upstream_cache.py``).
 
 Call shapes go through ``adapter`` (parameter objects, ``create_simulated``). Tests of features
-newer than 0.5.9, of KV events (another part of issue #18) or needing CUDA are skipped with the
-reason; where hicache deliberately differs (README, "Differences from SGLang") the upstream
+newer than 0.5.9 or needing CUDA are skipped with the reason; where hicache deliberately
+differs (README, "Differences from SGLang") the upstream
 check is kept and marked ``xfail(strict=True)`` with the exact failure it meets, so a change of
 behaviour on either side shows up.
 """
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from hicache.radix import RadixKey, TreeNode
-from tests.sglang_compat.markers import EVENTS, NEWER
+from tests.sglang_compat.markers import NEWER
 
 NODE_IDS = pytest.mark.xfail(
     strict=True,
@@ -91,7 +91,7 @@ class TestTreeNode:
         strict=True,
         raises=AssertionError,
         reason="a detached node's key is an empty int32 array, not None; ids do not restart "
-        "(NODE_IDS); no host_ref_counter or hash_value (test_protect_release_host, events)",
+        "(NODE_IDS); no host_ref_counter (test_protect_release_host)",
     )
     def test_init_basic(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(TreeNode, "counter", 0, raising=False)  # upstream's setUp
@@ -140,9 +140,11 @@ class TestTreeNode:
         node = TreeNode()
         node.protect_host()  # type: ignore[attr-defined]
 
-    @EVENTS
     def test_get_last_hash_value(self) -> None:
-        pass
+        node = TreeNode()
+        assert node.get_last_hash_value() is None
+        node.hash_value = [b"h1", b"h2", b"h3"]
+        assert node.get_last_hash_value() == b"h3"
 
     @pytest.mark.xfail(
         strict=True,
