@@ -70,11 +70,13 @@ class PrometheusExporter:
     ----------
     cache : the ``RadixCache`` or ``HiRadixCache`` to export.
     registry : a ``prometheus_client.CollectorRegistry``; None: the default ``REGISTRY``.
-    prefix : metric name prefix (a Prometheus name: letters, digits, ``_``).
-    labels : constant labels on every sample (e.g. ``{"model": "llama"}`` when several caches
-        share a registry); not ``tier``, ``state`` or ``direction``.
+    prefix : metric name prefix (a Prometheus name: letters, digits, ``_``). Two exporters on
+        one registry need different prefixes (the registry refuses duplicated names).
+    labels : constant labels on every sample (e.g. ``{"model": "llama"}``); not ``tier``,
+        ``state`` or ``direction``.
 
-    ``TypeError``/``ValueError`` on a bad argument, ``ImportError`` without prometheus_client.
+    ``TypeError``/``ValueError`` on a bad argument (nothing registered), ``ImportError``
+    without prometheus_client.
     """
 
     def __init__(
