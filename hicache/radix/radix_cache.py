@@ -95,7 +95,7 @@ class RadixCache(BasePrefixCache):
         path = self.tree.walk(key.token_ids, key.extra_key)[0]
         self.ledger.hit(path, next(self._clock))
         result = self._match_result(path)
-        self._counts.matched(len(key), len(result.device_indices), result.host_hit_length)
+        self._counts.matched(len(key), result.device_indices.numel(), result.host_hit_length)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from hicache.radix import RadixCache, RadixKey
 
@@ -15,12 +16,13 @@ TOKEN_BYTES = HEADS * DIM * 4 * 2 * LAYERS  # float32 K and V of every layer
 A, B = list(range(1, 9)), list(range(11, 19))
 
 
-def _workload():
+def _workload(device: str = "cpu"):
     """Insert A then A+B (backed up), demote B, match A+B (a device and a host hit), load B
     back, read layer 0 after it, then evict both tiers."""
-    cache = make_cache(page_size=2)
+    cache = make_cache(page_size=2, device=device)
     put(cache, A)
     put(cache, A + B)
+    cache.drain_transfers()
     assert cache.evict(8) == 8
     m = cache.match_prefix(RadixKey(A + B))
     loaded, _ = cache.init_load_back(m.last_host_node, m.host_hit_length)
@@ -28,7 +30,7 @@ def _workload():
     cache.consume_load_batch(cache.ready_to_load_host_cache())
     device_pool(cache).get_key_buffer(0)
     cache.consume_load_batch(-1)
-    cache.check_hicache_events()
+    cache.drain_transfers()
     assert cache.evict(16) == 16 and cache.evict_host(16) == 16
     return cache
 
@@ -53,6 +55,16 @@ def test_cpu_transfers_count_bytes_exactly_and_time() -> None:
     assert (t.load_queue_tokens, t.write_queue_tokens) == (0, 0)
     assert (t.loads_in_flight, t.writes_in_flight) == (0, 0)
     assert (t.layer_waits, t.blocking_waits, t.integrity_failures) == (1, 0, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_transfers_count_bytes_and_event_time() -> None:
+    t = _workload("cuda").stats().transfer
+    assert t is not None
+    assert (t.d2h_bytes, t.h2d_bytes) == (16 * TOKEN_BYTES, 8 * TOKEN_BYTES)
+    assert (t.write_batches, t.load_batches, t.layer_waits) == (2, 1, 1)
+    assert t.d2h_seconds > 0 and t.h2d_seconds > 0
 
 
 def test_queued_writes_show_as_queue_depth(monkeypatch) -> None:
