@@ -1,4 +1,4 @@
-"""Turn request records and meter counters into a summary, per-round series and a table."""
+"""Turn request records and the cache's counters into a summary, per-round series and a table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from hicache.bench.meter import TransferMeter
 from hicache.bench.workload import Record
+from hicache.radix.stats import CacheStats
 
 
 def _pct(part: float, whole: float) -> float:
@@ -23,15 +23,37 @@ def _quantile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) -> dict[str, Any]:
-    """Totals of one run: hit rates per tier, tokens, TTFT, throughput, transfers, evictions."""
+def transfer_figures(stats: CacheStats) -> dict[str, float]:
+    """Bytes, busy seconds and GB/s each way from ``stats`` (zeros without a host tier)."""
+    t = stats.transfer
+    h2d, d2h = (t.h2d_bytes, t.d2h_bytes) if t is not None else (0, 0)
+    h2d_s, d2h_s = (t.h2d_seconds, t.d2h_seconds) if t is not None else (0.0, 0.0)
+    return {
+        "h2d_bytes": h2d,
+        "d2h_bytes": d2h,
+        "h2d_busy_s": h2d_s,
+        "d2h_busy_s": d2h_s,
+        "h2d_gb_s": h2d / h2d_s / 1e9 if h2d_s else 0.0,
+        "d2h_gb_s": d2h / d2h_s / 1e9 if d2h_s else 0.0,
+    }
+
+
+def evicted_tokens(stats: CacheStats) -> dict[str, int]:
+    """Tokens evicted from each tier (``host`` 0 without a host tier)."""
+    host = stats.host.evicted_tokens if stats.host is not None else 0
+    return {"device": stats.device.evicted_tokens, "host": host}
+
+
+def summarize(records: Sequence[Record], wall_s: float, stats: CacheStats) -> dict[str, Any]:
+    """Totals of one run: hit rates per tier, tokens, TTFT, throughput; transfers and
+    evictions from the cache's ``stats`` at the end of the run."""
     served = [r for r in records if r.error is None]
     prompt = sum(r.prompt_tokens for r in served)
     device = sum(r.device_hit for r in served)
     host = sum(r.host_hit for r in served)
     output = sum(r.output_tokens for r in served)
     ttft = _ttfts_ms(served)
-    h2d_s, d2h_s = meter.h2d_seconds(), meter.d2h_seconds()
+    evicted = evicted_tokens(stats)
     return {
         "requests": len(served),
         "rejected": len(records) - len(served),
@@ -47,12 +69,9 @@ def summarize(records: Sequence[Record], wall_s: float, meter: TransferMeter) ->
         "ttft_p99_ms": _quantile(ttft, 99),
         "output_tok_s": output / wall_s,
         "total_tok_s": (prompt + output) / wall_s,
-        "h2d_bytes": meter.h2d_bytes,
-        "d2h_bytes": meter.d2h_bytes,
-        "h2d_gb_s": meter.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
-        "d2h_gb_s": meter.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
-        "device_evicted_tokens": meter.device_evicted,
-        "host_evicted_tokens": meter.host_evicted,
+        **transfer_figures(stats),
+        "device_evicted_tokens": evicted["device"],
+        "host_evicted_tokens": evicted["host"],
         "first_error": next((r.error for r in records if r.error is not None), None),
     }
 

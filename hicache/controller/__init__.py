@@ -6,6 +6,7 @@ from hicache.controller.cache_controller import HiCacheController
 from hicache.controller.config import WRITE_POLICIES, check_write_policy
 from hicache.controller.layer_done import NO_CONSUMER, LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.operations import HiCacheAck, pop_finished_acks
+from hicache.controller.stats import TransferStats
 
 __all__ = [
     "NO_CONSUMER",
@@ -14,6 +15,7 @@ __all__ = [
     "HiCacheController",
     "LayerDoneCounter",
     "LayerLoadingEvent",
+    "TransferStats",
     "check_write_policy",
     "pop_finished_acks",
 ]

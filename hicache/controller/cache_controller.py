@@ -32,6 +32,7 @@ from hicache.controller.config import (
 from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.operations import CacheOperation, HiCacheAck
+from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
 from hicache.devices import new_event, new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
@@ -75,6 +76,7 @@ class HiCacheController:
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
     write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
+    counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
     Raises
     ------
@@ -119,6 +121,7 @@ class HiCacheController:
         self.load_queue: list[CacheOperation] = []
         self.ack_write_queue: list[HiCacheAck] = []
         self.ack_load_queue: list[HiCacheAck] = []
+        self.counters = TransferCounters(self.device, mem_pool_host)
 
     @property
     def page_size(self) -> int:
@@ -204,10 +207,12 @@ class HiCacheController:
         wait_for_compute(self.write_stream, self.device)
         with stream_scope(self.write_stream):
             start.record(self.write_stream)
+            mark = self.counters.d2h.begin()
             host, device = transfer_indices(op, self.write_stream, self.io_backend, self.device)
             self.mem_pool_host.backup_from_device_all_layer(
                 self.mem_pool_device, host, device, self.io_backend
             )
+            self.counters.d2h.end(mark, len(op))
             if self.integrity is not None:
                 self.integrity.record(op.host_indices, op.device_indices)
             finish.record(self.write_stream)
@@ -231,7 +236,9 @@ class HiCacheController:
         if not self.load_queue:
             return -1
         counter = self.layer_done_counter
-        counter.events[counter.next_producer].finish_event.synchronize()
+        oldest = counter.events[counter.next_producer].finish_event
+        self.counters.blocking_waits += not oldest.query()
+        oldest.synchronize()
         op = CacheOperation.merge(self.load_queue)
         wait_for_compute(self.load_stream, self.device)
         producer = counter.update_producer()
@@ -258,7 +265,9 @@ class HiCacheController:
         ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU.
         """
         self.start_writing()
-        for ack in (*self.ack_write_queue, *self.ack_load_queue):
+        acks = (*self.ack_write_queue, *self.ack_load_queue)
+        self.counters.blocking_waits += not all(ack.finish_event.query() for ack in acks)
+        for ack in acks:
             ack.finish_event.synchronize()
 
     def evict_device(self, device_indices: torch.Tensor) -> int:
@@ -290,9 +299,19 @@ class HiCacheController:
         self.ack_load_queue.clear()
         self.layer_done_counter.reset()
 
+    def stats(self) -> TransferStats:
+        """A snapshot of the transfer counters (never blocks; see ``controller.stats``)."""
+        return self.counters.snapshot(
+            (self.load_queue, self.write_queue),
+            (self.ack_load_queue, self.ack_write_queue),
+            self.layer_done_counter.waits,
+            0 if self.integrity is None else self.integrity.failures,
+        )
+
     def _issue_load(self, op: CacheOperation, batch: LayerLoadingEvent) -> None:
         with stream_scope(self.load_stream):
             batch.start_event.record(self.load_stream)
+            mark = self.counters.h2d.begin()
             host, device = transfer_indices(op, self.load_stream, self.io_backend, self.device)
             host_pool, device_pool = self.mem_pool_host, self.mem_pool_device
             with host_pool.planned_load(device_pool, host, device, self.io_backend):
@@ -301,4 +320,5 @@ class HiCacheController:
                         device_pool, host, device, layer, self.io_backend
                     )
                     batch.complete(layer)
+            self.counters.h2d.end(mark, len(op))
             batch.finish_event.record(self.load_stream)

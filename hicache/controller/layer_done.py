@@ -105,6 +105,7 @@ class LayerDoneCounter:
     Attributes
     ----------
     events : the ``RING_SIZE`` :class:`LayerLoadingEvent`s, indexed by slot.
+    waits : ``wait_until`` calls that waited on a consumer batch (a count; never reset).
     skip_wait_for_testing : test-facing switch (False); when True :meth:`wait_until` does not
         wait at all, so a GPU test can show that without the wait the forward pass can read
         stale KV. Never set it outside tests.
@@ -120,6 +121,7 @@ class LayerDoneCounter:
         self.device = canonical_device(_default_device() if device is None else device)
         self.events = [LayerLoadingEvent(num_layers, self.device) for _ in range(RING_SIZE)]
         self.skip_wait_for_testing = False
+        self.waits = 0  # wait_until calls that waited on a batch (never reset)
         self.reset()
 
     @property
@@ -193,6 +195,7 @@ class LayerDoneCounter:
         check_layer("wait_until", layer, self.num_layers)
         if self._consumer == NO_CONSUMER or self.skip_wait_for_testing:
             return
+        self.waits += 1
         self.events[self._consumer].wait(layer)
 
     def reset(self) -> None:

@@ -8,14 +8,19 @@ from hicache.radix.node import TreeNode
 from hicache.radix.policies import EVICTION_POLICIES
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.req import Req
+from hicache.radix.stats import CacheStats, DeviceStats, HostStats, PrefixStats
 from hicache.radix.tokens import TokenBuffer
 
 __all__ = [
     "EVICTION_POLICIES",
     "BasePrefixCache",
+    "CacheStats",
+    "DeviceStats",
     "HiCacheConfig",
     "HiRadixCache",
+    "HostStats",
     "MatchResult",
+    "PrefixStats",
     "RadixCache",
     "RadixCacheConfig",
     "RadixKey",

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from hicache.radix.node import TreeNode
+from hicache.radix.stats import CacheStats
 
 
 class SlotAllocator(Protocol):
@@ -220,6 +221,16 @@ class BasePrefixCache(ABC):
         """Free at least ``num_tokens`` host tokens (an int ``>= 0``) by deleting unlocked
         childless host-only nodes in policy order; never the host copy of a node still on the
         device. Returns the tokens freed (fewer only when none is left; 0 without a host tier).
+        """
+
+    @abstractmethod
+    def stats(self) -> CacheStats:
+        """A frozen snapshot of the cache's counters and sizes (``radix.stats``); changes nothing
+        and never blocks (transfer time counts the batches that have completed).
+
+        ``prefix`` (lookups, hits per tier, inserts) and ``device`` always; ``host`` and
+        ``transfer`` with a host tier, else None. Counters only grow, across ``reset`` too.
+        Counting is a few integer increments per call, always on.
         """
 
     @abstractmethod

@@ -35,6 +35,7 @@ from hicache.radix.host_tier import HostTier
 from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.slots import Slots
+from hicache.radix.stats import CacheStats
 
 
 class HiRadixCache(RadixCache):
@@ -241,6 +242,12 @@ class HiRadixCache(RadixCache):
                 )
         self.host_tier.clear()
         self._clear()
+
+    def stats(self) -> CacheStats:
+        own = super().stats()
+        return CacheStats(
+            own.prefix, own.device, self.host_tier.stats(), self.cache_controller.stats()
+        )
 
     def check_invariants(self) -> None:
         super().check_invariants()

@@ -19,6 +19,7 @@ from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.stats import HostStats
 from hicache.radix.tier import TierSite
 
 _CPU = torch.device("cpu")
@@ -52,6 +53,8 @@ class HostTier:
         self._size = 0
         self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
         self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
+        self._backup_tokens = self._load_backs = self._load_back_tokens = 0  # counters
+        self._evicted_tokens = 0
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -76,6 +79,18 @@ class HostTier:
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
         return {"write": list(self._writing.values()), "load": list(self._loading.values())}
+
+    def stats(self) -> HostStats:
+        return HostStats(
+            backup_tokens=self._backup_tokens,
+            load_backs=self._load_backs,
+            load_back_tokens=self._load_back_tokens,
+            evicted_tokens=self._evicted_tokens,
+            size_tokens=self._size,
+            capacity_tokens=self.controller.mem_pool_host.size,
+            pending_writes=len(self._writing),
+            pending_loads=len(self._loading),
+        )
 
     def transfer_locks(self) -> Counter[int]:
         return Counter(n.id for n in (*self._writing.values(), *self._loading.values()))
@@ -138,6 +153,7 @@ class HostTier:
         if self.events is not None:
             self.events.stored(node, HOST)
         self._size += n
+        self._backup_tokens += n
         self.site.lock(node)
         self._writing[node.id] = node
         return True
@@ -155,6 +171,8 @@ class HostTier:
             self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
             offset += len(node.key)
         self._loading[last.id] = last  # keeps the caller's lock until the ack
+        self._load_backs += 1
+        self._load_back_tokens += offset
         return device
 
     def cancel_load(self, last: TreeNode) -> None:
@@ -206,6 +224,7 @@ class HostTier:
                 self.events.removed(node, HOST)
             self.site.delete_leaf(node)
         self._size -= count
+        self._evicted_tokens += count
         if freed:
             self.controller.evict_host(concat_slots(freed, _CPU))
         return count

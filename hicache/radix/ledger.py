@@ -19,6 +19,7 @@ from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, concat_slots
+from hicache.radix.stats import DeviceStats
 from hicache.radix.tier import LowerTier
 from hicache.radix.tree import RadixTree
 
@@ -33,6 +34,7 @@ class Ledger:
         child on the device (no child at all without a lower tier).
     evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
         by the ledger (tests corrupt them to exercise ``check_invariants``).
+    evicted_tokens : device tokens ``evict_leaf`` has freed (a counter, never reset).
     owners : the ``SlotOwners`` of the device slots nodes hold.
     lower : the tier below the device, or None.
     events : where the device tier's KV events go, or None (events off).
@@ -52,6 +54,7 @@ class Ledger:
         self.leaves = LeafSet(policy)
         self.evictable_tokens = 0
         self.protected_tokens = 0
+        self.evicted_tokens = 0
         self.lower: LowerTier | None = None
         self._lower_leaves: LeafSet | None = None
 
@@ -72,6 +75,10 @@ class Ledger:
         if self.lower is None:
             return not node.children
         return all(child.slots is None for child in node.children.values())
+
+    def stats(self) -> DeviceStats:
+        size = None if self.allocator is None else self.allocator.size
+        return DeviceStats(self.evicted_tokens, self.evictable_tokens, self.protected_tokens, size)
 
     def nodes(self) -> Iterator[TreeNode]:
         return self.tree.nodes()
@@ -183,6 +190,7 @@ class Ledger:
         ``freed``. A node the lower tier holds stays as a node without a device copy."""
         assert node.slots is not None
         freed.append(node.slots)
+        self.evicted_tokens += len(node.key)
         if self.lower is not None and self.lower.holds(node):
             self._take_device(node)
         else:

@@ -27,6 +27,7 @@ from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_insert_value
 from hicache.radix.req import CheckedReq, check_req
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.stats import CacheStats, PrefixCounter
 from hicache.radix.tree import RadixTree
 
 _PRIORITY_MIN = -(2**63)
@@ -92,6 +93,7 @@ class RadixCache(BasePrefixCache):
         self.ledger = Ledger(
             self.tree, allocator, self.device, eviction_policy, self.slot_owners, events
         )
+        self._counts = PrefixCounter()  # lookups and inserts (``stats``)
 
     @property
     def root(self) -> TreeNode:
@@ -110,7 +112,9 @@ class RadixCache(BasePrefixCache):
             return MatchResult(self._no_indices(), self.root, self.root, 0)
         path = self.tree.walk(key.token_ids, key.extra_key)[0]
         self.ledger.hit(path, next(self._clock))
-        return self._match_result(path)
+        result = self._match_result(path)
+        self._counts.matched(len(key), result.device_indices.numel(), result.host_hit_length)
+        return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
         key = as_radix_key(key)
@@ -264,6 +268,9 @@ class RadixCache(BasePrefixCache):
         nodes = invariants.check_tree(self.tree)
         invariants.check_ledger(self.ledger, nodes)
 
+    def stats(self) -> CacheStats:
+        return CacheStats(self._counts.snapshot(), self.ledger.stats())
+
     def evictable_leaves(self) -> list[TreeNode]:
         """Test-facing: the device leaves ``evict`` may take, in eviction order."""
         return list(self.ledger.leaves)
@@ -306,6 +313,7 @@ class RadixCache(BasePrefixCache):
             leaf = TreeNode(edge_ids(ids[pos:n]), slots, parent, key.extra_key, tick, priority)
             self.ledger.add_leaf(leaf, missing)
             path.append(leaf)
+        self._counts.inserted(len(ids) - len(ids) % self.page_size - present)
         return present, path
 
     def _match_result(self, path: list[TreeNode]) -> MatchResult:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hicache.bench.meter import TransferMeter
 from hicache.radix import RadixKey
 from hicache.replay.config import ReplayConfig
 from hicache.stack import KVStack
@@ -43,16 +42,21 @@ class CostModel:
 def measure_bandwidth(cfg: ReplayConfig) -> tuple[float, float]:
     """``(h2d, d2h)`` bytes/s of the real transfer ops on pools of ``cfg``'s geometry, device,
     backend and layout: ``_PROBE_TOKENS`` tokens backed up, evicted and loaded back, a few
-    times, through a fresh cache's public calls; busy time from ``TransferMeter``."""
+    times, through a fresh cache's public calls; bytes and busy time from ``cache.stats()``
+    (the rounds after the warm-up)."""
     n = _PROBE_TOKENS - _PROBE_TOKENS % cfg.page_size or cfg.page_size
     stack = cfg.with_(host_ratio=max(cfg.host_ratio, 2.0)).build_stack(n + 1, size=n)
     _round_trip(stack, n, 0)  # warm-up: kernel compiles, first touches
-    meter = TransferMeter(stack.cache)
+    before = stack.cache.stats().transfer
     for r in range(1, _PROBE_ROUNDS + 1):
         _round_trip(stack, n, r)
-    h2d_s, d2h_s = meter.h2d_seconds(), meter.d2h_seconds()
+    after = stack.cache.stats().transfer
+    assert before is not None and after is not None, "the probe has a host tier"
+    h2d_s, d2h_s = after.h2d_seconds - before.h2d_seconds, after.d2h_seconds - before.d2h_seconds
     assert h2d_s > 0 and d2h_s > 0, "the probe moved KV both ways"
-    return meter.h2d_bytes / h2d_s, meter.d2h_bytes / d2h_s
+    return (after.h2d_bytes - before.h2d_bytes) / h2d_s, (
+        after.d2h_bytes - before.d2h_bytes
+    ) / d2h_s
 
 
 def _round_trip(stack: KVStack, n: int, salt: int) -> None:

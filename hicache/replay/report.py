@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from hicache.bench.report import evicted_tokens, transfer_figures
 from hicache.replay.runner import ReplayRun
 
 MEASURED = (
@@ -55,17 +56,7 @@ def _tokens(run: ReplayRun) -> dict[str, int]:
 
 
 def _transfers(run: ReplayRun) -> dict[str, float]:
-    m = run.meter
-    h2d_s, d2h_s = m.h2d_seconds(), m.d2h_seconds()
-    return {
-        "token_bytes": run.config.token_bytes,
-        "h2d_bytes": m.h2d_bytes,
-        "d2h_bytes": m.d2h_bytes,
-        "h2d_busy_s": h2d_s,
-        "d2h_busy_s": d2h_s,
-        "h2d_gb_s": m.h2d_bytes / h2d_s / 1e9 if h2d_s else 0.0,
-        "d2h_gb_s": m.d2h_bytes / d2h_s / 1e9 if d2h_s else 0.0,
-    }
+    return {"token_bytes": run.config.token_bytes, **transfer_figures(run.stats)}
 
 
 def _bandwidth_source(run: ReplayRun) -> str:
@@ -91,7 +82,7 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
             "ideal": _pct(tokens["ideal"], prompt),
         },
         "transfers": _transfers(run),
-        "evicted_tokens": {"device": run.meter.device_evicted, "host": run.meter.host_evicted},
+        "evicted_tokens": evicted_tokens(run.stats),
         "ttft_ms": _ttft_ms(run),
         "makespan_s": makespan,
         "throughput": {

@@ -1,4 +1,4 @@
-"""One replay end to end: trace -> requests -> real stack -> records and meter counters."""
+"""One replay end to end: trace -> requests -> real stack -> records and the cache's counters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache.bench.meter import TransferMeter
+from hicache.radix.stats import CacheStats
 from hicache.replay.config import ReplayConfig
 from hicache.replay.cost import CostModel, measure_bandwidth
 from hicache.replay.driver import Replayer
@@ -18,12 +18,13 @@ from hicache.replay.trace import Trace
 
 @dataclass
 class ReplayRun:
-    """A finished (or interrupted) replay: its records, counters and clock."""
+    """A finished (or interrupted) replay: its records, the cache's counters at the end
+    (``stats``) and the clock."""
 
     config: ReplayConfig
     cost: CostModel
     records: list[Record]
-    meter: TransferMeter
+    stats: CacheStats
     ideal_total: int
     total_requests: int
     modelled_s: float
@@ -70,7 +71,6 @@ def replay(
     cost = cost or cost_model(cfg)
     longest = max(r.input_length + r.output_length for r in trace.requests)
     stack = cfg.build_stack(longest + cfg.page_size)
-    meter = TransferMeter(stack.cache)
     driver = Replayer(
         stack,
         cost,
@@ -86,8 +86,17 @@ def replay(
         interrupted = True
     wall = time.perf_counter() - start
     if not interrupted:
+        stack.cache.drain_transfers()  # the last batches land: their busy time counts
         stack.cache.check_invariants()
     ideal = sum(r.ideal_hit for r in driver.records)
     return ReplayRun(
-        cfg, cost, driver.records, meter, ideal, len(requests), driver.now, wall, interrupted
+        cfg,
+        cost,
+        driver.records,
+        stack.cache.stats(),
+        ideal,
+        len(requests),
+        driver.now,
+        wall,
+        interrupted,
     )

@@ -38,7 +38,7 @@ def test_capacity_above_the_working_set_reaches_the_ideal_exactly(page):
     run = replay(_trace(), ReplayConfig(device_tokens=1 << 16, page_size=page, **FAST))
     assert run.ideal_total == IDEAL
     assert _hits(run) == (IDEAL, 0)
-    assert run.meter.device_evicted == 0 and len(run.records) == N * TURNS
+    assert run.stats.device.evicted_tokens == 0 and len(run.records) == N * TURNS
 
 
 def test_concurrent_arrivals_still_see_every_earlier_prompt():
@@ -50,9 +50,10 @@ def test_host_tier_serves_what_the_small_device_tier_evicted():
     cfg = ReplayConfig(device_tokens=4096, host_ratio=64, max_running=2, load_back_threshold=0)
     run = replay(_trace(), cfg)
     device, host = _hits(run)
-    assert run.meter.device_evicted > 0 and host > 0
+    assert run.stats.device.evicted_tokens > 0 and host > 0
     assert device + host == IDEAL
-    assert run.meter.h2d_bytes == host * cfg.token_bytes
+    assert run.stats.transfer is not None
+    assert run.stats.transfer.h2d_bytes == host * cfg.token_bytes
     assert run.cost.measured and run.cost.h2d_bytes_per_s > 0
 
 

@@ -1,0 +1,127 @@
+"""Frozen snapshots of a cache's counters (``BasePrefixCache.stats``), one per owner.
+
+Each owner counts what it does with plain integer increments, no locks and no clock reads on
+the match/insert path: the cache its lookups and inserts (``PrefixStats``), the ``Ledger`` the
+device tier (``DeviceStats``), the ``HostTier`` the host tier (``HostStats``), the controller
+the transfers (``TransferStats``, ``controller.stats``). Counters (``*_total`` in the
+exporter) only grow over a cache's life, ``reset`` included; the other fields are gauges.
+
+Tokens computed are not the cache's to count: the engine knows which prefill tokens it runs
+(a scheduler may retry an admission, which matches again; a host hit below
+``load_back_threshold`` is recomputed). When every request is matched once,
+``query_tokens - device_hit_tokens - host.load_back_tokens`` is what was left to compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from hicache.controller.stats import TransferStats
+
+
+@dataclass(frozen=True)
+class PrefixStats:
+    """Lookups and inserts, counted by the cache.
+
+    match_calls, query_tokens : ``match_prefix`` calls and the tokens of their keys.
+    device_hit_tokens, host_hit_tokens : tokens they found on the device and, past it, only
+        on the host (``len(device_indices)``, ``host_hit_length``).
+    insert_calls : ``insert`` and ``cache_*_req`` calls.
+    inserted_tokens : tokens those calls added to the device tier (new in the tree, or
+        given to a host-only node); the duplicates and unaligned tails they free are not.
+
+    A disabled cache counts nothing.
+    """
+
+    match_calls: int
+    query_tokens: int
+    device_hit_tokens: int
+    host_hit_tokens: int
+    insert_calls: int
+    inserted_tokens: int
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """The device tier (L1), from the ``Ledger``.
+
+    evicted_tokens : device tokens freed by ``evict`` (counter), kept as host-only nodes
+        or deleted.
+    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes (gauges).
+    capacity_tokens : usable device slots of the allocator; None for a pure index.
+    """
+
+    evicted_tokens: int
+    evictable_tokens: int
+    protected_tokens: int
+    capacity_tokens: int | None
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """The host tier (L2), from the ``HostTier``.
+
+    backup_tokens : tokens queued for a backup device -> host (counter).
+    load_backs, load_back_tokens : load-backs queued host -> device and their tokens.
+    evicted_tokens : host tokens freed by host eviction (``evict_host``, and the evictions a
+        backup runs to make room).
+    size_tokens, capacity_tokens : tokens with a host copy (writes in flight included) and
+        host slots (gauges).
+    pending_writes, pending_loads : nodes awaiting a write / load ack (gauges).
+    """
+
+    backup_tokens: int
+    load_backs: int
+    load_back_tokens: int
+    evicted_tokens: int
+    size_tokens: int
+    capacity_tokens: int
+    pending_writes: int
+    pending_loads: int
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """One cache's snapshot; ``host`` and ``transfer`` are None without a host tier."""
+
+    prefix: PrefixStats
+    device: DeviceStats
+    host: HostStats | None = None
+    transfer: TransferStats | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Nested plain dicts (JSON-able)."""
+        return dataclasses.asdict(self)
+
+
+class PrefixCounter:
+    """The mutable counts behind ``PrefixStats`` (the cache's own)."""
+
+    __slots__ = (
+        "match_calls",
+        "query_tokens",
+        "device_hit_tokens",
+        "host_hit_tokens",
+        "insert_calls",
+        "inserted_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.match_calls = self.query_tokens = 0
+        self.device_hit_tokens = self.host_hit_tokens = 0
+        self.insert_calls = self.inserted_tokens = 0
+
+    def matched(self, query: int, device: int, host: int) -> None:
+        self.match_calls += 1
+        self.query_tokens += query
+        self.device_hit_tokens += device
+        self.host_hit_tokens += host
+
+    def inserted(self, tokens: int) -> None:
+        self.insert_calls += 1
+        self.inserted_tokens += tokens
+
+    def snapshot(self) -> PrefixStats:
+        return PrefixStats(*(getattr(self, name) for name in self.__slots__))
