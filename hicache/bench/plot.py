@@ -19,7 +19,7 @@ TIER_COLORS = {"device (L1)": "#3b7dd8", "host (L2)": "#f0a830", "computed": "#c
 MODE_STYLES = {"device-only": ("#7a7a7a", "--"), "host-tier": ("#d9480f", "-")}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -147,7 +147,7 @@ def plot_rounds(path: str | Path, results: Mapping[str, Any], title: str = "") -
     """Draw ``rounds.png`` at ``path`` from ``{mode: {"summary": ..., "rounds": ...}}``
     (``hicache.bench.report``'s ``summarize`` and ``per_round``); returns why not (None when
     drawn)."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return MISSING
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))

@@ -11,7 +11,22 @@ import torch
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
+from hicache.radix import MatchResult, RadixCache, TreeNode
 from hicache.radix.key import RadixKey
+
+
+def load_back(
+    cache: RadixCache, match: MatchResult, locked: TreeNode
+) -> tuple[torch.Tensor, TreeNode]:
+    """Queue the host part of ``match`` for loading (``init_load_back``) and move the request's
+    lock from ``locked`` to the deepest loaded node. Returns the request's prefix slots (device
+    hit, then the loaded ones) and the node now locked; just the device hit when nothing loads."""
+    loaded, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
+    if len(loaded) == 0:
+        return match.device_indices, locked
+    cache.inc_lock_ref(node)
+    cache.dec_lock_ref(locked)
+    return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
 
 
 @dataclass(frozen=True)
@@ -86,22 +101,12 @@ class Scheduler:
             return False
         prefix = match.device_indices
         if match.host_hit_length > 0:
-            prefix, node = self._load_back(match, node)
+            prefix, node = load_back(self.cache, match, node)
         self._install(req, rows[0], prefix, node)
         req.device_hit = len(match.device_indices)
         req.host_hit = len(prefix) - req.device_hit
         self.active.append(req)
         return True
-
-    def _load_back(self, match: Any, locked: Any) -> tuple[torch.Tensor, Any]:
-        """Queue the host part of a hit for loading; move the lock to the deepest loaded node."""
-        loaded, node = self.cache.init_load_back(match.last_host_node, match.host_hit_length)
-        if len(loaded) == 0:
-            return match.device_indices, locked
-        self.cache.inc_lock_ref(node)
-        self.cache.dec_lock_ref(locked)
-        device = match.device_indices.device
-        return torch.cat([match.device_indices, loaded.to(device)]), node
 
     def _install(self, req: Request, row: int, prefix: torch.Tensor, node: Any) -> None:
         n = len(prefix)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
 from hicache.engine.memory import SlotBudget
+from hicache.engine.scheduler import load_back
 from hicache.radix import RadixKey
 from hicache.replay.cost import CostModel
 from hicache.replay.live import LiveRequest, Record
@@ -163,7 +163,8 @@ class Replayer:
             return False
         prefix = m.device_indices
         if m.host_hit_length > 0:
-            prefix, node = self._load_back(m, node)
+            prefix, node = load_back(self.cache, m, node)
+            self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
         rest = self.budget.alloc(total - len(prefix))
         if rest is None:
             raise RuntimeError(f"out of KV slots for request {req.rid} within its budget")
@@ -176,15 +177,6 @@ class Replayer:
         req.to_compute = req.trace.input_length - len(prefix)
         req.decode_left = max(req.trace.output_length - 1, 0)
         return True
-
-    def _load_back(self, match: Any, locked: Any) -> tuple[torch.Tensor, Any]:
-        loaded, node = self.cache.init_load_back(match.last_host_node, match.host_hit_length)
-        if len(loaded) == 0:
-            return match.device_indices, locked
-        self.cache.inc_lock_ref(node)
-        self.cache.dec_lock_ref(locked)
-        self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
-        return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
 
     def _finish(self, req: LiveRequest) -> None:
         """Hand the prompt to the cache, free the decode slots past its last page."""

@@ -12,21 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from hicache.bench.plot import MISSING, pyplot
 from hicache.replay.live import Record
 
-MISSING = "matplotlib is not installed (pip install 'hicache[plot]'): no PNG written"
 _BINS = 40
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
 
 
 def _per_bin(records: Sequence[Record]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -51,7 +40,7 @@ def _per_bin(records: Sequence[Record]) -> tuple[np.ndarray, dict[str, np.ndarra
 
 def plot_replay(path: Path, records: Sequence[Record], title: str) -> str | None:
     """Draw ``replay.png`` at ``path``; returns why not (None when drawn)."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return MISSING
     if not any(r.error is None for r in records):
@@ -95,7 +84,7 @@ def plot_sweep(
     path: Path, name: str, values: Sequence[float], summaries: Sequence[Any]
 ) -> str | None:
     """Draw ``sweep.png``: hit rate per tier against ``name`` (the swept capacity)."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return MISSING
     rates = {k: [s["hit_rate"][k] for s in summaries] for k in ("device", "host", "total")}
