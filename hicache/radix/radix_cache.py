@@ -20,6 +20,7 @@ from hicache.checks import check_int
 from hicache.radix import invariants
 from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable, SlotAllocator
 from hicache.radix.config import RadixCacheConfig
+from hicache.radix.device_only import NoLowerTier
 from hicache.radix.events import EventQueue, KVEvent, NodeEvents, events_enabled
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
@@ -39,7 +40,7 @@ def _device_of(allocator: SlotAllocator | None) -> torch.device:
     return torch.device(device) if isinstance(device, (str, torch.device)) else torch.device("cpu")
 
 
-class RadixCache(BasePrefixCache):
+class RadixCache(NoLowerTier, BasePrefixCache):
     """Radix prefix cache over device KV slots; see ``BasePrefixCache`` for the contract.
 
     Parameters
@@ -205,41 +206,6 @@ class RadixCache(BasePrefixCache):
         req.prefix_indices = concat_slots([tree_indices, row[aligned:]], self.device)
         req.last_node = new_last
         req.cache_protected_len = aligned
-
-    # ---- lower tiers: none here (contract in ``BasePrefixCache``) ----------------------------
-
-    def init_load_back(
-        self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
-    ) -> tuple[torch.Tensor, TreeNode]:
-        """Nothing is ever on the host: validates, then ``(empty, last_host_node)``."""
-        self.tree.path_to_root(last_host_node)
-        check_int("host_hit_length", host_hit_length, minimum=0)
-        if mem_quota is not None:
-            check_int("mem_quota", mem_quota, minimum=0)
-        return self._no_indices(), last_host_node
-
-    def ready_to_load_host_cache(self) -> int:
-        return -1
-
-    def consume_load_batch(self, index: int) -> None:
-        """Only -1 (no load batch) is valid here."""
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"index must be an int, got {type(index).__name__}")
-        if index != -1:
-            raise ValueError(f"index must be -1 (this cache loads nothing), got {index}")
-
-    def check_hicache_events(self) -> None:
-        return None
-
-    def drain_transfers(self) -> None:
-        return None
-
-    def host_size(self) -> int:
-        return 0
-
-    def evict_host(self, num_tokens: int) -> int:
-        check_int("num_tokens", num_tokens, minimum=0)
-        return 0
 
     # ---- whole tree --------------------------------------------------------------------------
 

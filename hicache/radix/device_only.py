@@ -1,0 +1,56 @@
+"""The lower-tier hooks of a cache with no tier below the device (``RadixCache``).
+
+Their contract is in ``base.BasePrefixCache``: nothing is ever on the host, so a load-back loads
+nothing, there is no load batch to consume, no transfer to drain and no host token to evict.
+Arguments are still validated, so a caller written against ``HiRadixCache`` gets the same
+errors. ``HiRadixCache`` overrides every hook.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.checks import check_int
+from hicache.radix.node import TreeNode
+from hicache.radix.tree import RadixTree
+
+
+class NoLowerTier:
+    """Mixed into ``RadixCache`` ahead of ``BasePrefixCache``; reads only ``tree`` and
+    ``device``."""
+
+    tree: RadixTree
+    device: torch.device
+
+    def init_load_back(
+        self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
+    ) -> tuple[torch.Tensor, TreeNode]:
+        """Nothing is ever on the host: validates, then ``(empty, last_host_node)``."""
+        self.tree.path_to_root(last_host_node)
+        check_int("host_hit_length", host_hit_length, minimum=0)
+        if mem_quota is not None:
+            check_int("mem_quota", mem_quota, minimum=0)
+        return torch.empty(0, dtype=torch.int64, device=self.device), last_host_node
+
+    def ready_to_load_host_cache(self) -> int:
+        return -1
+
+    def consume_load_batch(self, index: int) -> None:
+        """Only -1 (no load batch) is valid here."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        if index != -1:
+            raise ValueError(f"index must be -1 (this cache loads nothing), got {index}")
+
+    def check_hicache_events(self) -> None:
+        return None
+
+    def drain_transfers(self) -> None:
+        return None
+
+    def host_size(self) -> int:
+        return 0
+
+    def evict_host(self, num_tokens: int) -> int:
+        check_int("num_tokens", num_tokens, minimum=0)
+        return 0
