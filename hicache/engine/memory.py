@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from hicache.engine.request import Request
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+from hicache.radix import MatchResult, RadixKey, TreeNode
+
+
+class Admission(NamedTuple):
+    """An admitted request's start: its request row, prefix slots (the device hit, then any
+    loaded from the host; int64, allocator device), the node locked on its behalf and the match."""
+
+    row: int
+    prefix: torch.Tensor
+    node: TreeNode
+    match: MatchResult
+
+
+def load_back(cache: Any, match: MatchResult, locked: TreeNode) -> tuple[torch.Tensor, TreeNode]:
+    """Queue the host part of ``match`` for loading (``init_load_back``) and move the request's
+    lock from ``locked`` to the deepest loaded node. Returns the request's prefix slots (device
+    hit, then the loaded ones) and the node now locked; just the device hit when nothing loads."""
+    loaded, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
+    if len(loaded) == 0:
+        return match.device_indices, locked
+    cache.inc_lock_ref(node)
+    cache.dec_lock_ref(locked)
+    return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
 
 
 class SlotBudget:
@@ -54,6 +77,24 @@ class SlotBudget:
         """Slots obtainable now (free + evictable) minus the reservations of ``active``."""
         reserved = sum(self.pending(r) for r in active)
         return self.allocator.available_size() + self.cache.evictable_size() - reserved
+
+    def admit(self, key: RadixKey, kv_total: int, active: Iterable[Any]) -> Admission | None:
+        """Match ``key``, lock the hit, and take a request row when a request of ``kv_total``
+        tokens fits beside the reservations of ``active``; then load back its host hit. None,
+        with nothing held, when it does not fit (try later)."""
+        match = self.cache.match_prefix(key)
+        node = match.last_device_node
+        self.cache.inc_lock_ref(node)
+        rows = None
+        if self.round_up(kv_total) - len(match.device_indices) <= self.headroom(active):
+            rows = self.req_to_token_pool.alloc(1)
+        if rows is None:
+            self.cache.dec_lock_ref(node)
+            return None
+        prefix = match.device_indices
+        if match.host_hit_length > 0:
+            prefix, node = load_back(self.cache, match, node)
+        return Admission(rows[0], prefix, node, match)
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """``n`` slots (a page multiple), evicting unlocked cache entries when short.

@@ -11,22 +11,7 @@ import torch
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
-from hicache.radix import MatchResult, RadixCache, TreeNode
 from hicache.radix.key import RadixKey
-
-
-def load_back(
-    cache: RadixCache, match: MatchResult, locked: TreeNode
-) -> tuple[torch.Tensor, TreeNode]:
-    """Queue the host part of ``match`` for loading (``init_load_back``) and move the request's
-    lock from ``locked`` to the deepest loaded node. Returns the request's prefix slots (device
-    hit, then the loaded ones) and the node now locked; just the device hit when nothing loads."""
-    loaded, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
-    if len(loaded) == 0:
-        return match.device_indices, locked
-    cache.inc_lock_ref(node)
-    cache.dec_lock_ref(locked)
-    return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
 
 
 @dataclass(frozen=True)
@@ -89,22 +74,13 @@ class Scheduler:
     def _admit(self, req: Request) -> bool:
         """Match, lock, check the reservation, then load back host hits. False: try later."""
         prompt = req.tokens.ids(len(req.origin_input_ids) - 1)  # a view: nothing converted
-        match = self.cache.match_prefix(RadixKey.from_validated(prompt, req.extra_key))
-        node = match.last_device_node
-        self.cache.inc_lock_ref(node)
-        need = self.budget.round_up(req.kv_total) - len(match.device_indices)
-        rows = None
-        if need <= self.budget.headroom(self.active):
-            rows = self.budget.req_to_token_pool.alloc(1)
-        if rows is None:
-            self.cache.dec_lock_ref(node)
+        key = RadixKey.from_validated(prompt, req.extra_key)
+        admitted = self.budget.admit(key, req.kv_total, self.active)
+        if admitted is None:
             return False
-        prefix = match.device_indices
-        if match.host_hit_length > 0:
-            prefix, node = load_back(self.cache, match, node)
-        self._install(req, rows[0], prefix, node)
-        req.device_hit = len(match.device_indices)
-        req.host_hit = len(prefix) - req.device_hit
+        self._install(req, admitted.row, admitted.prefix, admitted.node)
+        req.device_hit = len(admitted.match.device_indices)
+        req.host_hit = len(admitted.prefix) - req.device_hit
         self.active.append(req)
         return True
 

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hicache.engine.memory import SlotBudget
-from hicache.engine.scheduler import load_back
 from hicache.radix import RadixKey
 from hicache.replay.cost import CostModel
 from hicache.replay.live import LiveRequest, Record
@@ -151,26 +150,20 @@ class Replayer:
 
     def _admit(self, req: LiveRequest) -> bool:
         """Match, lock, check the budget, load back a host hit, take the request's slots."""
-        m = self.cache.match_prefix(RadixKey.from_validated(req.origin_input_ids[:-1], None))
-        node = m.last_device_node
-        self.cache.inc_lock_ref(node)
-        total = self.budget.round_up(req.kv_total)
-        rows = None
-        if total - len(m.device_indices) <= self.budget.headroom(()):
-            rows = self.stack.req_to_token_pool.alloc(1)
-        if rows is None:
-            self.cache.dec_lock_ref(node)
+        key = RadixKey.from_validated(req.origin_input_ids[:-1], None)
+        admitted = self.budget.admit(key, req.kv_total, ())
+        if admitted is None:
             return False
-        prefix = m.device_indices
+        row, prefix, node, m = admitted
         if m.host_hit_length > 0:
-            prefix, node = load_back(self.cache, m, node)
             self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
+        total = self.budget.round_up(req.kv_total)
         rest = self.budget.alloc(total - len(prefix))
         if rest is None:
             raise RuntimeError(f"out of KV slots for request {req.rid} within its budget")
         slots = torch.cat([prefix.to(rest.device), rest]).to(torch.int32)
-        self.stack.req_to_token_pool.write((rows[0], slice(0, total)), slots)
-        req.req_pool_idx, req.prefix_indices, req.last_node = rows[0], prefix, node
+        self.stack.req_to_token_pool.write((row, slice(0, total)), slots)
+        req.req_pool_idx, req.prefix_indices, req.last_node = row, prefix, node
         req.kv_len = req.cache_protected_len = len(prefix)
         req.kv_capacity = total
         req.device_hit, req.host_hit = len(m.device_indices), len(prefix) - len(m.device_indices)

@@ -10,6 +10,24 @@ import torch
 from hicache.engine import Engine, Request, Status
 from hicache.model import reference_logits
 
+# The smallest `hicache bench` settings (BenchConfig.from_args keywords) that still evict.
+TINY = {
+    "users": 3,
+    "rounds": 3,
+    "system_len": 24,
+    "prompt_len": 16,
+    "answer_len": 3,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": 16,
+    "intermediate": 32,
+    "vocab": 64,
+    "device_tokens": 96,
+    "max_running": 2,
+    "device": "cpu",
+}
+
 
 def chat(
     engine: Engine,

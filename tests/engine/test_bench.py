@@ -15,23 +15,7 @@ from hicache.__main__ import main
 from hicache.bench import BenchConfig, run_bench
 from hicache.bench.plot import MISSING, plot_rounds
 from hicache.bench.progress import ProgressBar
-
-TINY = {
-    "users": 3,
-    "rounds": 3,
-    "system_len": 24,
-    "prompt_len": 16,
-    "answer_len": 3,
-    "layers": 2,
-    "heads": 4,
-    "kv_heads": 2,
-    "head_dim": 16,
-    "intermediate": 32,
-    "vocab": 64,
-    "device_tokens": 96,
-    "max_running": 2,
-    "device": "cpu",
-}
+from tests.engine.helpers import TINY
 
 
 @pytest.mark.parametrize(

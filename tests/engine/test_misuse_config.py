@@ -14,25 +14,10 @@ import pytest
 from hicache.bench import BenchConfig
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.radix import HiCacheConfig
+from tests.engine.helpers import TINY
 
 NAN, INF = float("nan"), float("inf")
 HOST_FIELDS = {f.name for f in fields(HiCacheConfig)}
-TINY = {
-    "users": 3,
-    "rounds": 3,
-    "system_len": 24,
-    "prompt_len": 16,
-    "answer_len": 3,
-    "layers": 2,
-    "heads": 4,
-    "kv_heads": 2,
-    "head_dim": 16,
-    "intermediate": 32,
-    "vocab": 64,
-    "device_tokens": 96,
-    "max_running": 2,
-    "device": "cpu",
-}
 
 ENGINE = [
     ("max_running_requests", 2.0, TypeError),
