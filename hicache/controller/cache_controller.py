@@ -313,12 +313,9 @@ class HiCacheController:
             batch.start_event.record(self.load_stream)
             mark = self.counters.h2d.begin()
             host, device = transfer_indices(op, self.load_stream, self.io_backend, self.device)
-            host_pool, device_pool = self.mem_pool_host, self.mem_pool_device
-            with host_pool.planned_load(device_pool, host, device, self.io_backend):
-                for layer in range(self.layer_num):
-                    host_pool.load_to_device_per_layer(
-                        device_pool, host, device, layer, self.io_backend
-                    )
-                    batch.complete(layer)
+            plan = self.mem_pool_host.plan_load(self.mem_pool_device, host, device, self.io_backend)
+            for layer in range(self.layer_num):
+                plan.run(layer)
+                batch.complete(layer)
             self.counters.h2d.end(mark, len(op))
             batch.finish_event.record(self.load_stream)

@@ -19,9 +19,7 @@ Other pairs raise ``ValueError``.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -98,7 +96,6 @@ class HostKVPool:
         self.pinned = pin_memory and is_cuda(device_pool.device) and pin_tensor(self._buffer)
         self._unpin = weakref.finalize(self, unpin_tensor, self._buffer) if self.pinned else None
         self.closed = False
-        self._active_plan: LoadPlan | None = None  # see planned_load
         self.host_parts = [self._buffer[i] for i in range(self.parts)]
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
 
@@ -185,14 +182,8 @@ class HostKVPool:
         """Copy layer ``layer_id`` of host slots ``host_indices`` to ``device_indices``.
 
         Indices are equally long int64 tensors on CPU or the device pool's device; they are
-        moved (non-blocking) where the op needs them. Runs on the current stream. Inside
-        :meth:`planned_load`, a call with the very arguments planned there runs that plan's
-        layer (only ``layer_id`` is checked).
+        moved (non-blocking) where the op needs them. Runs on the current stream.
         """
-        plan = self._active_plan
-        if plan is not None and plan.serves(device_pool, host_indices, device_indices, io_backend):
-            plan.run(layer_id)
-            return
         host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
         device_pool.check_layer(layer_id)
         if io_backend == "direct":
@@ -216,28 +207,7 @@ class HostKVPool:
         """
         host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
         runner = plan_load(self, device_pool, host_idx, dev_idx, io_backend)
-        return LoadPlan(self, device_pool, runner, (host_indices, device_indices, io_backend))
-
-    @contextlib.contextmanager
-    def planned_load(
-        self,
-        device_pool: KVPool,
-        host_indices: torch.Tensor,
-        device_indices: torch.Tensor,
-        io_backend: str,
-    ) -> Iterator[LoadPlan]:
-        """:meth:`plan_load`, and while the block runs, :meth:`load_to_device_per_layer` with
-        these very arguments (the same objects) runs the plan's layer instead of checking and
-        planning again. The controller loads this way, so the per-layer call stays the one seam
-        that wrappers of the host pool (meters, fault injection) see. The indices must not
-        change inside the block.
-        """
-        plan = self.plan_load(device_pool, host_indices, device_indices, io_backend)
-        previous, self._active_plan = self._active_plan, plan
-        try:
-            yield plan
-        finally:
-            self._active_plan = previous
+        return LoadPlan(self, device_pool, runner, dev_idx)
 
     def backup_from_device_all_layer(
         self,

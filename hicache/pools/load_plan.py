@@ -40,23 +40,11 @@ class LoadPlan:
     host_pool: HostBuffers
     device_pool: KVPool
     runner: LayerRunner
-    planned_from: tuple[Tensor, Tensor, str]  # (host_indices, device_indices, io_backend)
+    device_indices: Tensor  # the destination slots, where the runner needs them
 
     @property
     def num_layers(self) -> int:
         return self.device_pool.layer_num
-
-    def serves(
-        self, device_pool: object, host_indices: object, device_indices: object, io_backend: object
-    ) -> bool:
-        """Whether these are the very arguments (same objects) the plan was built from."""
-        host, device, backend = self.planned_from
-        return (
-            device_pool is self.device_pool
-            and host_indices is host
-            and device_indices is device
-            and io_backend == backend
-        )
 
     def run(self, layer_id: int) -> None:
         """Copy layer ``layer_id`` on the current stream (asynchronous on CUDA).

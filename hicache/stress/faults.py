@@ -7,11 +7,14 @@ failing run replays exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from hicache.pools.load_plan import LayerRunner, LoadPlan
 
 
 class InjectedFault(RuntimeError):
@@ -65,15 +68,16 @@ class Faults:
         return alloc
 
     def failing_load(self, host_pool: Any) -> None:
-        """``load_to_device_per_layer`` raises on a layer after earlier layers have landed."""
-        original = host_pool.load_to_device_per_layer
+        """A load batch planned by ``host_pool.plan_load`` raises on a layer after earlier layers
+        have landed."""
+        original = host_pool.plan_load
 
-        def load(device_pool: Any, host_idx: Any, dev_idx: Any, layer_id: int, io: str) -> None:
-            if layer_id > 0 and self._fire("load_fail", self.p_transfer_fail):
-                raise InjectedFault(f"injected load failure at layer {layer_id}")
-            original(device_pool, host_idx, dev_idx, layer_id, io)
+        def plan_load(*args: Any) -> LoadPlan:
+            plan = original(*args)
+            fails = _FlakyLayers(plan.runner, lambda: self._fire("load_fail", self.p_transfer_fail))
+            return dataclasses.replace(plan, runner=fails)
 
-        self._patch(host_pool, "load_to_device_per_layer", load)
+        self._patch(host_pool, "plan_load", plan_load)
 
     def failing_backup(self, host_pool: Any) -> None:
         """``backup_from_device_all_layer`` raises after copying (bytes landed, batch failed)."""
@@ -100,3 +104,15 @@ class Faults:
         while self._undo:
             obj, name = self._undo.pop()
             delattr(obj, name)
+
+
+class _FlakyLayers:
+    """A load plan's layer runner that fails a layer past the first whenever ``fire()``."""
+
+    def __init__(self, runner: LayerRunner, fire: Callable[[], bool]) -> None:
+        self.runner, self.fire = runner, fire
+
+    def run(self, layer_id: int) -> None:
+        if layer_id > 0 and self.fire():
+            raise InjectedFault(f"injected load failure at layer {layer_id}")
+        self.runner.run(layer_id)

@@ -10,6 +10,7 @@ import torch
 from hicache.controller import HiCacheAck, LayerLoadingEvent, pop_finished_acks
 from hicache.controller.operations import CacheOperation
 from hicache.pools import ROUTES
+from hicache.pools.load_plan import LoadPlan
 from tests.controller.helpers import (
     assert_same_bytes,
     fill_random,
@@ -114,13 +115,13 @@ def test_load_issues_each_layer_then_records_its_event(monkeypatch):
     ctrl = rig.controller
     host_indices = offload(rig, rig.allocator.alloc(1), node_id=0)
     calls: list[tuple[str, int]] = []
-    real_load = rig.host_pool.load_to_device_per_layer
+    real_run = LoadPlan.run
 
-    def spy_load(pool, host, dev, layer_id, io_backend):
+    def spy_run(plan, layer_id):
         calls.append(("load", layer_id))
-        real_load(pool, host, dev, layer_id, io_backend)
+        real_run(plan, layer_id)
 
-    monkeypatch.setattr(rig.host_pool, "load_to_device_per_layer", spy_load)
+    monkeypatch.setattr(LoadPlan, "run", spy_run)
     monkeypatch.setattr(
         LayerLoadingEvent, "complete", lambda self, layer: calls.append(("done", layer))
     )

@@ -166,27 +166,3 @@ def test_cuda_plan_matches_per_layer_route(kind: str, layout: str, backend: str)
         host.load_to_device_per_layer(per_layer, h, d.cuda(), layer, backend)
     torch.cuda.synchronize()
     assert same(device_bytes(dev), device_bytes(per_layer))
-
-
-def test_planned_load_serves_only_its_own_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inside planned_load, per-layer calls with the planned objects run the plan unchecked;
-    other arguments, and any call after the block, are checked as always."""
-    calls: list[str] = []
-    original = host_pool_module.check_slot_indices
-    monkeypatch.setattr(
-        host_pool_module, "check_slot_indices", lambda n, *a: calls.append(n) or original(n, *a)
-    )
-    dev, host = rig("mha", "page_first", 4)
-    h, d = slots(4)
-    with host.planned_load(dev, h, d, "kernel") as plan:
-        assert plan.serves(dev, h, d, "kernel") and not plan.serves(dev, h.clone(), d, "kernel")
-        for layer in range(LAYERS):
-            host.load_to_device_per_layer(dev, h, d, layer, "kernel")
-        assert len(calls) == 2
-        with pytest.raises(ValueError, match="layer_id"):
-            host.load_to_device_per_layer(dev, h, d, LAYERS, "kernel")
-        host.load_to_device_per_layer(dev, h.clone(), d, 0, "kernel")
-        assert len(calls) == 4
-    assert same(device_bytes(dev), expected(host, h, d))
-    host.load_to_device_per_layer(dev, h, d, 0, "kernel")
-    assert len(calls) == 6

@@ -256,10 +256,10 @@ def test_a_failed_load_is_retried(monkeypatch) -> None:
     put(cache, A)
     cache.evict(8)
     host_pool = cache.cache_controller.mem_pool_host
-    real = host_pool.load_to_device_per_layer
+    real = host_pool.plan_load
     monkeypatch.setattr(
         host_pool,
-        "load_to_device_per_layer",
+        "plan_load",
         lambda *a: (_ for _ in ()).throw(RuntimeError("injected")),
     )
     m = cache.match_prefix(RadixKey(A))
@@ -268,7 +268,7 @@ def test_a_failed_load_is_retried(monkeypatch) -> None:
         cache.ready_to_load_host_cache()
     cache.check_invariants()
     assert node.lock_ref == 1
-    monkeypatch.setattr(host_pool, "load_to_device_per_layer", real)
+    monkeypatch.setattr(host_pool, "plan_load", real)
     assert cache.ready_to_load_host_cache() >= 0
     cache.check_hicache_events()
     assert node.lock_ref == 0

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from hicache.pools import HostKVPool, MHATokenToKVPoolHost, TokenToKVPoolAllocator
+from hicache.pools.load_plan import LoadPlan
 from hicache.radix import HiRadixCache
 from hicache.stress import runner
 from hicache.stress.config import StressConfig
@@ -224,15 +225,15 @@ def _corrupt_device(pool: Any, slot: torch.Tensor) -> None:
 def test_a_corrupted_load_is_caught_in_that_op(plant, monkeypatch):
     plant.at = 5
 
-    def make(load):
-        def corrupting(self, device_pool, host_idx, dev_idx, layer_id, io):
-            load(self, device_pool, host_idx, dev_idx, layer_id, io)
-            if plant.fire(layer_id == device_pool.layer_num - 1):
-                _corrupt_device(device_pool, dev_idx[-1])
+    def make(run):
+        def corrupting(self, layer_id):
+            run(self, layer_id)
+            if plant.fire(layer_id == self.num_layers - 1):
+                _corrupt_device(self.device_pool, self.device_indices[-1])
 
         return corrupting
 
-    _patch(monkeypatch, MHATokenToKVPoolHost, "load_to_device_per_layer", make)
+    _patch(monkeypatch, LoadPlan, "run", make)
     _caught_in_op(plant, BASE, ("differ",))
 
 
