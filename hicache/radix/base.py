@@ -223,6 +223,57 @@ class BasePrefixCache(ABC):
         device. Returns the tokens freed (fewer only when none is left; 0 without a host tier).
         """
 
+    # ---- storage tier (L3): no-ops without one ------------------------------------------------
+
+    @abstractmethod
+    def prefetch_from_storage(
+        self,
+        req_id: str,
+        last_host_node: TreeNode,
+        new_input_tokens: Any,
+        last_hash: bytes | None = None,
+    ) -> bool:
+        """Start fetching from storage the KV of ``new_input_tokens`` into host slots.
+
+        Parameters
+        ----------
+        req_id : the request's id (a str); one prefetch per id at a time (``ValueError``).
+        last_host_node : ``MatchResult.last_host_node`` of the request's match.
+        new_input_tokens : the request's tokens after that match, a ``RadixKey`` (its
+            ``extra_key`` names the namespace) or a sequence of ints (default namespace).
+        last_hash : ignored when the node has its hashes (they are computed from the tree);
+            accepted for SGLang's signature.
+
+        Returns True when a prefetch started (the request should wait on
+        ``check_prefetch_progress``); False without a storage tier, below the prefetch
+        threshold, or when loading would be slower than recomputing. Host slots are taken
+        only once storage says the pages are there. Validated before any change.
+        """
+
+    @abstractmethod
+    def check_prefetch_progress(self, req_id: str) -> bool:
+        """Whether request ``req_id`` may be scheduled now (True when it has no prefetch).
+
+        When the prefetch policy lets it go (done, ``best_effort``, timed out), the pages that
+        arrived, as a whole-page prefix, are inserted as host-only nodes under the request's
+        ``last_host_node`` (a fresh ``match_prefix`` finds them and ``init_load_back`` loads
+        them), the rest is cancelled, and True is returned."""
+
+    @abstractmethod
+    def pop_prefetch_loaded_tokens(self, req_id: str) -> int:
+        """Tokens the finished prefetch of ``req_id`` added to the tree (0 if none); forgets
+        the figure."""
+
+    @abstractmethod
+    def release_aborted_request(self, req_id: str) -> None:
+        """Cancel ``req_id``'s prefetch (the request was aborted); its host slots are freed
+        once its I/O has stopped. A no-op for an unknown id."""
+
+    @abstractmethod
+    def note_prefill(self, tokens: int, seconds: float) -> None:
+        """Report a measured prefill (``tokens`` computed in ``seconds``): the cost model
+        compares it with each tier's measured bandwidth to skip loads slower than recompute."""
+
     @abstractmethod
     def stats(self) -> CacheStats:
         """A frozen snapshot of the cache's counters and sizes (``radix.stats``); changes nothing

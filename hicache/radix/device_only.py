@@ -8,6 +8,8 @@ errors. ``HiRadixCache`` overrides every hook.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hicache.checks import check_int
@@ -54,3 +56,46 @@ class NoLowerTier:
     def evict_host(self, num_tokens: int) -> int:
         check_int("num_tokens", num_tokens, minimum=0)
         return 0
+
+    def prefetch_from_storage(
+        self,
+        req_id: str,
+        last_host_node: TreeNode,
+        new_input_tokens: Any,
+        last_hash: bytes | None = None,
+    ) -> bool:
+        """No storage tier: validates the request id and node, starts nothing (False)."""
+        check_req_id(req_id)
+        self.tree.path_to_root(last_host_node)
+        return False
+
+    def check_prefetch_progress(self, req_id: str) -> bool:
+        check_req_id(req_id)
+        return True
+
+    def pop_prefetch_loaded_tokens(self, req_id: str) -> int:
+        check_req_id(req_id)
+        return 0
+
+    def release_aborted_request(self, req_id: str) -> None:
+        check_req_id(req_id)
+
+    def note_prefill(self, tokens: int, seconds: float) -> None:
+        check_prefill(tokens, seconds)
+
+
+def check_req_id(req_id: object) -> str:
+    """``req_id`` if a str, else ``TypeError``."""
+    if not isinstance(req_id, str):
+        raise TypeError(f"req_id must be a str, got {type(req_id).__name__}")
+    return req_id
+
+
+def check_prefill(tokens: object, seconds: object) -> None:
+    """``TypeError``/``ValueError`` unless ``tokens`` is an int >= 0 and ``seconds`` a finite
+    number >= 0."""
+    check_int("tokens", tokens)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"seconds must be a finite number >= 0, got {seconds}")
