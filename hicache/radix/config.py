@@ -11,6 +11,7 @@ from hicache.controller import check_write_policy
 from hicache.controller.integrity import check_verify
 from hicache.pools import check_pair
 from hicache.radix.policies import check_policy
+from hicache.storage import StorageConfig
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class HiCacheConfig:
         backup, checked on the GPU at load-back; a corrupt page is never served but dropped
         from the host tier and recomputed (``hicache.controller.integrity``).
     verify_sample_period : under ``sample``, one load-back in this many is verified.
+    storage : the storage tier (L3) below the host tier, or None (none); see
+        ``hicache.storage.StorageConfig``.
     """
 
     hicache_ratio: float = 2.0
@@ -73,8 +76,13 @@ class HiCacheConfig:
     load_back_threshold: int = 10
     verify: str = "off"
     verify_sample_period: int = 8
+    storage: StorageConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.storage is not None and not isinstance(self.storage, StorageConfig):
+            raise TypeError(
+                f"storage must be a StorageConfig or None, got {type(self.storage).__name__}"
+            )
         _check_number("hicache_ratio", self.hicache_ratio)
         _check_number("hicache_size_gb", self.hicache_size_gb)
         check_write_policy(self.write_policy)

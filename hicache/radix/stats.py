@@ -83,13 +83,61 @@ class HostStats:
 
 
 @dataclass(frozen=True)
+class StorageTierStats:
+    """The storage tier (L3), from the ``StorageTier`` and its guarded backend.
+
+    backend : the backend's name (``file``, ``mooncake``, ...).
+    queries, query_pages, hit_pages : existence queries, the pages they asked about, and the
+        pages storage reported present (counters).
+    prefetches : prefetches started (a query was sent).
+    prefetch_revoked : prefetches ended by their query (a hit below ``prefetch_threshold``).
+    prefetch_skipped_slower : prefetches not loaded because loading would take longer than
+        recomputing (``hicache.storage.cost``).
+    prefetch_loaded_tokens : tokens prefetches inserted into the tree as host-only nodes.
+    backup_pages : pages written to storage (present afterwards) by backups.
+    pending_prefetches, pending_backups : prefetches and node backups in flight (gauges).
+    bytes_read, bytes_written, read_seconds, write_seconds : storage traffic and busy time.
+    failures : backend calls that failed (errors, exceptions) or were refused by the breaker.
+    breaker_state : ``closed``, ``open`` or ``half_open``.
+    """
+
+    backend: str
+    queries: int
+    query_pages: int
+    hit_pages: int
+    prefetches: int
+    prefetch_revoked: int
+    prefetch_skipped_slower: int
+    prefetch_loaded_tokens: int
+    backup_pages: int
+    pending_prefetches: int
+    pending_backups: int
+    bytes_read: int
+    bytes_written: int
+    read_seconds: float
+    write_seconds: float
+    failures: int
+    breaker_state: str
+
+    @property
+    def read_gbps(self) -> float:
+        return self.bytes_read / self.read_seconds / 1e9 if self.read_seconds > 0 else 0.0
+
+    @property
+    def write_gbps(self) -> float:
+        return self.bytes_written / self.write_seconds / 1e9 if self.write_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class CacheStats:
-    """One cache's snapshot; ``host`` and ``transfer`` are None without a host tier."""
+    """One cache's snapshot; ``host`` and ``transfer`` are None without a host tier,
+    ``storage`` without a storage tier."""
 
     prefix: PrefixStats
     device: DeviceStats
     host: HostStats | None = None
     transfer: TransferStats | None = None
+    storage: StorageTierStats | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Nested plain dicts (JSON-able)."""
