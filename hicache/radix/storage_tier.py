@@ -148,6 +148,7 @@ class StorageTier:
         check_req_id(req_id)
         request = self._requests.pop(req_id, None)
         if request is not None:
+            request.op.cancel()
             self._retire(request.op, 0)
 
     def _finish(self, req_id: str, request: _Request) -> None:
