@@ -16,12 +16,14 @@ logged once per kind.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import re
 import shutil
 import threading
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -124,11 +126,19 @@ class HiCacheFile(HiCacheStorage):
         return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
 
     def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        """Read one page: every object opened and its size checked before any byte lands,
+        so a missing or corrupt object leaves the page's host slots as they were."""
         paths = self._paths(key, pages.parts)
         try:
-            targets = pages.target(slot)
-            if not all(self._read_into(p, t) for p, t in zip(paths, targets, strict=True)):
-                return False
+            with ExitStack() as stack:
+                files = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
+                if None in files:
+                    return False
+                targets = pages.target(slot)
+                for file, target in zip(files, targets, strict=True):
+                    got = file.readinto(target.data) if file else None
+                    if got != target.nbytes:
+                        raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
             self._touch(paths)
             return True
@@ -136,21 +146,20 @@ class HiCacheFile(HiCacheStorage):
             self._fail("read", err)
             return False
 
-    def _read_into(self, path: str, target: np.ndarray) -> bool:
-        """Fill ``target`` (uint8, the object's size) from ``path``: False when missing,
-        False (and the file removed) when its size is wrong."""
+    def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
+        """``path`` opened (closed with ``stack``), or None when it is missing or, corrupt,
+        not ``nbytes`` long (then it is removed, so that ``batch_exists`` stops offering it;
+        the next eviction scan corrects the byte count)."""
         try:
-            file = open(path, "rb", buffering=0)
+            file = stack.enter_context(open(path, "rb", buffering=0))
         except FileNotFoundError:
-            return False
-        with file:
-            size = os.fstat(file.fileno()).st_size
-            got = file.readinto(target.data) if size == target.nbytes else None
-        if got == target.nbytes:
-            return True
-        self._fail("read", OSError(f"corrupt object of {size} bytes, {target.nbytes} expected"))
-        discard([path])  # so that batch_exists stops reporting it; the scan resyncs the bytes
-        return False
+            return None
+        size = os.fstat(file.fileno()).st_size
+        if size == nbytes:
+            return file
+        self._fail("read", OSError(f"corrupt object of {size} bytes, {nbytes} expected"))
+        discard([path])
+        return None
 
     def _touch(self, paths: list[str]) -> None:
         for path in paths:
