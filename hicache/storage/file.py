@@ -5,10 +5,11 @@ characters of the page hash in the key (a 256-way fan-out; a key of another shap
 by a hash of itself). Writes go to a unique temporary
 (``{final}.tmp.{pid}.{thread}.{uuid}``), then ``os.replace`` renames it into place, so a
 reader sees a whole object or none, from any process. A present object is never rewritten
-(write-once); it is touched instead (``os.utime``), as on every read hit: mtime is the LRU
-clock that every process using the directory shares. Reads ``readinto`` the host page itself
-when ``PageIO.zero_copy`` (else a staging array, then ``commit``) after checking the file's
-size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared by
+(write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
+second old): mtime is the LRU clock that every process using the directory shares. Reads
+``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
+``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
+removed. The byte cap is shared by
 every instance on the directory (``file_lru``). Any ``OSError`` after construction is a miss,
 logged once per kind.
 """
@@ -22,6 +23,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from contextlib import ExitStack
 from typing import Any
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ROOT = "/tmp/hicache"
 ROOT_ENV = "HICACHE_STORAGE_DIR"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
+TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
 _PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
 
@@ -83,12 +86,10 @@ class HiCacheFile(HiCacheStorage):
         self.usage = DirectoryUsage(self.root, float(evict_ratio))
         self._closed = False
 
-    def path(self, page_key: str, object_key: str) -> str:
-        """Where the object ``object_key`` of page ``page_key`` lives."""
-        return os.path.join(self.root, bucket_of(page_key), object_key + OBJECT_SUFFIX)
-
     def _paths(self, page_key: str, parts: int) -> list[str]:
-        return [self.path(page_key, k) for k in object_keys(page_key, parts)]
+        """Where the objects of page ``page_key`` live (f-strings: this is the hot path)."""
+        base = f"{self.root}/{bucket_of(page_key)}/"
+        return [f"{base}{k}{OBJECT_SUFFIX}" for k in object_keys(page_key, parts)]
 
     def batch_exists(
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
@@ -140,24 +141,26 @@ class HiCacheFile(HiCacheStorage):
                     if got != target.nbytes:
                         raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
-            self._touch(paths)
             return True
         except OSError as err:
             self._fail("read", err)
             return False
 
     def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
-        """``path`` opened (closed with ``stack``), or None when it is missing or, corrupt,
-        not ``nbytes`` long (then it is removed, so that ``batch_exists`` stops offering it;
-        the next eviction scan corrects the byte count)."""
+        """``path`` opened (closed with ``stack``) and touched if its mtime is older than
+        ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt: then it is
+        removed, so that ``batch_exists`` stops offering it; the next eviction scan corrects
+        the byte count)."""
         try:
             file = stack.enter_context(open(path, "rb", buffering=0))
         except FileNotFoundError:
             return None
-        size = os.fstat(file.fileno()).st_size
-        if size == nbytes:
+        st = os.fstat(file.fileno())
+        if st.st_size == nbytes:
+            if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
+                os.utime(file.fileno())
             return file
-        self._fail("read", OSError(f"corrupt object of {size} bytes, {nbytes} expected"))
+        self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
         discard([path])
         return None
 
