@@ -9,9 +9,8 @@ reader sees a whole object or none, from any process. A present object is never 
 second old): mtime is the LRU clock that every process using the directory shares. Reads
 ``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
 ``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
-removed. The byte cap is shared by
-every instance on the directory (``file_lru``). Any ``OSError`` after construction is a miss,
-logged once per kind.
+removed. The byte cap is shared by every instance on the directory (``file_lru``). Any
+``OSError`` after construction is a miss, logged once per kind.
 """
 
 from __future__ import annotations
@@ -132,12 +131,13 @@ class HiCacheFile(HiCacheStorage):
         paths = self._paths(key, pages.parts)
         try:
             with ExitStack() as stack:
-                files = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
-                if None in files:
+                found = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
+                files = [f for f in found if f is not None]
+                if len(files) != len(paths):
                     return False
                 targets = pages.target(slot)
                 for file, target in zip(files, targets, strict=True):
-                    got = file.readinto(target.data) if file else None
+                    got = file.readinto(target.data)
                     if got != target.nbytes:
                         raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
@@ -158,18 +158,21 @@ class HiCacheFile(HiCacheStorage):
         st = os.fstat(file.fileno())
         if st.st_size == nbytes:
             if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
-                os.utime(file.fileno())
+                self._touch([file.fileno()])
             return file
         self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
         discard([path])
         return None
 
-    def _touch(self, paths: list[str]) -> None:
-        for path in paths:
+    def _touch(self, files: list[str] | list[int]) -> None:
+        """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
+        for file in files:
             try:
-                os.utime(path)
-            except FileNotFoundError:  # evicted meanwhile; the read already landed
+                os.utime(file)
+            except FileNotFoundError:  # evicted meanwhile
                 pass
+            except OSError as err:  # e.g. another user's file: it ages, nothing breaks
+                self._fail("touch", err)
 
     def batch_set_v1(
         self,

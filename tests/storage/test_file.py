@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,19 @@ def test_pages_past_the_cap_fail_and_leave_no_temporaries(tmp_path: Path) -> Non
     assert not list(tmp_path.glob("*/*.tmp.*"))
 
 
+def test_eviction_removes_temporaries_of_dead_writers(tmp_path: Path) -> None:
+    host = make_host("mha", "page_first")
+    page = len(b"".join(page_bytes(host, 0)))
+    store = _store(host, tmp_path, max_bytes=2 * page)
+    (tmp_path / "00").mkdir()
+    stale, fresh = tmp_path / "00" / "x.bin.tmp.1.2.dead", tmp_path / "00" / "y.bin.tmp.1.2.live"
+    for path in (stale, fresh):
+        path.write_bytes(b"partial")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert store.batch_set_v1(keys_for(host, 3), slots([0, 1, 2])) == [True, True, False]
+    assert not stale.exists() and fresh.exists()  # a writer may still be finishing that one
+
+
 def test_a_lost_usage_file_is_rebuilt_from_the_directory(tmp_path: Path) -> None:
     host = make_host("mha", "page_first_direct")
     store = _store(host, tmp_path)
@@ -183,6 +197,26 @@ def test_a_root_lost_after_construction_gives_misses(tmp_path: Path) -> None:
     (tmp_path / "store").rmdir()
     (tmp_path / "store").write_bytes(b"now a file")
     _check_failing(store, host)
+
+
+def test_threads_of_one_process_share_the_cap(tmp_path: Path) -> None:
+    host = make_host("mla", "page_first_direct")
+    page = len(page_bytes(host, 0)[0])
+    stores = [_store(host, tmp_path, max_bytes=12 * page) for _ in range(4)]
+    keys = keys_for(host, 160)
+
+    def write(n: int) -> None:
+        for start in range(n * 40, (n + 1) * 40, 2):
+            stores[n].batch_set_v1(keys[start : start + 2], slots([2 * n, 2 * n + 1]))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = stores[0].get_stats()
+    assert stats["bytes_used"] == _disk_bytes(tmp_path) <= 12 * page
+    assert stats["objects"] == len(list(tmp_path.glob("*/*.bin")))
 
 
 # -- several processes ------------------------------------------------------------------------
