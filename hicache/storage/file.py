@@ -5,23 +5,26 @@ characters of the page hash in the key (a 256-way fan-out; a key of another shap
 by a hash of itself). Writes go to a unique temporary
 (``{final}.tmp.{pid}.{thread}.{uuid}``), then ``os.replace`` renames it into place, so a
 reader sees a whole object or none, from any process. A present object is never rewritten
-(write-once); it is touched instead (``os.utime``), as on every read hit: mtime is the LRU
-clock that every process using the directory shares. Reads ``readinto`` the host page itself
-when ``PageIO.zero_copy`` (else a staging array, then ``commit``) after checking the file's
-size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared by
-every instance on the directory (``file_lru``). Any ``OSError`` after construction is a miss,
-logged once per kind.
+(write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
+second old): mtime is the LRU clock that every process using the directory shares. Reads
+``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
+``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
+removed. The byte cap is shared by every instance on the directory (``file_lru``). Any
+``OSError`` after construction is a miss, logged once per kind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import re
 import shutil
 import threading
+import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -40,6 +43,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ROOT = "/tmp/hicache"
 ROOT_ENV = "HICACHE_STORAGE_DIR"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
+TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
 _PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
 
@@ -81,12 +85,10 @@ class HiCacheFile(HiCacheStorage):
         self.usage = DirectoryUsage(self.root, float(evict_ratio))
         self._closed = False
 
-    def path(self, page_key: str, object_key: str) -> str:
-        """Where the object ``object_key`` of page ``page_key`` lives."""
-        return os.path.join(self.root, bucket_of(page_key), object_key + OBJECT_SUFFIX)
-
     def _paths(self, page_key: str, parts: int) -> list[str]:
-        return [self.path(page_key, k) for k in object_keys(page_key, parts)]
+        """Where the objects of page ``page_key`` live (f-strings: this is the hot path)."""
+        base = f"{self.root}/{bucket_of(page_key)}/"
+        return [f"{base}{k}{OBJECT_SUFFIX}" for k in object_keys(page_key, parts)]
 
     def batch_exists(
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
@@ -124,40 +126,53 @@ class HiCacheFile(HiCacheStorage):
         return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
 
     def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        """Read one page: every object opened and its size checked before any byte lands,
+        so a missing or corrupt object leaves the page's host slots as they were."""
         paths = self._paths(key, pages.parts)
         try:
-            targets = pages.target(slot)
-            if not all(self._read_into(p, t) for p, t in zip(paths, targets, strict=True)):
-                return False
+            with ExitStack() as stack:
+                found = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
+                files = [f for f in found if f is not None]
+                if len(files) != len(paths):
+                    return False
+                targets = pages.target(slot)
+                for file, target in zip(files, targets, strict=True):
+                    got = file.readinto(target.data)
+                    if got != target.nbytes:
+                        raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
-            self._touch(paths)
             return True
         except OSError as err:
             self._fail("read", err)
             return False
 
-    def _read_into(self, path: str, target: np.ndarray) -> bool:
-        """Fill ``target`` (uint8, the object's size) from ``path``: False when missing,
-        False (and the file removed) when its size is wrong."""
+    def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
+        """``path`` opened (closed with ``stack``) and touched if its mtime is older than
+        ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt: then it is
+        removed, so that ``batch_exists`` stops offering it; the next eviction scan corrects
+        the byte count)."""
         try:
-            file = open(path, "rb", buffering=0)
+            file = stack.enter_context(open(path, "rb", buffering=0))
         except FileNotFoundError:
-            return False
-        with file:
-            size = os.fstat(file.fileno()).st_size
-            got = file.readinto(target.data) if size == target.nbytes else None
-        if got == target.nbytes:
-            return True
-        self._fail("read", OSError(f"corrupt object of {size} bytes, {target.nbytes} expected"))
-        discard([path])  # so that batch_exists stops reporting it; the scan resyncs the bytes
-        return False
+            return None
+        st = os.fstat(file.fileno())
+        if st.st_size == nbytes:
+            if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
+                self._touch([file.fileno()])
+            return file
+        self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
+        discard([path])
+        return None
 
-    def _touch(self, paths: list[str]) -> None:
-        for path in paths:
+    def _touch(self, files: list[str] | list[int]) -> None:
+        """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
+        for file in files:
             try:
-                os.utime(path)
-            except FileNotFoundError:  # evicted meanwhile; the read already landed
+                os.utime(file)
+            except FileNotFoundError:  # evicted meanwhile
                 pass
+            except OSError as err:  # e.g. another user's file: it ages, nothing breaks
+                self._fail("touch", err)
 
     def batch_set_v1(
         self,

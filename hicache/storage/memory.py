@@ -15,6 +15,7 @@ import torch
 
 from hicache.storage.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.storage.keys import check_keys, object_keys
+from hicache.storage.pages import PageIO
 
 __all__ = ["MemoryStorage"]
 
@@ -46,20 +47,19 @@ class MemoryStorage(HiCacheStorage):
     ) -> list[bool]:
         pages = self.page_io()
         slots = pages.page_slots(keys, host_indices)
-        done = []
-        for key, slot in zip(keys, slots, strict=True):
-            with self._lock:
-                data = [self._objects.get(k) for k in object_keys(key, pages.parts)]
-            ok = not self._closed and all(
-                d is not None and len(d) == pages.object_bytes for d in data
-            )
-            if ok:
-                targets = pages.target(slot)
-                for target, raw in zip(targets, data, strict=True):
-                    target[:] = np.frombuffer(raw or b"", np.uint8)
-                pages.commit(slot, targets)
-            done.append(ok)
-        return done
+        return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
+
+    def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        with self._lock:
+            found = [self._objects.get(k) for k in object_keys(key, pages.parts)]
+        data = [raw for raw in found if raw is not None and len(raw) == pages.object_bytes]
+        if self._closed or len(data) != pages.parts:
+            return False
+        targets = pages.target(slot)
+        for target, raw in zip(targets, data, strict=True):
+            target[:] = np.frombuffer(raw, np.uint8)
+        pages.commit(slot, targets)
+        return True
 
     def batch_set_v1(
         self,

@@ -61,14 +61,19 @@ def keys_for(host: Any, pages: int, namespace: Any = None, seed: int = 0, **fp: 
     return StorageKeys(fingerprint(host, **fp)).page_keys(hashes)
 
 
+def page_of(buf: torch.Tensor, layout: str, page_size: int, slot: int) -> torch.Tensor:
+    """The oracle: the page at ``slot`` of one part buffer in ``layout`` (shapes as in
+    ``hicache.pools.host_layouts``)."""
+    if layout == "layer_first":  # (L, size, H, D)
+        return buf[:, slot : slot + page_size]
+    if layout == "page_first":  # (size, L, H, D)
+        return buf[slot : slot + page_size]
+    return buf[slot // page_size]  # (pages, ...)
+
+
 def page_view(host: Any, part: int, slot: int) -> torch.Tensor:
-    """The oracle: page ``slot // page_size`` of ``part`` as the layout stores it."""
-    buf, ps = host.host_parts[part], host.page_size
-    if host.layout == "layer_first":
-        return buf[:, slot : slot + ps]
-    if host.layout == "page_first":
-        return buf[slot : slot + ps]
-    return buf[slot // ps]
+    """The page at ``slot`` of ``host``'s part ``part``, as the layout stores it."""
+    return page_of(host.host_parts[part], host.layout, host.page_size, slot)
 
 
 def page_bytes(host: Any, slot: int) -> list[bytes]:
