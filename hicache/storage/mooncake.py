@@ -32,8 +32,9 @@ __all__ = ["MooncakeStore"]
 
 logger = logging.getLogger(__name__)
 
-# Codes that only mean "not there (now)": object not found, has a lease, lease expired.
-_MISS_CODES = frozenset({-704, -706, -707})
+# Codes of a healthy store that only mean "not (now)": no space (a full store: -200,
+# NO_AVAILABLE_HANDLE), object not found, has a lease, lease expired.
+_MISS_CODES = frozenset({-200, -704, -706, -707})
 _ALREADY_EXISTS = -705
 
 
@@ -274,15 +275,18 @@ class MooncakeStore(HiCacheStorage):
         except Exception as exc:
             self._fail("clear", exc)
 
+    def failure_count(self) -> int:
+        """Calls that failed (not plain misses) so far (``guard.ReportsFailures``)."""
+        with self._lock:
+            return self._errors
+
     def get_stats(self) -> dict[str, Any]:
         """``backend``, ``master``, ``closed`` and ``errors`` (calls that failed, not missed)."""
-        with self._lock:
-            errors = self._errors
         return {
             "backend": "mooncake",
             "master": self.config.master_server_address,
             "closed": self._closed,
-            "errors": errors,
+            "errors": self.failure_count(),
         }
 
     def close(self) -> None:
