@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -204,29 +206,41 @@ class MooncakeStore(HiCacheStorage):
             self._fail("batch_set_v1", exc)
             return [False] * len(keys)
 
+    @contextmanager
+    def _staging(self, nbytes: int) -> Iterator[np.ndarray]:
+        """A staging block registered with the store for one call (RDMA needs registered
+        memory; over TCP an unregistered 1 MiB object moves ~10x slower). Empty when
+        ``nbytes`` is 0 (zero-copy layouts)."""
+        block = np.empty(nbytes, np.uint8)
+        address = block.ctypes.data
+        registered = nbytes > 0 and int(self._store.register_buffer(address, nbytes)) == 0
+        try:
+            yield block
+        finally:
+            if registered:
+                self._store.unregister_buffer(address)
+
     def _set(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
-        parts = pages.parts
+        parts, size = pages.parts, pages.object_bytes
         okeys = [o for k in keys for o in object_keys(k, parts)]
         done = self._exist(okeys)
         todo = [i for i, there in enumerate(done) if not there]
-        if todo:
+        if not todo:
+            return [all(done[i * parts : (i + 1) * parts]) for i in range(len(keys))]
+        with self._staging(0 if pages.zero_copy else len(okeys) * size) as staging:
             if pages.zero_copy:
                 ptrs = [a for s in slots for a in pages.address(s)]
-            else:  # kept alive by this frame until the put has copied it
-                staging = np.concatenate([a for s in slots for a in pages.source(s)])
-                ptrs = [staging.ctypes.data + i * pages.object_bytes for i in range(len(okeys))]
-            codes = [
-                int(c)
-                for c in self._store.batch_put_from(
-                    [okeys[i] for i in todo],
-                    [ptrs[i] for i in todo],
-                    [pages.object_bytes] * len(todo),
-                )
-            ]
-            self._note("batch_put_from", codes)
-            if len(codes) == len(todo):
-                for i, code in zip(todo, codes, strict=True):
-                    done[i] = code in (0, _ALREADY_EXISTS)
+            else:
+                np.concatenate([a for s in slots for a in pages.source(s)], out=staging)
+                ptrs = [staging.ctypes.data + i * size for i in range(len(okeys))]
+            codes = self._store.batch_put_from(
+                [okeys[i] for i in todo], [ptrs[i] for i in todo], [size] * len(todo)
+            )
+        codes = [int(c) for c in codes]
+        self._note("batch_put_from", codes)
+        if len(codes) == len(todo):
+            for i, code in zip(todo, codes, strict=True):
+                done[i] = code in (0, _ALREADY_EXISTS)
         return [all(done[i * parts : (i + 1) * parts]) for i in range(len(keys))]
 
     def batch_get_v1(
@@ -248,22 +262,23 @@ class MooncakeStore(HiCacheStorage):
     def _get(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         parts, size = pages.parts, pages.object_bytes
         okeys = [o for k in keys for o in object_keys(k, parts)]
-        if pages.zero_copy:
-            staging = None
-            ptrs = [a for s in slots for a in pages.address(s)]
-        else:
-            staging = np.empty(len(okeys) * size, np.uint8)
-            ptrs = [staging.ctypes.data + i * size for i in range(len(okeys))]
-        codes = [int(c) for c in self._store.batch_get_into(okeys, ptrs, [size] * len(okeys))]
-        self._note("batch_get_into", codes)
-        if len(codes) != len(okeys):
-            return [False] * len(keys)
-        ok = [all(c == size for c in codes[i * parts : (i + 1) * parts]) for i in range(len(keys))]
-        if staging is not None:
-            for i, slot in enumerate(slots):
-                if ok[i]:
-                    objs = staging[i * parts * size : (i + 1) * parts * size]
-                    pages.commit(slot, [objs[p * size : (p + 1) * size] for p in range(parts)])
+        with self._staging(0 if pages.zero_copy else len(okeys) * size) as staging:
+            if pages.zero_copy:
+                ptrs = [a for s in slots for a in pages.address(s)]
+            else:
+                ptrs = [staging.ctypes.data + i * size for i in range(len(okeys))]
+            codes = [int(c) for c in self._store.batch_get_into(okeys, ptrs, [size] * len(okeys))]
+            self._note("batch_get_into", codes)
+            if len(codes) != len(okeys):
+                return [False] * len(keys)
+            ok = [
+                all(c == size for c in codes[i * parts : (i + 1) * parts]) for i in range(len(keys))
+            ]
+            if not pages.zero_copy:
+                for i, slot in enumerate(slots):
+                    if ok[i]:
+                        objs = staging[i * parts * size : (i + 1) * parts * size]
+                        pages.commit(slot, [objs[p * size : (p + 1) * size] for p in range(parts)])
         return ok
 
     def clear(self) -> None:
