@@ -16,11 +16,11 @@ a miss (``get_stats()["errors"]`` counts the ones that are not plain misses).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ import torch
 from hicache.storage.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.storage.keys import object_keys
 from hicache.storage.mooncake_config import MooncakeConfig
+from hicache.storage.mooncake_setup import connect
 from hicache.storage.pages import PageIO
 
 __all__ = ["MooncakeStore"]
@@ -38,61 +39,8 @@ logger = logging.getLogger(__name__)
 # NO_AVAILABLE_HANDLE), object not found, has a lease, lease expired.
 _MISS_CODES = frozenset({-200, -704, -706, -707})
 _ALREADY_EXISTS = -705
-
-
-def _import_store() -> Any:
-    try:
-        from mooncake.store import MooncakeDistributedStore
-    except ImportError as exc:
-        raise ImportError(
-            "the mooncake storage backend needs Mooncake Store: pip install hicache[mooncake] "
-            f"(mooncake-transfer-engine-non-cuda; and apt-get install libibverbs1): {exc}"
-        ) from exc
-    return MooncakeDistributedStore()
-
-
-def _probe(config: MooncakeConfig) -> None:
-    try:
-        with socket.create_connection(config.master, timeout=config.probe_timeout_s):
-            pass
-    except OSError as exc:
-        raise ConnectionError(
-            f"mooncake master {config.master_server_address} unreachable: {exc}"
-        ) from exc
-
-
-def _setup(store: Any, config: MooncakeConfig) -> None:
-    """``store.setup`` in a daemon thread; ``ConnectionError`` unless it returns 0 in time."""
-    result: list[Any] = []
-
-    def run() -> None:
-        try:
-            result.append(
-                store.setup(
-                    config.local_hostname,
-                    config.metadata_server,
-                    config.global_segment_size,
-                    config.local_buffer_size,
-                    config.protocol,
-                    config.device_name,
-                    config.master_server_address,
-                    None,
-                    tenant_id=config.tenant_id,
-                )
-            )
-        except Exception as exc:  # reported below, in the constructing thread
-            result.append(exc)
-
-    thread = threading.Thread(target=run, name="mooncake-setup", daemon=True)
-    thread.start()
-    thread.join(config.setup_timeout_s)
-    if not result:
-        raise ConnectionError(
-            f"mooncake setup with {config.master_server_address} did not finish in "
-            f"{config.setup_timeout_s} s"
-        )
-    if result[0] != 0:
-        raise ConnectionError(f"mooncake setup with {config.master_server_address}: {result[0]}")
+_CLOSE_WAIT_S = 30.0  # longer than any call takes with the master gone (~4.3 s)
+T = TypeVar("T")
 
 
 class MooncakeStore(HiCacheStorage):
@@ -120,11 +68,10 @@ class MooncakeStore(HiCacheStorage):
         given = dict(locals())
         given.pop("self")
         self.config = MooncakeConfig.resolve(given)
-        store = _import_store()
-        _probe(self.config)
-        _setup(store, self.config)
-        self._store = store
+        self._store = connect(self.config)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0
         self._closed = False
         self._errors = 0
         self._logged: set[str] = set()
@@ -151,6 +98,23 @@ class MooncakeStore(HiCacheStorage):
         if new:
             logger.warning("mooncake %s raised %r (now a miss)", what, exc)
 
+    def _run(self, what: str, miss: T, fn: Callable[[], T]) -> T:
+        """``fn()`` while the client is open (``close`` waits for it), else ``miss``; an
+        exception is logged once, counted, and becomes ``miss``."""
+        with self._lock:
+            if self._closed:
+                return miss
+            self._inflight += 1
+        try:
+            return fn()
+        except Exception as exc:
+            self._fail(what, exc)
+            return miss
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._idle.notify_all()
+
     def _exist(self, okeys: list[str]) -> list[bool]:
         codes = [int(c) for c in self._store.batch_is_exist(okeys)]
         self._note("batch_is_exist", codes)
@@ -164,13 +128,10 @@ class MooncakeStore(HiCacheStorage):
         """Attach the host pool and register its buffers with the store (RDMA needs it; TCP
         works without)."""
         super().register_mem_pool_host(mem_pool_host)
-        if self._closed:
-            return
         for address, size in self.page_io().regions():
-            try:
-                self._note("register_buffer", [int(self._store.register_buffer(address, size))])
-            except Exception as exc:
-                self._fail("register_buffer", exc)
+            register = partial(self._store.register_buffer, address, size)
+            code = self._run("register_buffer", 0, register)
+            self._note("register_buffer", [int(code)])
 
     def batch_exists(
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
@@ -178,13 +139,10 @@ class MooncakeStore(HiCacheStorage):
         pages = self.page_io()
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise TypeError("keys must be a list of str")
-        if self._closed or not keys:
+        if not keys:
             return 0
-        try:
-            present = self._exist([o for k in keys for o in object_keys(k, pages.parts)])
-        except Exception as exc:
-            self._fail("batch_exists", exc)
-            return 0
+        okeys = [o for k in keys for o in object_keys(k, pages.parts)]
+        present = self._run("batch_exists", [False], lambda: self._exist(okeys))
         for i in range(len(keys)):
             if not all(present[i * pages.parts : (i + 1) * pages.parts]):
                 return i
@@ -198,13 +156,7 @@ class MooncakeStore(HiCacheStorage):
     ) -> list[bool]:
         pages = self.page_io()
         slots = pages.page_slots(keys, host_indices)
-        if self._closed or not keys:
-            return [False] * len(keys)
-        try:
-            return self._set(pages, keys, slots)
-        except Exception as exc:
-            self._fail("batch_set_v1", exc)
-            return [False] * len(keys)
+        return self._run("batch_set_v1", [False] * len(keys), lambda: self._set(pages, keys, slots))
 
     @contextmanager
     def _staging(self, nbytes: int) -> Iterator[np.ndarray]:
@@ -251,13 +203,7 @@ class MooncakeStore(HiCacheStorage):
     ) -> list[bool]:
         pages = self.page_io()
         slots = pages.page_slots(keys, host_indices)
-        if self._closed or not keys:
-            return [False] * len(keys)
-        try:
-            return self._get(pages, keys, slots)
-        except Exception as exc:
-            self._fail("batch_get_v1", exc)
-            return [False] * len(keys)
+        return self._run("batch_get_v1", [False] * len(keys), lambda: self._get(pages, keys, slots))
 
     def _get(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         parts, size = pages.parts, pages.object_bytes
@@ -283,12 +229,8 @@ class MooncakeStore(HiCacheStorage):
 
     def clear(self) -> None:
         """Remove every object of the store (``remove_all(force=True)``; all tenants' pages)."""
-        if self._closed:
-            return
-        try:
-            self._note("remove_all", [min(0, int(self._store.remove_all(True)))])
-        except Exception as exc:
-            self._fail("clear", exc)
+        removed = self._run("clear", 0, lambda: int(self._store.remove_all(True)))
+        self._note("remove_all", [min(0, removed)])
 
     def failure_count(self) -> int:
         """Calls that failed (not plain misses) so far (``guard.ReportsFailures``)."""
@@ -305,11 +247,17 @@ class MooncakeStore(HiCacheStorage):
         }
 
     def close(self) -> None:
-        """Close the client (idempotent); later calls are misses."""
+        """Close the client (idempotent) once the calls in flight are done (at most
+        ``_CLOSE_WAIT_S``; past that it is left open rather than closed under a call); later
+        calls are misses."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            idle = self._idle.wait_for(lambda: self._inflight == 0, _CLOSE_WAIT_S)
+        if not idle:
+            logger.warning("mooncake close: calls still in flight after %s s", _CLOSE_WAIT_S)
+            return
         try:
             self._store.close()
         except Exception as exc:
