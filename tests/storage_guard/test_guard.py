@@ -282,3 +282,33 @@ def test_guard_raising_backend_opens_after_threshold(host_pool) -> None:  # type
     s = guard.stats()
     assert (s.failures, s.refused, s.breaker_state) == (3, 1, "open")
     assert br.current_backoff_s == 6.0 and fake.calls == 3
+
+
+class SoftFailing(Fake):
+    """Fails the way the contract asks: a miss, counted in ``failure_count``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = 0
+
+    def failure_count(self) -> int:
+        return self.failed
+
+    def batch_exists(self, keys, extra_info=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        self.failed += 1
+        return 0
+
+
+def test_backend_counted_failures_feed_the_breaker(host_pool) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    fake = SoftFailing()
+    br = CircuitBreaker(failure_threshold=2, slow_call_s=1.0, backoff_s=3.0, clock=clock)
+    guard = guarded(host_pool, fake, br)
+    assert fake.pages is not None  # the pool was forwarded
+    fake.present.add("a")
+    assert guard.batch_get_v1(["a"], slots(1)) == [True]  # no failure counted: stays closed
+    for _ in range(4):
+        assert guard.batch_exists(["a"]) == 0
+    s = guard.stats()
+    assert (s.failures, s.refused, s.breaker_state, fake.calls) == (2, 2, "open", 3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,6 +68,29 @@ def test_round_trip_byte_exact(mooncake: MooncakeServers, kind: str, layout: str
     store.close()
     store.close()  # idempotent; later calls are misses
     assert store.batch_exists(keys) == 0 and store.batch_get_v1(keys[:1], slots([0])) == [False]
+
+
+def test_close_waits_for_calls_in_flight(mooncake: MooncakeServers) -> None:
+    pool = host_pool("mha", "page_first")
+    fill_random(pool, seed=8)
+    store = store_for(mooncake, pool)
+    keys = fresh_keys(4)
+    assert store.batch_set_v1(keys, slots([0, 1, 2, 3])) == [True] * 4
+    seen: list[object] = []
+
+    def reader() -> None:
+        for _ in range(300):
+            seen.append(store.batch_exists(keys))
+            seen.append(store.batch_get_v1(keys, slots([4, 5, 6, 7])))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)
+    store.close()
+    thread.join()
+    assert len(seen) == 600 and {4, 0} >= {x for x in seen[::2]}
+    assert seen[-2:] == [0, [False] * 4]  # after close: misses
+    assert store.get_stats()["closed"] is True
 
 
 def test_writer_process_exits_reader_hits(mooncake: MooncakeServers) -> None:
