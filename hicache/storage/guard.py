@@ -3,7 +3,8 @@
 It is itself a ``HiCacheStorage``. Arguments are checked here (a caller bug still raises
 ``TypeError``/``ValueError``); then every exception from the backend is caught (logged once per
 exception type), counted as a failure and turned into a miss, and so is a malformed result
-(``None``, a list of the wrong length). With a ``CircuitBreaker`` a call the open breaker
+(``None``, a list of the wrong length) and a miss the backend itself counted as a failure
+(``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker
 refuses returns a miss at once without reaching the backend, and a failed or slow call counts
 against the breaker. ``stats()`` reads the counters (thread-safe) as a ``StorageStats``.
 """
@@ -15,14 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from hicache.storage.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.storage.breaker import CircuitBreaker
 
-__all__ = ["GuardedStorage", "StorageStats"]
+__all__ = ["GuardedStorage", "ReportsFailures", "StorageStats"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,8 +42,9 @@ class StorageStats:
         counts pages that were already present too).
     bytes_read, bytes_written : those pages times the bytes of a page (all its objects).
     read_seconds, write_seconds : time inside the backend's get / set calls.
-    failures : calls that raised, returned a malformed result, or (with a breaker) ran slower
-        than its ``slow_call_s``.
+    failures : calls that raised, returned a malformed result, that a ``ReportsFailures``
+        backend reported as failed, or (with a breaker) ran slower than its ``slow_call_s``;
+        and ``clear``/``close`` calls that raised.
     refused : calls the open breaker refused (fast misses).
     breaker_state : ``closed``/``open``/``half_open``, or ``none`` without a breaker.
     """
@@ -70,6 +72,15 @@ class StorageStats:
     def write_gbps(self) -> float:
         """``bytes_written / write_seconds`` in GB/s (1e9 bytes), 0.0 before any write time."""
         return self.bytes_written / self.write_seconds / 1e9 if self.write_seconds > 0 else 0.0
+
+
+@runtime_checkable
+class ReportsFailures(Protocol):
+    """A backend that turns its own failures into misses (as the contract asks) and counts
+    them: a call during which ``failure_count()`` grew counts as failed for the guard and its
+    breaker (e.g. Mooncake's fast RPC_FAIL once the master is gone)."""
+
+    def failure_count(self) -> int: ...
 
 
 def _bools(result: object, n: int) -> list[bool] | None:
@@ -130,6 +141,7 @@ class GuardedStorage(HiCacheStorage):
         if self.breaker is not None and not self.breaker.allow():
             self._add(refused=1)
             return None, 0.0
+        before = self._backend_failures()
         start = self._clock()
         try:
             result = check(fn())
@@ -139,12 +151,20 @@ class GuardedStorage(HiCacheStorage):
             result = None
             self._log(what, exc)
         elapsed = self._clock() - start
-        failed = result is None
+        failed = result is None or self._backend_failures() > before
         if self.breaker is not None:
             failed = self.breaker.record(not failed, elapsed)
         if failed:
             self._add(failures=1)
         return result, elapsed
+
+    def _backend_failures(self) -> int:
+        if not isinstance(self.backend, ReportsFailures):
+            return 0
+        try:
+            return int(self.backend.failure_count())
+        except Exception:
+            return 0
 
     def _log(self, what: str, exc: Exception) -> None:
         with self._lock:
@@ -235,8 +255,9 @@ class GuardedStorage(HiCacheStorage):
         return figures
 
     def close(self) -> None:
-        """The backend's ``close`` (errors logged, never raised)."""
+        """The backend's ``close`` (errors logged and counted, never raised)."""
         try:
             self.backend.close()
         except Exception as exc:
             self._log("close", exc)
+            self._add(failures=1)

@@ -141,7 +141,7 @@ def _wait(servers: MooncakeServers, what: str, ready: str, deadline: float) -> N
 def start_servers(
     logs: Path,
     segment_size: str = "256 MB",
-    lease_ttl_ms: int = 500,
+    lease_ttl_ms: int = 2000,
     client_ttl_s: int = 2,
     timeout_s: float = 10.0,
 ) -> MooncakeServers:
