@@ -185,9 +185,7 @@ class Engine:
         self.forward_passes += 1
         return self.model(batch, self.kv_pool)
 
-    def _advance(
-        self, work: list[Work], tokens: list[int], logits: torch.Tensor
-    ) -> list[Request]:
+    def _advance(self, work: list[Work], tokens: list[int], logits: torch.Tensor) -> list[Request]:
         finished = []
         for w, token, row in zip(work, tokens, logits, strict=True):
             req = w.req
