@@ -59,6 +59,16 @@ def _gigabytes(name: str, default: float) -> float | Invalid:
     return value
 
 
+def _prefixed(prefix: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            (name[len(prefix) :].lower(), value)
+            for name, value in os.environ.items()
+            if name.startswith(prefix)
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Env:
     """Process-wide settings; read a setting that may be :class:`Invalid` through ``require``.
@@ -73,12 +83,16 @@ class Env:
         host pool must leave free.
     check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: slots handed to the radix tree must
         be allocated in the allocator (O(allocator) per call; see ``radix.ownership``).
+    mooncake : ``HICACHE_MOONCAKE_*`` — the Mooncake Store backend's settings as raw
+        ``(name, value)`` pairs, ``name`` the lower-cased rest (``HICACHE_MOONCAKE_PROTOCOL``
+        -> ``protocol``); parsed by ``hicache.storage.mooncake_config``.
     """
 
     triton_interpret: bool
     check_device_indices: bool | Invalid
     host_ram_reserve_gb: float | Invalid
     check_ownership: bool | Invalid = False
+    mooncake: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def read(cls) -> Env:
@@ -87,6 +101,7 @@ class Env:
             check_device_indices=_flag("HICACHE_CHECK_DEVICE_INDICES", False),
             host_ram_reserve_gb=_gigabytes("HICACHE_HOST_RAM_RESERVE_GB", 2.0),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
+            mooncake=_prefixed("HICACHE_MOONCAKE_"),
         )
 
 
@@ -101,3 +116,8 @@ def device_indices_checked() -> bool:
 def ownership_checked() -> bool:
     """Whether the radix tree checks slots against the allocator (``HICACHE_CHECK_OWNERSHIP``)."""
     return require(ENV.check_ownership)
+
+
+def mooncake_settings() -> dict[str, str]:
+    """The raw ``HICACHE_MOONCAKE_*`` settings by lower-cased name (see ``Env.mooncake``)."""
+    return dict(ENV.mooncake)

@@ -36,9 +36,13 @@ from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.slots import Slots
 from hicache.radix.stats import CacheStats
+from hicache.radix.storage_build import build_storage
+from hicache.radix.storage_hooks import StorageHooks
+from hicache.radix.storage_tier import StorageTier
+from hicache.storage import StorageConfig
 
 
-class HiRadixCache(RadixCache):
+class HiRadixCache(StorageHooks, RadixCache):
     """Radix prefix cache with a host tier; see ``BasePrefixCache`` for the shared contract.
 
     Parameters
@@ -56,6 +60,7 @@ class HiRadixCache(RadixCache):
     ----------
     cache_controller : the ``HiCacheController`` moving KV between the tiers.
     host_tier : the ``HostTier`` (host copies, pending transfers, host-evictable leaves).
+    storage_tier : the ``StorageTier`` below the host tier, or None without one.
     hi_config : the validated ``HiCacheConfig``.
 
     Raises ``TypeError``/``ValueError`` before allocating anything on bad settings, and
@@ -80,7 +85,19 @@ class HiRadixCache(RadixCache):
         verify_sample_period: int = 8,
         enable_kv_events: bool = False,
         enable_kv_cache_events: bool = False,
+        hicache_storage_backend: str | None = None,
+        hicache_storage_prefetch_policy: str = "timeout",
+        model_name: str | None = None,
+        storage_backend_extra_config: dict[str, Any] | None = None,
     ) -> None:
+        storage = None
+        if hicache_storage_backend is not None:
+            storage = StorageConfig(
+                backend=hicache_storage_backend,
+                extra_config=storage_backend_extra_config or {},
+                model_id=model_name or "unknown",
+                prefetch_policy=hicache_storage_prefetch_policy,
+            )
         settings = HiCacheConfig(
             hicache_ratio,
             hicache_size_gb,
@@ -90,6 +107,7 @@ class HiRadixCache(RadixCache):
             load_back_threshold,
             verify,
             verify_sample_period,
+            storage,
         )
         self.hi_config = settings if config is None else check_config(config, settings)
         super().__init__(
@@ -107,6 +125,16 @@ class HiRadixCache(RadixCache):
             self.ledger, self.cache_controller, eviction_policy, self.hi_config, self.ledger.events
         )
         self.ledger.attach(self.host_tier)
+        self.storage_tier: StorageTier | None = None
+        if self.hi_config.storage is not None:
+            self.storage_tier = build_storage(
+                self.tree,
+                self.host_tier,
+                self.cache_controller.mem_pool_host,
+                self.hi_config.storage,
+                self._clock,
+            )
+            self.host_tier.attach(self.storage_tier)
 
     @property
     def write_policy(self) -> str:
@@ -222,9 +250,23 @@ class HiRadixCache(RadixCache):
 
     def check_hicache_events(self) -> None:
         self.host_tier.poll()
+        if self.storage_tier is not None:
+            self.storage_tier.poll()
 
     def drain_transfers(self) -> None:
+        """As ``BasePrefixCache.drain_transfers``; with a storage tier also every storage
+        write and prefetch step queued (the host writes landing queue storage writes)."""
         self.host_tier.drain()
+        if self.storage_tier is not None:
+            self.storage_tier.settle()
+
+    def close(self) -> None:
+        """Stop the storage tier's threads and close its backend (idempotent); the cache
+        keeps serving from the device and host tiers."""
+        if self.storage_tier is not None:
+            self.storage_tier.close()
+            self.host_tier.below = None
+            self.storage_tier = None
 
     # ---- whole tree --------------------------------------------------------------------------
 
@@ -240,13 +282,16 @@ class HiRadixCache(RadixCache):
                 raise ValueError(
                     f"reset: node {node.id} is locked by a live request; finish or release it first"
                 )
+        if self.storage_tier is not None:
+            self.storage_tier.clear()
         self.host_tier.clear()
         self._clear()
 
     def stats(self) -> CacheStats:
         own = super().stats()
+        storage = None if self.storage_tier is None else self.storage_tier.stats()
         return CacheStats(
-            own.prefix, own.device, self.host_tier.stats(), self.cache_controller.stats()
+            own.prefix, own.device, self.host_tier.stats(), self.cache_controller.stats(), storage
         )
 
     def check_invariants(self) -> None:

@@ -56,8 +56,9 @@ def _check_host_slots(tier: HostTier, nodes: list[TreeNode]) -> None:
         _fail("a host slot is both in the tree and free in the host pool")
     if held.numel() != tier.size():
         _fail(f"host_size() is {tier.size()}, the nodes hold {held.numel()} host slots")
-    if held.numel() + free.numel() != host_pool.size:
+    owned = held.numel() + free.numel() + tier.reserved()
+    if owned != host_pool.size:
         _fail(
-            f"host slots leaked: {host_pool.size - held.numel() - free.numel()} are neither "
-            "free nor owned by a node"
+            f"host slots leaked: {host_pool.size - owned} are neither free, owned by a node "
+            "nor reserved for a prefetch"
         )

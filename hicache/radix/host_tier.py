@@ -10,6 +10,7 @@ root-connected; a backup that finds the host pool short first evicts host-only l
 from __future__ import annotations
 
 from collections import Counter
+from typing import Protocol
 
 import torch
 
@@ -23,6 +24,19 @@ from hicache.radix.stats import HostStats
 from hicache.radix.tier import TierSite
 
 _CPU = torch.device("cpu")
+
+
+class BelowHost(Protocol):
+    """What the host tier asks of a storage tier attached below it (``attach``)."""
+
+    def pins(self, node: TreeNode) -> bool:
+        """Whether ``node``'s host copy is being written to storage (not evictable)."""
+
+    def backed_up(self, node: TreeNode) -> None:
+        """``node``'s host write landed: queue what storage needs of its path."""
+
+    def settle(self) -> None:
+        """Block until no storage write reads host slots."""
 
 
 class HostTier:
@@ -55,6 +69,12 @@ class HostTier:
         self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
         self._backup_tokens = self._load_backs = self._load_back_tokens = 0  # counters
         self._evicted_tokens = 0
+        self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
+        self.below: BelowHost | None = None
+
+    def attach(self, below: BelowHost) -> None:
+        """Put a storage tier below this one (before the first node is added)."""
+        self.below = below
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -68,6 +88,7 @@ class HostTier:
             and node.slots is None
             and node.host_slots is not None
             and not node.children
+            and (self.below is None or not self.below.pins(node))
         )
 
     def refile(self, node: TreeNode) -> None:
@@ -75,6 +96,10 @@ class HostTier:
 
     def size(self) -> int:
         return self._size
+
+    def reserved(self) -> int:
+        """Host slots reserved (``reserve``) and not yet adopted or released."""
+        return self._reserved
 
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
@@ -207,6 +232,40 @@ class HostTier:
                     node = waiting.pop(node_id, None)
                     if node is not None:
                         self.site.unlock(node)
+                        if waiting is self._writing and self.below is not None:
+                            self.below.backed_up(node)
+
+    # ---- slots for a storage tier ------------------------------------------------------------
+
+    def reserve(self, num_tokens: int) -> torch.Tensor | None:
+        """``num_tokens`` host slots (a page multiple; int64 CPU) owned by the caller until
+        ``adopt`` or ``release``, evicting host-only leaves when short; None when the host
+        cannot free enough."""
+        pool = self.controller.mem_pool_host
+        short = num_tokens - pool.available_size()
+        if short > 0 and self.evict(short) < short:
+            return None
+        slots = pool.alloc(num_tokens)
+        if slots is not None:
+            self._reserved += num_tokens
+        return slots
+
+    def release(self, slots: torch.Tensor) -> None:
+        """Give reserved host ``slots`` back to the pool."""
+        if slots.numel():
+            self._reserved -= slots.numel()
+            self.controller.evict_host(slots)
+
+    def adopt(self, leaf: TreeNode, child_key: object) -> None:
+        """Link the new host-only leaf ``leaf`` (its ``host_slots`` reserved here, its parent
+        the root or backed up) under its parent at ``child_key``."""
+        assert leaf.host_slots is not None and leaf.slots is None
+        n = len(leaf.key)
+        self._reserved -= n
+        self._size += n
+        self.site.add_host_leaf(leaf, child_key)
+        if self.events is not None:
+            self.events.stored(leaf, HOST)
 
     # ---- freeing -----------------------------------------------------------------------------
 
@@ -233,6 +292,8 @@ class HostTier:
         """Delete ``top`` and its descendants from the tree, freeing their device and host
         slots. They must be unlocked, with no transfer pending (a host-only node's descendants
         are host-only)."""
+        if self.below is not None:
+            self.below.settle()
         nodes, stack = [], [top]
         while stack:
             node = stack.pop()

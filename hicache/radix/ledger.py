@@ -169,6 +169,13 @@ class Ledger:
         if self.events is not None:
             self.events.stored(leaf, DEVICE)
 
+    def add_host_leaf(self, leaf: TreeNode, child_key: Any) -> None:
+        """Link the new leaf ``leaf`` (no device copy, a lower tier's) under its parent."""
+        assert leaf.slots is None and leaf.parent is not None
+        self.tree.link_leaf(leaf, child_key)
+        self.sync(leaf.parent)
+        self.sync(leaf)
+
     def delete_leaf(self, node: TreeNode) -> None:
         self.sync(self.tree.unlink_leaf(node))
 

@@ -61,6 +61,9 @@ class TierSite(Protocol):
     def delete_leaf(self, node: TreeNode) -> None:
         """Remove the leaf ``node`` (its copies already freed) from the tree."""
 
+    def add_host_leaf(self, leaf: TreeNode, child_key: object) -> None:
+        """Link the new leaf ``leaf``, which has no device copy, under its parent."""
+
 
 class LowerTier(Protocol):
     """A tier below the device. ``leaves`` and ``holds``/``refile`` are called on every

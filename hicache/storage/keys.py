@@ -14,14 +14,18 @@ Characters are ``[0-9a-z_]`` only: a key is also a file name.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from hicache.checks import check_int
 
-__all__ = ["KVFingerprint", "StorageKeys", "object_keys"]
+__all__ = ["KVFingerprint", "StorageKeys", "check_keys", "object_keys"]
 
 KEY_VERSION = "hc1"
 PART_NAMES = {1: ("kv",), 2: ("k", "v")}
+MAX_KEY_CHARS = 160  # a page key plus its part, ".bin" and a temporary suffix fit a file name
+_KEY_CHARS = re.compile(r"[0-9a-z_]+")
 
 
 @dataclass(frozen=True)
@@ -103,3 +107,16 @@ class StorageKeys:
 def object_keys(page_key: str, parts: int) -> list[str]:
     """The object keys of one page: one per host-pool part (2: K and V; 1: MLA latent)."""
     return [f"{page_key}_{name}" for name in PART_NAMES[parts]]
+
+
+def check_keys(keys: Any) -> list[str]:
+    """``keys`` if a list of page keys: ``TypeError`` unless a list of str, ``ValueError``
+    unless each is 1 to ``MAX_KEY_CHARS`` characters of ``[0-9a-z_]`` (a key is a file name)."""
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise TypeError("keys must be a list of str")
+    for key in keys:
+        if len(key) > MAX_KEY_CHARS or not _KEY_CHARS.fullmatch(key):
+            raise ValueError(
+                f"keys must be 1 to {MAX_KEY_CHARS} characters of [0-9a-z_], got {key[:200]!r}"
+            )
+    return keys

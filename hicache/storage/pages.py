@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from hicache.checks import check_index_tensor
+from hicache.storage.keys import check_keys
 
 __all__ = ["PageIO"]
 
@@ -51,11 +52,11 @@ class PageIO:
         """The first host slot of each page of a batch call, checked.
 
         ``TypeError`` unless ``keys`` is a list of str and ``host_indices`` a 1-D int64 CPU
-        tensor; ``ValueError`` unless it has ``len(keys) * page_size`` slots, each page's slots
-        consecutive from a multiple of ``page_size``; ``IndexError`` past the pool.
+        tensor; ``ValueError`` for a malformed key (``keys.check_keys``), unless ``host_indices``
+        has ``len(keys) * page_size`` slots, each page's slots consecutive from a multiple of
+        ``page_size``; ``IndexError`` past the pool.
         """
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise TypeError("keys must be a list of str")
+        check_keys(keys)
         check_index_tensor("host_indices", host_indices)
         if host_indices.device.type != "cpu":
             raise ValueError(f"host_indices must be on the CPU, got {host_indices.device}")
@@ -67,7 +68,7 @@ class PageIO:
             )
         if not keys:
             return []
-        pages = host_indices.view(len(keys), ps).numpy()
+        pages = host_indices.reshape(len(keys), ps).numpy()
         firsts = pages[:, 0]
         if (firsts % ps).any() or (pages != firsts[:, None] + np.arange(ps)).any():
             raise ValueError("host_indices must be whole pages: page_size consecutive slots each")
