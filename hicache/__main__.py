@@ -126,7 +126,8 @@ def _storage_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "storage tier (L3)",
         "with --storage: the workload cold over the storage tier, then the same conversations "
-        "in a fresh process (empty device and host tiers) warm from storage",
+        "in a fresh process (empty device and host tiers) warm from storage; "
+        "--page-size defaults to 64 here",
     )
     g.add_argument("--storage", choices=STORAGE_BACKENDS, help="the storage backend")
     g.add_argument("--storage-dir", help="the file store's directory (default: a temporary one)")

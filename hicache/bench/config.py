@@ -21,6 +21,8 @@ from hicache.storage.config import PREFETCH_POLICIES
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ARRIVALS = ("uniform", "poisson")
 STORAGE_BACKENDS = ("file", "mooncake")  # ``memory`` cannot outlive the process
+# Storage objects are pages: one token per object would be one file (or Mooncake key) each.
+STORAGE_DEFAULTS: dict[str, Any] = {"page_size": 64}
 MODEL_ID = "hicache-tiny"  # the bench's models in storage keys; the revision is a digest
 # SGLang's multi-turn benchmark (benchmark/hicache/bench_multiturn.py) names its settings
 # differently; ``hicache bench`` accepts those names for the same fields, so a run can be put
@@ -150,9 +152,12 @@ class BenchConfig:
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> BenchConfig:
-        """Fill unset (None) options with the CPU or CUDA defaults of ``args['device']``."""
+        """Fill unset (None) options with the CPU or CUDA defaults of ``args['device']``
+        (and ``STORAGE_DEFAULTS`` with ``--storage``)."""
         device = args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         defaults = CUDA_DEFAULTS if device.startswith("cuda") else CPU_DEFAULTS
+        if args.get("storage") is not None:
+            defaults = {**defaults, **STORAGE_DEFAULTS}
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in args.items() if k in names and v is not None}
         return cls(**{**defaults, **given, "device": device})
