@@ -148,7 +148,7 @@ def finite(value: Any) -> Any:
 
 
 def device_name(device: str) -> str:
-    return torch.cuda.getdevice_name(device) if device.startswith("cuda") else "cpu"
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
 
 
 def headline(cfg: BenchConfig, device: str) -> str:
