@@ -80,6 +80,7 @@ def test_tiny_storage_bench_serves_phase_two_from_storage(tmp_path: Path) -> Non
         assert row in table, row
 
 
+@pytest.mark.slow
 def test_a_second_run_over_the_same_store_starts_cold(tmp_path: Path) -> None:
     """Each run salts its requests afresh: phase 1 never reads an earlier run's pages."""
     store = tmp_path / "store"
