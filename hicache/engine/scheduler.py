@@ -28,8 +28,8 @@ class Scheduler:
     chunked prefill.
 
     ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; host hits (only a host tier has them)
-    are loaded back. A request's first ``plan`` after it arrived matches its prompt and asks
-    the storage tier for the rest (``prefetch_from_storage``: a no-op without one); while that
+    are loaded back. With a storage tier, a request's first ``plan`` after it arrived matches
+    its prompt and asks the storage tier for the rest (``prefetch_from_storage``: a no-op without one); while that
     prefetch runs (``check_prefetch_progress`` False) admission passes over the request, the
     others keeping their FIFO order. Once it may run, admission matches again and finds the
     pages the prefetch inserted as host-only nodes, which load back like any host hit.
@@ -107,7 +107,10 @@ class Scheduler:
         return RadixKey.from_validated(prompt, req.extra_key)
 
     def _start_prefetches(self) -> None:
-        """Ask storage for what the tiers above miss of each request that arrived."""
+        """Ask storage for what the tiers above miss of each request that arrived. Without a
+        storage tier nothing is matched (no extra lookup in the cache's counters or policy)."""
+        if self._arrived and self.cache.stats().storage is None:
+            self._arrived.clear()
         for req in self._arrived:
             if req.status is not Status.WAITING:
                 continue
