@@ -5,8 +5,8 @@ Each ``step``:
 1. ``cache.check_hicache_events()`` — retire finished host writes/loads (a no-op without a
    host tier).
 2. Plan: with a storage tier, a request that arrived is matched and ``prefetch_from_storage``
-   asked for the rest of its prompt; decoding requests take one token each; waiting requests are admitted FIFO,
-   passing over those whose prefetch is still running (``check_prefetch_progress``)
+   asked for the rest of its prompt; decoding requests take one token each; waiting requests
+   are admitted FIFO, passing over those whose prefetch still runs (``check_prefetch_progress``)
    (``match_prefix``, ``init_load_back`` for host hits, prefetched pages included, slots
    allocated with eviction when short) and prompts are cut into chunks within
    ``max_prefill_tokens``.

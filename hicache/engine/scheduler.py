@@ -29,7 +29,7 @@ class Scheduler:
 
     ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; host hits (only a host tier has them)
     are loaded back. With a storage tier, a request's first ``plan`` after it arrived matches
-    its prompt and asks the storage tier for the rest (``prefetch_from_storage``: a no-op without one); while that
+    its prompt and asks the storage tier for the rest (``prefetch_from_storage``); while that
     prefetch runs (``check_prefetch_progress`` False) admission passes over the request, the
     others keeping their FIFO order. Once it may run, admission matches again and finds the
     pages the prefetch inserted as host-only nodes, which load back like any host hit.
