@@ -114,7 +114,39 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_log_level(p)
+    _storage_options(p)
     _sglang_options(p)
+
+
+def _storage_options(p: argparse.ArgumentParser) -> None:
+    """``--storage`` and its settings (bench/storage_run.py)."""
+    from hicache.bench.config import STORAGE_BACKENDS
+    from hicache.storage.config import PREFETCH_POLICIES
+
+    g = p.add_argument_group(
+        "storage tier (L3)",
+        "with --storage: the workload cold over the storage tier, then the same conversations "
+        "in a fresh process (empty device and host tiers) warm from storage; "
+        "--page-size defaults to 64 here",
+    )
+    g.add_argument("--storage", choices=STORAGE_BACKENDS, help="the storage backend")
+    g.add_argument("--storage-dir", help="the file store's directory (default: a temporary one)")
+    g.add_argument(
+        "--mooncake-master",
+        help="host:port of mooncake_master (default $HICACHE_MOONCAKE_MASTER_SERVER_ADDRESS; "
+        "other settings from HICACHE_MOONCAKE_*)",
+    )
+    g.add_argument(
+        "--prefetch-policy",
+        choices=PREFETCH_POLICIES,
+        help="when a request waiting on storage runs" + _field_default("prefetch_policy"),
+    )
+    g.add_argument(
+        "--prefetch-threshold",
+        type=int,
+        help="shortest miss worth asking storage for (tokens)"
+        + _field_default("prefetch_threshold"),
+    )
 
 
 def _sglang_options(p: argparse.ArgumentParser) -> None:
@@ -166,12 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from hicache.bench import BenchConfig, run_bench
+    from hicache.bench import BenchConfig, run_bench, run_storage_bench
 
     try:
         cfg = BenchConfig.from_args(vars(args))
         logging.getLogger("hicache.bench").info("config: %s", cfg.to_dict())
-        run_bench(cfg, progress=not args.no_progress)
+        run = run_bench if cfg.storage is None else run_storage_bench
+        run(cfg, progress=not args.no_progress)
     except (ValueError, TypeError, OSError) as err:
         sys.stderr.write(f"hicache bench: error: {err}\n")
         return 2

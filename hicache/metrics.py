@@ -6,34 +6,50 @@ each scrape turns one snapshot into metric families. Needs ``prometheus_client``
 
 Metrics (``prefix`` ``hicache`` by default; counters end in ``_total``):
 
-==================================== ======= ====================================
-name                                 type    labels
-==================================== ======= ====================================
-``match_calls_total``                counter
-``prefix_query_tokens_total``        counter
-``cache_hit_tokens_total``           counter ``tier`` = ``device`` | ``host``
-``insert_calls_total``               counter
-``inserted_tokens_total``            counter
-``evicted_tokens_total``             counter ``tier``
-``tokens``                           gauge   ``tier``, ``state`` = ``evictable`` | ``protected``
-                                             (device) | ``cached`` (host)
-``capacity_tokens``                  gauge   ``tier``
-``backup_tokens_total``              counter
-``load_backs_total``                 counter
-``load_back_tokens_total``           counter
-``transfer_pending_nodes``           gauge   ``direction`` = ``d2h`` | ``h2d``
-``transfer_bytes_total``             counter ``direction``
-``transfer_seconds_total``           counter ``direction``
-``transfer_batches_total``           counter ``direction``
-``transfer_queue_tokens``            gauge   ``direction``
-``transfer_inflight_batches``        gauge   ``direction``
-``load_layer_waits_total``           counter
-``transfer_blocking_waits_total``    counter
-``integrity_failures_total``         counter
-==================================== ======= ====================================
+======================================== ======= ====================================
+name                                     type    labels
+======================================== ======= ====================================
+``match_calls_total``                    counter
+``prefix_query_tokens_total``            counter
+``cache_hit_tokens_total``               counter ``tier`` = ``device`` | ``host``
+``insert_calls_total``                   counter
+``inserted_tokens_total``                counter
+``evicted_tokens_total``                 counter ``tier``
+``tokens``                               gauge   ``tier``, ``state`` = ``evictable`` | ``protected``
+                                                 (device) | ``cached`` (host)
+``capacity_tokens``                      gauge   ``tier``
+``backup_tokens_total``                  counter
+``load_backs_total``                     counter
+``load_back_tokens_total``               counter
+``transfer_pending_nodes``               gauge   ``direction`` = ``d2h`` | ``h2d``
+``transfer_bytes_total``                 counter ``direction``
+``transfer_seconds_total``               counter ``direction``
+``transfer_batches_total``               counter ``direction``
+``transfer_queue_tokens``                gauge   ``direction``
+``transfer_inflight_batches``            gauge   ``direction``
+``load_layer_waits_total``               counter
+``transfer_blocking_waits_total``        counter
+``integrity_failures_total``             counter
+``storage_queries_total``                counter ``backend`` (every ``storage_*`` row)
+``storage_query_pages_total``            counter
+``storage_hit_pages_total``              counter
+``storage_prefetches_total``             counter
+``storage_prefetch_revoked_total``       counter
+``storage_prefetch_skipped_total``       counter
+``storage_prefetch_loaded_tokens_total`` counter
+``storage_backup_pages_total``           counter
+``storage_pending``                      gauge   ``kind`` = ``prefetch`` | ``backup``
+``storage_bytes_total``                  counter ``direction`` = ``read`` | ``write``
+``storage_seconds_total``                counter ``direction``
+``storage_failures_total``               counter
+``storage_breaker_state``                gauge   ``state`` = ``closed`` | ``open`` | ``half_open``
+                                                 (1: the breaker's state; all 0: none)
+======================================== ======= ====================================
 
-Host and transfer metrics appear only for a cache with a host tier. ``d2h`` is a backup to the
-host, ``h2d`` a load-back.
+Host and transfer metrics appear only for a cache with a host tier, storage metrics only for
+one with a storage tier. ``d2h`` is a backup to the host, ``h2d`` a load-back; storage
+``read`` is a prefetch, ``write`` a backup; ``storage_prefetch_skipped_total`` counts the
+prefetches not loaded because loading would be slower than recomputing.
 """
 
 from __future__ import annotations
@@ -49,7 +65,8 @@ from hicache.radix.stats import CacheStats
 Row = tuple[str, str, str, dict[str, str], float]  # name, kind, help, labels, value
 COUNTER, GAUGE = "counter", "gauge"
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-_RESERVED = {"tier", "state", "direction"}
+_RESERVED = {"tier", "state", "direction", "backend", "kind"}
+BREAKER_STATES = ("closed", "open", "half_open")
 
 
 def _prometheus() -> ModuleType:
@@ -73,7 +90,7 @@ class PrometheusExporter:
     prefix : metric name prefix (a Prometheus name: letters, digits, ``_``). Two exporters on
         one registry need different prefixes (the registry refuses duplicated names).
     labels : constant labels on every sample (e.g. ``{"model": "llama"}``); not ``tier``,
-        ``state`` or ``direction``.
+        ``state``, ``direction``, ``backend`` or ``kind``.
 
     ``TypeError``/``ValueError`` on a bad argument (nothing registered), ``ImportError``
     without prometheus_client.
@@ -160,6 +177,7 @@ def rows(s: CacheStats) -> Iterator[Row]:
         )
     yield from _host_rows(s)
     yield from _transfer_rows(s)
+    yield from _storage_rows(s)
 
 
 def _host_rows(s: CacheStats) -> Iterator[Row]:
@@ -207,3 +225,39 @@ def _transfer_rows(s: CacheStats) -> Iterator[Row]:
     yield "load_layer_waits", COUNTER, "Layer reads that waited on a load", {}, t.layer_waits
     yield "transfer_blocking_waits", COUNTER, "CPU waits on transfers", {}, t.blocking_waits
     yield "integrity_failures", COUNTER, "Corrupt host pages at load", {}, t.integrity_failures
+
+
+def _storage_rows(s: CacheStats) -> Iterator[Row]:
+    st = s.storage
+    if st is None:
+        return
+    b = {"backend": st.backend}
+    counters = [  # name, help, value
+        ("storage_queries", "Storage existence queries", st.queries),
+        ("storage_query_pages", "Pages the queries asked about", st.query_pages),
+        ("storage_hit_pages", "Pages storage reported present", st.hit_pages),
+        ("storage_prefetches", "Prefetches started", st.prefetches),
+        ("storage_prefetch_revoked", "Prefetches ended by a short hit", st.prefetch_revoked),
+        (
+            "storage_prefetch_skipped",
+            "Prefetches slower than recompute",
+            st.prefetch_skipped_slower,
+        ),
+        ("storage_prefetch_loaded_tokens", "Tokens prefetches inserted", st.prefetch_loaded_tokens),
+        ("storage_backup_pages", "Pages written to storage", st.backup_pages),
+        ("storage_failures", "Failed or refused storage calls", st.failures),
+    ]
+    for name, doc, value in counters:
+        yield name, COUNTER, doc, b, value
+    pend = "Storage operations in flight"
+    yield "storage_pending", GAUGE, pend, {**b, "kind": "prefetch"}, st.pending_prefetches
+    yield "storage_pending", GAUGE, pend, {**b, "kind": "backup"}, st.pending_backups
+    moved, busy = "Storage bytes moved", "Busy time of storage calls"
+    yield "storage_bytes", COUNTER, moved, {**b, "direction": "read"}, st.bytes_read
+    yield "storage_bytes", COUNTER, moved, {**b, "direction": "write"}, st.bytes_written
+    yield "storage_seconds", COUNTER, busy, {**b, "direction": "read"}, st.read_seconds
+    yield "storage_seconds", COUNTER, busy, {**b, "direction": "write"}, st.write_seconds
+    breaker = "Circuit breaker state (1: current)"
+    for state in BREAKER_STATES:
+        on = float(st.breaker_state == state)
+        yield "storage_breaker_state", GAUGE, breaker, {**b, "state": state}, on

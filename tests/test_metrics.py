@@ -92,3 +92,36 @@ def test_bad_arguments_raise_before_registering(kwargs, error, word) -> None:
     with pytest.raises(error, match=word):
         PrometheusExporter(**args)
     assert not _scrape(registry)
+
+
+def test_storage_rows_follow_the_storage_tier() -> None:
+    """8 tokens in pages of 2 backed up to an in-process store: the storage series say so."""
+    registry = prometheus_client.CollectorRegistry()
+    cache = make_cache(page_size=2, hicache_storage_backend="memory")
+    put(cache, list(range(1, 9)))
+    cache.drain_transfers()
+    cache.check_hicache_events()
+    PrometheusExporter(cache, registry)
+    got = _scrape(registry)
+    st = cache.stats().storage
+    assert st is not None and st.backup_pages == 4 and st.bytes_written > 0
+
+    def at(name: str, **labels: str) -> float:
+        return got[(f"hicache_{name}", tuple(sorted({"backend": st.backend, **labels}.items())))]
+
+    assert at("storage_backup_pages_total") == 4
+    assert at("storage_bytes_total", direction="write") == st.bytes_written
+    assert at("storage_bytes_total", direction="read") == 0
+    assert at("storage_seconds_total", direction="write") == st.write_seconds
+    assert at("storage_pending", kind="backup") == st.pending_backups == 0
+    assert at("storage_queries_total") == at("storage_failures_total") == 0
+    states = [at("storage_breaker_state", state=s) for s in ("closed", "open", "half_open")]
+    assert sum(states) == (st.breaker_state in ("closed", "open", "half_open"))
+    plain = _scrape_names(make_cache(page_size=2))
+    assert not any(name.startswith("hicache_storage") for name in plain)
+
+
+def _scrape_names(cache) -> set[str]:
+    registry = prometheus_client.CollectorRegistry()
+    PrometheusExporter(cache, registry)
+    return {name for name, _ in _scrape(registry)}

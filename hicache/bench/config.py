@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -13,9 +15,15 @@ from hicache.engine.config import check_real
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig
+from hicache.storage import StorageConfig
+from hicache.storage.config import PREFETCH_POLICIES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ARRIVALS = ("uniform", "poisson")
+STORAGE_BACKENDS = ("file", "mooncake")  # ``memory`` cannot outlive the process
+# Storage objects are pages: one token per object would be one file (or Mooncake key) each.
+STORAGE_DEFAULTS: dict[str, Any] = {"page_size": 64}
+MODEL_ID = "hicache-tiny"  # the bench's models in storage keys; the revision is a digest
 # SGLang's multi-turn benchmark (benchmark/hicache/bench_multiturn.py) names its settings
 # differently; ``hicache bench`` accepts those names for the same fields, so a run can be put
 # next to theirs. Their clients have no shared system prompt: pass --system-len 0 to match.
@@ -78,7 +86,11 @@ class BenchConfig:
     """One bench run. Sizes are tokens; ``arrival_rate`` is first-round users per second
     (0: all at once), spaced evenly or as a Poisson process (``arrival_distribution``); every
     later round of a user is sent when its previous answer is done.
-    ``threads``: torch intra-op CPU threads during the run (None: leave torch's setting)."""
+    ``threads``: torch intra-op CPU threads during the run (None: leave torch's setting).
+    ``storage``: ``file`` or ``mooncake`` runs the storage bench (``bench.storage_run``)
+    instead, the file store in ``storage_dir`` (None: a temporary directory), Mooncake's master
+    at ``mooncake_master`` (None: ``HICACHE_MOONCAKE_MASTER_SERVER_ADDRESS``);
+    ``prefetch_policy`` and ``prefetch_threshold`` go to its ``StorageConfig``."""
 
     users: int
     rounds: int
@@ -109,6 +121,11 @@ class BenchConfig:
     seed: int = 0
     threads: int | None = None
     out_dir: str = "bench_out"
+    storage: str | None = None
+    storage_dir: str | None = None
+    mooncake_master: str | None = None
+    prefetch_policy: str = "timeout"
+    prefetch_threshold: int = 256
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -127,16 +144,20 @@ class BenchConfig:
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         _check_device(self.device)
+        self._check_storage()
         # Build the component configs now, so their checks run before any work starts.
         self.model_config()
-        self.cache_spec("hiradix")
+        self.cache_spec("hiradix", self.storage_config())
         self.engine_config()
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> BenchConfig:
-        """Fill unset (None) options with the CPU or CUDA defaults of ``args['device']``."""
+        """Fill unset (None) options with the CPU or CUDA defaults of ``args['device']``
+        (and ``STORAGE_DEFAULTS`` with ``--storage``)."""
         device = args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         defaults = CUDA_DEFAULTS if device.startswith("cuda") else CPU_DEFAULTS
+        if args.get("storage") is not None:
+            defaults = {**defaults, **STORAGE_DEFAULTS}
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in args.items() if k in names and v is not None}
         return cls(**{**defaults, **given, "device": device})
@@ -158,7 +179,47 @@ class BenchConfig:
             seed=self.seed,
         )
 
-    def cache_spec(self, kind: str) -> CacheSpec:
+    def _check_storage(self) -> None:
+        if self.storage is not None and self.storage not in STORAGE_BACKENDS:
+            raise ValueError(
+                f"--storage must be one of {list(STORAGE_BACKENDS)}, got {self.storage!r}"
+            )
+        for name, backend in (("storage_dir", "file"), ("mooncake_master", "mooncake")):
+            if getattr(self, name) is not None and self.storage != backend:
+                raise ValueError(f"{_flag(name)} needs --storage {backend}")
+        if self.prefetch_policy not in PREFETCH_POLICIES:
+            raise ValueError(
+                f"--prefetch-policy must be one of {list(PREFETCH_POLICIES)}, "
+                f"got {self.prefetch_policy!r}"
+            )
+        _check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
+
+    def model_revision(self) -> str:
+        """A digest of everything that makes the model's KV: its config (seed included)."""
+        model = {k: str(v) for k, v in asdict(self.model_config()).items()}
+        return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
+
+    def storage_config(self, root: str | None = None) -> StorageConfig | None:
+        """The storage tier of ``--storage`` (None without): a file store under ``root``, or
+        Mooncake at ``--mooncake-master`` (else ``HICACHE_MOONCAKE_*`` from the environment);
+        keys fingerprinted by ``MODEL_ID`` and ``model_revision``."""
+        if self.storage is None:
+            return None
+        extra: dict[str, Any] = {}
+        if self.storage == "file" and root is not None:
+            extra["root"] = root
+        if self.mooncake_master is not None:
+            extra["master_server_address"] = self.mooncake_master
+        return StorageConfig(
+            backend=self.storage,
+            extra_config=extra,
+            model_id=MODEL_ID,
+            model_revision=self.model_revision(),
+            prefetch_policy=self.prefetch_policy,
+            prefetch_threshold=self.prefetch_threshold,
+        )
+
+    def cache_spec(self, kind: str, storage: StorageConfig | None = None) -> CacheSpec:
         tokens = -(-self.device_tokens // self.page_size) * self.page_size
         return CacheSpec(
             kind=kind,
@@ -173,6 +234,7 @@ class BenchConfig:
                 io_backend=self.io_backend,
                 mem_layout=self.mem_layout,
                 load_back_threshold=self.load_back_threshold,
+                storage=storage,
             ),
         )
 

@@ -18,7 +18,7 @@ from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
 from hicache.bench.report import format_gain, format_table, per_round, summarize
 from hicache.bench.workload import ChatWorkload, drive
-from hicache.engine import build_engine
+from hicache.engine import Engine, build_engine
 from hicache.model import TinyTransformer
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
@@ -29,18 +29,28 @@ def run_mode(
 ) -> dict[str, Any]:
     """Run the workload once with cache ``kind``; returns its summary and per-round series."""
     engine = build_engine(model, cfg.cache_spec(kind), cfg.engine_config())
+    return measure(engine, cfg, label, progress)
+
+
+def measure(
+    engine: Engine, cfg: BenchConfig, label: str, progress: bool, cache_salt: str | None = None
+) -> dict[str, Any]:
+    """Run the workload once through ``engine`` (its requests salted with ``cache_salt``),
+    then drain its transfers; the summary counts only this run's transfers and storage
+    traffic, and the per-round series."""
+    before = engine.cache.stats()
     bar = ProgressBar(cfg.users * cfg.rounds, label) if progress else None
 
     def tick(record: Any) -> None:
         if bar is not None:
             bar.update(note=f"round {record.round + 1}/{cfg.rounds}")
 
-    records, wall = drive(engine, ChatWorkload(cfg), tick)
+    records, wall = drive(engine, ChatWorkload(cfg), tick, cache_salt)
     if bar is not None:
         bar.close()
     engine.cache.drain_transfers()  # the last batches land: their busy time counts
     engine.cache.check_invariants()
-    summary = summarize(records, wall, engine.cache.stats())
+    summary = summarize(records, wall, engine.cache.stats(), before)
     return {"summary": summary, "rounds": per_round(records, cfg.rounds)}
 
 
@@ -69,20 +79,15 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     in memory.
     """
     out = out if out is not None else sys.stdout
-    out_dir = Path(cfg.out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--out-dir {cfg.out_dir}: cannot create it ({err.strerror})") from err
-    cfg.check_memory()
-    with _torch_threads(cfg.threads):
+    out_dir = prepare_out_dir(cfg)
+    with torch_threads(cfg.threads):
         results = _run_modes(cfg, progress)
     summaries = {m: results[m]["summary"] for m in MODES}
-    (out_dir / "results.json").write_text(json.dumps(_finite(results), indent=2, allow_nan=False))
+    (out_dir / "results.json").write_text(json.dumps(finite(results), indent=2, allow_nan=False))
     why = plot_rounds(
-        out_dir / "rounds.png", {m: results[m] for m in MODES}, _headline(cfg, results["device"])
+        out_dir / "rounds.png", {m: results[m] for m in MODES}, headline(cfg, results["device"])
     )
-    out.write(_headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
+    out.write(headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
     out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
     out.write(
         "".join(
@@ -96,10 +101,22 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     return results
 
 
+def prepare_out_dir(cfg: BenchConfig) -> Path:
+    """``cfg.out_dir``, created; ``ValueError`` when it cannot be or the pools do not fit in
+    memory (``check_memory``)."""
+    out_dir = Path(cfg.out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out-dir {cfg.out_dir}: cannot create it ({err.strerror})") from err
+    cfg.check_memory()
+    return out_dir
+
+
 def _run_modes(cfg: BenchConfig, progress: bool) -> dict[str, Any]:
     model = TinyTransformer(cfg.model_config(), cfg.device)
     warm_up(model, cfg)
-    results: dict[str, Any] = {"config": cfg.to_dict(), "device": _device_name(cfg.device)}
+    results: dict[str, Any] = {"config": cfg.to_dict(), "device": device_name(cfg.device)}
     for label, kind in MODES.items():
         results[label] = run_mode(model, cfg, kind, label, progress)
         gc.collect()
@@ -109,7 +126,7 @@ def _run_modes(cfg: BenchConfig, progress: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
+def torch_threads(threads: int | None) -> Iterator[None]:
     """Run the body with ``threads`` torch intra-op threads (None: unchanged), then restore."""
     before = torch.get_num_threads()
     if threads is not None:
@@ -120,21 +137,21 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """``value`` with every non-finite float (a percentile of no samples) replaced by None, so
     the file is strict JSON."""
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _device_name(device: str) -> str:
+def device_name(device: str) -> str:
     return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
 
 
-def _headline(cfg: BenchConfig, device: str) -> str:
+def headline(cfg: BenchConfig, device: str) -> str:
     return (
         f"hicache bench on {device}: {cfg.users} users x {cfg.rounds} rounds, system prompt "
         f"{cfg.system_len}, +{cfg.prompt_len} prompt / {cfg.answer_len} answer tokens per round; "

@@ -26,6 +26,7 @@ class Record:
     output_tokens: int
     ttft_s: float | None
     error: str | None
+    storage_hit: int = 0
 
 
 class ChatWorkload:
@@ -60,12 +61,15 @@ class ChatWorkload:
 
 
 def drive(
-    engine: Engine, workload: ChatWorkload, on_record: Callable[[Record], None] | None = None
+    engine: Engine,
+    workload: ChatWorkload,
+    on_record: Callable[[Record], None] | None = None,
+    cache_salt: str | None = None,
 ) -> tuple[list[Record], float]:
     """Run the whole workload through ``engine``; returns the records and the wall time (s).
 
     A user's next turn arrives the moment its previous answer is complete (closed loop); a
-    rejected turn ends that user's conversation.
+    rejected turn ends that user's conversation. Every request carries ``cache_salt``.
     """
     t0 = time.perf_counter()
     arrivals = workload.first_arrivals(t0)
@@ -78,7 +82,8 @@ def drive(
         while arrivals and arrivals[0][0] <= now:
             t, user, rnd = heapq.heappop(arrivals)
             history[user] += workload.turns[user][rnd]
-            req = engine.submit(history[user], workload.cfg.answer_len, arrival=t)
+            answer = workload.cfg.answer_len
+            req = engine.submit(history[user], answer, arrival=t, cache_salt=cache_salt)
             inflight[req] = (user, rnd)
         if not engine.has_work():
             time.sleep(max(0.0, arrivals[0][0] - time.perf_counter()))
@@ -101,6 +106,7 @@ def _record(req: Request, user: int, rnd: int) -> Record:
         prompt_tokens=len(req.origin_input_ids),
         device_hit=req.device_hit,
         host_hit=req.host_hit,
+        storage_hit=req.storage_hit,
         computed=req.computed,
         output_tokens=len(req.output_ids),
         ttft_s=req.ttft,

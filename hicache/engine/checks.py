@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.engine.config import EngineConfig, check_real
+from hicache.engine.request import request_namespace
 from hicache.model import ModelConfig, TinyTransformer
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
-from hicache.radix.key import as_token_array, check_extra_key
+from hicache.radix.key import as_token_array
 
 
 class Submission(NamedTuple):
@@ -22,14 +23,21 @@ class Submission(NamedTuple):
 
     prompt: list[int]
     max_new_tokens: int
-    extra_key: Any
+    namespace: Any
+    cache_salt: str | None
     arrival: float | None
 
 
 def check_submission(
-    prompt: Any, max_new_tokens: Any, extra_key: Any, arrival: Any, vocab_size: int
+    prompt: Any,
+    max_new_tokens: Any,
+    extra_key: Any,
+    arrival: Any,
+    vocab_size: int,
+    cache_salt: Any = None,
 ) -> Submission:
-    """Validate ``Engine.submit``'s arguments (see there); the prompt comes back as a list."""
+    """Validate ``Engine.submit``'s arguments (see there); the prompt comes back as a list and
+    ``extra_key`` with ``cache_salt`` as the request's namespace (``request_namespace``)."""
     try:
         ids = as_token_array(prompt)
     except (TypeError, ValueError) as exc:
@@ -37,10 +45,10 @@ def check_submission(
     if len(ids) == 0 or int(ids.max()) >= vocab_size:
         raise ValueError(f"prompt must be a non-empty sequence of token ids in [0, {vocab_size})")
     check_int("max_new_tokens", max_new_tokens, minimum=1)
-    check_extra_key(extra_key)
+    namespace = request_namespace(extra_key, cache_salt)
     if arrival is not None:
         check_real("arrival", arrival, minimum=-math.inf)
-    return Submission(ids.tolist(), max_new_tokens, extra_key, arrival)
+    return Submission(ids.tolist(), max_new_tokens, namespace, cache_salt, arrival)
 
 
 def check_parts(

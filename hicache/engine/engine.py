@@ -4,13 +4,19 @@ Each ``step``:
 
 1. ``cache.check_hicache_events()`` — retire finished host writes/loads (a no-op without a
    host tier).
-2. Plan: decoding requests take one token each; waiting requests are admitted FIFO
-   (``match_prefix``, ``init_load_back`` for host hits, slots allocated with eviction when short)
-   and prompts are cut into chunks within ``max_prefill_tokens``.
+2. Plan: with a storage tier, a request that arrived is matched and ``prefetch_from_storage``
+   asked for the rest of its prompt; decoding requests take one token each; waiting requests
+   are admitted FIFO, passing over those whose prefetch still runs (``check_prefetch_progress``)
+   (``match_prefix``, ``init_load_back`` for host hits, prefetched pages included, slots
+   allocated with eviction when short) and prompts are cut into chunks within
+   ``max_prefill_tokens``.
 3. ``ready_to_load_host_cache()`` issues the queued loads layer by layer, and
    ``consume_load_batch(...)`` makes this step's attention wait per layer.
-4. One forward over the mixed batch; greedy sampling.
+4. One forward over the mixed batch; greedy sampling; ``note_prefill(tokens, seconds)`` with
+   the prompt tokens it computed and its wall time (the storage tier's cost model).
 5. ``cache_unfinished_req`` after every prompt chunk, ``cache_finished_req`` when a request ends.
+
+The storage hooks are no-ops without a storage tier (``BasePrefixCache``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from hicache.engine.request import Request, Status
 from hicache.engine.scheduler import Scheduler, Work
 from hicache.model import ForwardBatch, TinyTransformer
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+
+IDLE_WAIT_S = 0.001  # a step with nothing to run but prefetches in flight sleeps this long
 
 
 class Engine:
@@ -60,6 +68,7 @@ class Engine:
         self._rids = itertools.count()
         self.forward_passes = 0
         self._stalled_since: float | None = None
+        self._prefetch_mark: tuple[int, int] = (0, 0)
 
     def submit(
         self,
@@ -67,6 +76,7 @@ class Engine:
         max_new_tokens: int,
         extra_key: Hashable | None = None,
         arrival: float | None = None,
+        cache_salt: str | None = None,
     ) -> Request:
         """Queue a request; nothing changes when an argument is refused.
 
@@ -76,21 +86,36 @@ class Engine:
         max_new_tokens : int ``>= 1``.
         extra_key : namespace of the request's cache entries (see ``RadixKey``).
         arrival : ``time.perf_counter()`` seconds, the TTFT origin (default now).
+        cache_salt : tenant salt (a str) or None; requests of different salts never share
+            cached KV, in any tier (``request_namespace``).
 
         Raises ``TypeError`` for an argument of the wrong type (bools, floats or strings as
         token ids, a float ``max_new_tokens``, an ``extra_key`` outside ``check_extra_key``'s
-        types) and ``ValueError`` for one out of range, naming it. A request too long for the
-        pools is returned ``REJECTED`` (with ``error`` set) by the next ``step``.
+        types, a non-str ``cache_salt``) and ``ValueError`` for one out of range, naming it. A
+        request too long for the pools is returned ``REJECTED`` (with ``error`` set) by the
+        next ``step``.
         """
-        args = check_submission(
-            prompt, max_new_tokens, extra_key, arrival, self.model.cfg.vocab_size
-        )
+        vocab = self.model.cfg.vocab_size
+        args = check_submission(prompt, max_new_tokens, extra_key, arrival, vocab, cache_salt)
         now = time.perf_counter() if args.arrival is None else args.arrival
         req = Request(
-            next(self._rids), args.prompt, args.max_new_tokens, args.extra_key, arrival=now
+            next(self._rids),
+            args.prompt,
+            args.max_new_tokens,
+            args.namespace,
+            cache_salt=args.cache_salt,
+            arrival=now,
         )
         self.scheduler.submit(req)
         return req
+
+    def abort(self, req: Request) -> bool:
+        """Withdraw a waiting request: it holds nothing and its storage prefetch is released
+        (``release_aborted_request``); the next ``step`` returns it ``ABORTED``. False, with no
+        change, for a request that is not waiting (admitted requests run to the end)."""
+        if not isinstance(req, Request):
+            raise TypeError(f"req must be a Request, got {type(req).__name__}")
+        return self.scheduler.abort(req)
 
     def has_work(self) -> bool:
         s = self.scheduler
@@ -100,16 +125,24 @@ class Engine:
         """Run one iteration; returns the requests that finished or were rejected in it.
 
         Raises ``RuntimeError`` when waiting requests could not be admitted for
-        ``stall_timeout_s`` although nothing is running (a bookkeeping bug, never load).
+        ``stall_timeout_s`` although nothing is running and no storage prefetch started,
+        finished or read a byte (a bookkeeping bug or a prefetch that never ends, never load).
         """
         done, self.scheduler.rejected = self.scheduler.rejected, []
         self.cache.check_hicache_events()
         work = self.scheduler.plan()
         self._check_stall(bool(work))
         if not work:
+            if self.scheduler.prefetching:
+                time.sleep(IDLE_WAIT_S)  # leave the CPU to the prefetch I/O
             return done
+        start = time.perf_counter()
         logits = self._forward(work)
-        return done + self._advance(work, logits)
+        tokens = logits.argmax(dim=-1).tolist()  # waits for the forward pass
+        prefill = sum(len(w.input_ids) for w in work if w.req.status is Status.PREFILL)
+        if prefill:
+            self.cache.note_prefill(prefill, time.perf_counter() - start)
+        return done + self._advance(work, tokens, logits)
 
     def run(self) -> list[Request]:
         """Step until every submitted request is finished or rejected; returns them all."""
@@ -119,13 +152,23 @@ class Engine:
         return finished
 
     def _check_stall(self, progressed: bool) -> None:
-        if progressed or self.scheduler.active or not self.scheduler.waiting:
+        s = self.scheduler
+        if progressed or s.active or not s.waiting or self._prefetch_moved():
             self._stalled_since = None
             return
         now = time.perf_counter()
         self._stalled_since = self._stalled_since or now
         if now - self._stalled_since > self.config.stall_timeout_s:
             raise RuntimeError("engine stalled: a waiting request can never be admitted")
+
+    def _prefetch_moved(self) -> bool:
+        """Whether a prefetch started or finished, or storage read bytes, since last asked."""
+        if not self.scheduler.prefetching:
+            return False
+        storage = self.cache.stats().storage
+        mark = (self.scheduler.prefetch_events, 0 if storage is None else storage.bytes_read)
+        moved, self._prefetch_mark = mark != self._prefetch_mark, mark
+        return moved
 
     def _forward(self, work: list[Work]) -> torch.Tensor:
         rows = [w.req.req_pool_idx for w in work]
@@ -142,8 +185,7 @@ class Engine:
         self.forward_passes += 1
         return self.model(batch, self.kv_pool)
 
-    def _advance(self, work: list[Work], logits: torch.Tensor) -> list[Request]:
-        tokens = logits.argmax(dim=-1).tolist()
+    def _advance(self, work: list[Work], tokens: list[int], logits: torch.Tensor) -> list[Request]:
         finished = []
         for w, token, row in zip(work, tokens, logits, strict=True):
             req = w.req

@@ -30,7 +30,8 @@ class CacheSpec:
     max_requests : rows of the request-to-token table.
     eviction_policy : the tree's eviction order (both kinds).
     hicache : the host tier's settings, used when ``kind == "hiradix"``; its ``hicache_ratio``
-        must be >= 1 (the host pool is the larger tier).
+        must be >= 1 (the host pool is the larger tier). Its ``storage`` (a ``StorageConfig``)
+        adds the storage tier below the host, so it needs ``kind == "hiradix"``.
     """
 
     kind: str = "radix"
@@ -56,6 +57,8 @@ class CacheSpec:
             raise TypeError(f"hicache must be a HiCacheConfig, got {type(self.hicache).__name__}")
         if self.hicache.hicache_ratio < 1:
             raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache.hicache_ratio}")
+        if self.kind == "radix" and self.hicache.storage is not None:
+            raise ValueError("hicache.storage needs kind 'hiradix' (storage sits below the host)")
 
     @property
     def host_tier(self) -> HiCacheConfig | None:

@@ -9,7 +9,34 @@ from typing import Any
 
 import torch
 
+from hicache.radix.key import check_extra_key
 from hicache.radix.tokens import RequestTokens, TokenBuffer
+
+# The first item of a salted namespace (``request_namespace``); a submitted ``extra_key`` of
+# that shape is refused, so no unsalted request can name a salted namespace.
+SALT_TAG = "hicache.cache_salt"
+
+
+def request_namespace(extra_key: Hashable | None, cache_salt: str | None) -> Hashable | None:
+    """The namespace of a request's cache entries: its tree nodes and storage pages.
+
+    ``extra_key`` unchanged when ``cache_salt`` is None, else ``(SALT_TAG, cache_salt,
+    extra_key)``: requests of different salts (or one salted, one not) never share a node or
+    a page, whatever their ``extra_key``. The storage tier seeds its page hashes with this
+    namespace, so the isolation reaches L3.
+
+    ``TypeError`` for an ``extra_key`` outside ``check_extra_key``'s types or a ``cache_salt``
+    that is neither a str nor None; ``ValueError`` for an ``extra_key`` that already has the
+    salted shape (a tuple of three starting with ``SALT_TAG``).
+    """
+    check_extra_key(extra_key)
+    if type(extra_key) is tuple and len(extra_key) == 3 and extra_key[0] == SALT_TAG:
+        raise ValueError(f"extra_key must not start with {SALT_TAG!r} (reserved for cache_salt)")
+    if cache_salt is None:
+        return extra_key
+    if not isinstance(cache_salt, str):
+        raise TypeError(f"cache_salt must be a str or None, got {type(cache_salt).__name__}")
+    return (SALT_TAG, cache_salt, extra_key)
 
 
 class Status(enum.Enum):
@@ -18,6 +45,7 @@ class Status(enum.Enum):
     DECODE = "decode"  # prompt done; one token per step
     FINISHED = "finished"  # KV handed to the cache, row freed
     REJECTED = "rejected"  # can never fit; ``error`` says why, holds nothing
+    ABORTED = "aborted"  # withdrawn while waiting (``Engine.abort``); holds nothing
 
 
 @dataclass(eq=False)
@@ -37,8 +65,12 @@ class Request:
         keys are views (no list conversion).
     kv_len : tokens whose KV is in row ``req_pool_idx`` (positions ``0 .. kv_len - 1``).
     kv_capacity : slots the row names (``>= kv_len``; the tail of the last page may be unused).
-    device_hit, host_hit, computed : prompt tokens served from L1, loaded back from L2, and
-        computed by the model.
+    extra_key : the namespace of the request's cache entries, ``request_namespace(extra_key,
+        cache_salt)`` of what was submitted.
+    cache_salt : the tenant salt submitted with the request (None: none).
+    device_hit, host_hit, storage_hit, computed : prompt tokens served from L1, loaded back
+        from L2, brought from L3 by the request's own prefetch (then loaded back through L2;
+        not counted in ``host_hit``), and computed by the model.
     logits : fp32 ``[vocab]`` next-token logits of each generated token, on the model device
         (kept only when the engine records them).
     arrival, first_token_time, finish_time : ``time.perf_counter()`` stamps (seconds).
@@ -62,6 +94,8 @@ class Request:
     kv_capacity: int = 0
     device_hit: int = 0
     host_hit: int = 0
+    storage_hit: int = 0
+    cache_salt: str | None = None
     computed: int = 0
     logits: list[torch.Tensor] = field(default_factory=list)
     arrival: float = 0.0

@@ -24,10 +24,15 @@ class Work:
 
 
 class Scheduler:
-    """FIFO admission with prefix matching, host load-back, reservations and chunked prefill.
+    """FIFO admission with prefix matching, storage prefetch, host load-back, reservations and
+    chunked prefill.
 
     ``cache`` is a ``RadixCache`` or a ``HiRadixCache``; host hits (only a host tier has them)
-    are loaded back.
+    are loaded back. With a storage tier, a request's first ``plan`` after it arrived matches
+    its prompt and asks the storage tier for the rest (``prefetch_from_storage``); while that
+    prefetch runs (``check_prefetch_progress`` False) admission passes over the request, the
+    others keeping their FIFO order. Once it may run, admission matches again and finds the
+    pages the prefetch inserted as host-only nodes, which load back like any host hit.
     """
 
     def __init__(self, cache: Any, budget: SlotBudget, config: EngineConfig) -> None:
@@ -36,18 +41,35 @@ class Scheduler:
         self.config = config
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []  # PREFILL then DECODE, in admission order
-        self.rejected: list[Request] = []
+        self.rejected: list[Request] = []  # rejected or aborted, not yet returned by a step
+        self.prefetching: set[Request] = set()  # waiting on their storage prefetch
+        self.prefetch_events = 0  # prefetches started or finished (the stall check reads it)
+        self._arrived: list[Request] = []  # waiting, not yet asked about storage
 
     def submit(self, req: Request) -> None:
         reason = self.budget.never_fits(req)
         if reason is None:
             self.waiting.append(req)
+            self._arrived.append(req)
         else:
             req.status, req.error = Status.REJECTED, reason
             self.rejected.append(req)
 
+    def abort(self, req: Request) -> bool:
+        """Withdraw waiting ``req`` (``ABORTED``; its prefetch released). False, changing
+        nothing, when it is not waiting (admitted, finished, rejected or aborted)."""
+        if req.status is not Status.WAITING or req not in self.waiting:
+            return False
+        self.waiting.remove(req)
+        self.prefetching.discard(req)
+        self.cache.release_aborted_request(str(req.rid))
+        req.status, req.error = Status.ABORTED, "aborted"
+        self.rejected.append(req)
+        return True
+
     def plan(self) -> list[Work]:
         """This step's work: one token per decoding request, then prompt chunks within budget."""
+        self._start_prefetches()
         work = [self._take(r, r.next_input_ids) for r in self.active if r.status is Status.DECODE]
         left = self.config.max_prefill_tokens
         for req in [r for r in self.active if r.status is Status.PREFILL]:
@@ -55,11 +77,18 @@ class Scheduler:
                 return work
             work.append(self._chunk(req, left))
             left -= len(work[-1].input_ids)
+        passed: list[Request] = []  # still prefetching: they keep their place in the queue
         while left > 0 and self.waiting and len(self.active) < self.config.max_running_requests:
-            if not self._admit(self.waiting[0]):
+            req = self.waiting.popleft()
+            if self._still_prefetching(req):
+                passed.append(req)
+                continue
+            if not self._admit(req):
+                self.waiting.appendleft(req)
                 break
-            work.append(self._chunk(self.waiting.popleft(), left))
+            work.append(self._chunk(req, left))
             left -= len(work[-1].input_ids)
+        self.waiting.extendleft(reversed(passed))
         return work
 
     def retire(self, req: Request) -> None:
@@ -71,16 +100,50 @@ class Scheduler:
     def _take(self, req: Request, ids: list[int]) -> Work:
         return Work(req, ids, self.budget.grow(req, len(ids)))
 
+    @staticmethod
+    def _key(req: Request) -> RadixKey:
+        """The prompt but its last token (whose logits start the answer), in its namespace."""
+        prompt = req.tokens.ids(len(req.origin_input_ids) - 1)  # a view: nothing converted
+        return RadixKey.from_validated(prompt, req.extra_key)
+
+    def _start_prefetches(self) -> None:
+        """Ask storage for what the tiers above miss of each request that arrived. Without a
+        storage tier nothing is matched (no extra lookup in the cache's counters or policy)."""
+        if self._arrived and self.cache.stats().storage is None:
+            self._arrived.clear()
+        for req in self._arrived:
+            if req.status is not Status.WAITING:
+                continue
+            key = self._key(req)
+            match = self.cache.match_prefix(key)
+            hit = len(match.device_indices) + match.host_hit_length
+            if self.cache.prefetch_from_storage(str(req.rid), match.last_host_node, key[hit:]):
+                self.prefetching.add(req)
+                self.prefetch_events += 1
+        self._arrived.clear()
+
+    def _still_prefetching(self, req: Request) -> bool:
+        """Whether ``req`` must wait on its prefetch; when it just finished, note its tokens."""
+        if req not in self.prefetching:
+            return False
+        rid = str(req.rid)
+        if not self.cache.check_prefetch_progress(rid):
+            return True
+        self.prefetching.discard(req)
+        self.prefetch_events += 1
+        req.storage_hit = self.cache.pop_prefetch_loaded_tokens(rid)
+        return False
+
     def _admit(self, req: Request) -> bool:
         """Match, lock, check the reservation, then load back host hits. False: try later."""
-        prompt = req.tokens.ids(len(req.origin_input_ids) - 1)  # a view: nothing converted
-        key = RadixKey.from_validated(prompt, req.extra_key)
-        admitted = self.budget.admit(key, req.kv_total, self.active)
+        admitted = self.budget.admit(self._key(req), req.kv_total, self.active)
         if admitted is None:
             return False
         self._install(req, admitted.row, admitted.prefix, admitted.node)
         req.device_hit = len(admitted.match.device_indices)
-        req.host_hit = len(admitted.prefix) - req.device_hit
+        loaded = len(admitted.prefix) - req.device_hit
+        req.storage_hit = min(req.storage_hit, loaded)  # what the prefetch added, if still there
+        req.host_hit = loaded - req.storage_hit
         self.active.append(req)
         return True
 
