@@ -184,3 +184,24 @@ def start_servers(
     )
     _wait(servers, "mooncake_client", "/get_all_segments", deadline)
     return servers
+
+
+def main(argv: list[str]) -> int:
+    """``python -m hicache.storage.mooncake_servers [--segment "1 GB"] CMD ...``: start a local
+    cluster (inside a loopback-only namespace), run ``CMD`` with
+    ``HICACHE_MOONCAKE_MASTER_SERVER_ADDRESS`` set to it, stop the cluster; CMD's exit code."""
+    segment = "1 GB"
+    if argv[:1] == ["--segment"]:
+        segment, argv = argv[1], argv[2:]
+    if not argv:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as logs, start_servers(Path(logs), segment) as servers:
+        env = {**os.environ, "HICACHE_MOONCAKE_MASTER_SERVER_ADDRESS": servers.master_address}
+        return subprocess.call(argv, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -38,6 +38,7 @@ def make_stack(
     write_policy: str = "write_through",
     size: int = 256,
     ratio: float = 2.0,
+    device: str = "cpu",
 ) -> KVStack:
     dims: dict[str, int] = (
         {"kv_lora_rank": 8, "qk_rope_head_dim": 4} if mla else {"head_num": 2, "head_dim": 4}
@@ -56,6 +57,7 @@ def make_stack(
         max_requests=4,
         max_context_len=size,
         page_size=PAGE,
+        device=device,
         hicache=hicache,
         **dims,
     )
@@ -66,7 +68,7 @@ def fill(stack: KVStack, slots: torch.Tensor, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     for part in stack.kv_pool.part_buffers:
         for layer in part:
-            layer[slots] = torch.rand(layer[slots].shape, generator=gen) + 0.5
+            layer[slots] = (torch.rand(layer[slots].shape, generator=gen) + 0.5).to(layer.device)
 
 
 def kv_of(stack: KVStack, slots: torch.Tensor) -> list[torch.Tensor]:

@@ -37,14 +37,20 @@ CASES = [
 ]
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("mla", "layout", "io_backend"), CASES)
-def test_round_trip_device_host_storage_host_device(tmp_path, mla, layout, io_backend):
+def test_round_trip_device_host_storage_host_device(tmp_path, mla, layout, io_backend, device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
     cfg = storage_config(tmp_path)
     ids = _ids(64)
-    writer = make_stack(cfg, mla=mla, layout=layout, io_backend=io_backend)
+    writer = make_stack(cfg, mla=mla, layout=layout, io_backend=io_backend, device=device)
     expected = write_prefix(writer, ids, seed=3)
     assert writer.cache.stats().storage.backup_pages == 64 // PAGE
-    reader = make_stack(cfg, mla=mla, layout=layout, io_backend=io_backend)
+    reader = make_stack(cfg, mla=mla, layout=layout, io_backend=io_backend, device=device)
     for part in reader.kv_pool.part_buffers:  # poison: unwritten bytes show
         for layer in part:
             layer.fill_(-7.0)
