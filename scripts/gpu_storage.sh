@@ -18,7 +18,7 @@ python3 -c "import mooncake.store; print('mooncake importable')" 2>&1 | tail -1
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -rfE -p no:cacheprovider \
   ${STORAGE_TESTS:-tests/radix/test_storage_tier.py tests/storage tests/storage_guard tests/engine tests/bench} \
   2>&1 | tee "$OUT/storage_tests.log" | tail -6
-NS='ip link set lo up && export MC_TCP_BIND_ADDRESS=127.0.0.1 &&'
+NS='python3 scripts/lo_up.py && export MC_TCP_BIND_ADDRESS=127.0.0.1 &&'
 timeout 120 unshare --net bash -c "$NS python3 -m pytest -q -m mooncake -p no:cacheprovider tests/storage_mooncake" \
   2>&1 | tee "$OUT/mooncake_tests.log" | tail -4
 ARGS=${BENCH_ARGS:---users 16 --rounds 3}
