@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,17 +34,13 @@ from hicache.radix.host_tier import HostTier
 from hicache.radix.key import RadixKey, edge_ids
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
-from hicache.radix.slots import as_tensor
 from hicache.radix.stats import StorageTierStats
+from hicache.radix.storage_backup import StorageBackups
 from hicache.radix.tree import RadixTree
 from hicache.storage import StorageConfig, StorageKeys
 from hicache.storage.cost import LoadCost
 from hicache.storage.guard import GuardedStorage
-from hicache.storage.io import Backup, Prefetch, PrefetchState, StorageIO
-
-# Page hashes known to be queued for or present in storage; oldest forgotten first (a
-# forgotten page is at worst written again: ``batch_set_v1`` skips what is present).
-_KNOWN_PAGES_MAX = 1 << 20
+from hicache.storage.io import Prefetch, PrefetchState, StorageIO
 
 
 @dataclass
@@ -57,6 +52,18 @@ class _Request:
     extra_key: object
     start: int  # tokens of ``ids`` above the prefetched pages (the anchor's depth)
     hashes: list[bytes]  # one per prefetched page
+    lead_key: str  # the first page's key (``StorageTier._leaders``)
+
+
+@dataclass
+class _Follower:
+    """A request whose first pages another request (``leader``) is already reading: it waits
+    for that read, then prefetches what is still missing below it."""
+
+    leader: str
+    ids: np.ndarray  # the request's tokens from the root through its last whole page
+    extra_key: object
+    started: float
 
 
 class StorageTier:
@@ -91,11 +98,10 @@ class StorageTier:
         self._requests: dict[str, _Request] = {}
         self._retiring: list[tuple[Prefetch, int]] = []  # cancelled ops, pages adopted
         self._loaded: dict[str, int] = {}
-        self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
-        self._pins: Counter[int] = Counter()  # node id -> its backups in flight
-        self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._leaders: dict[str, str] = {}  # first page key -> the request reading it
+        self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
+        self.backups = StorageBackups(tree, host, io, keys)
         self._prefetches = self._revoked = self._slower = self._loaded_tokens = 0
-        self._backup_pages = 0
 
     # ---- prefetch ----------------------------------------------------------------------------
 
@@ -104,7 +110,7 @@ class StorageTier:
         check_req_id(req_id)
         path = self.tree.path_to_root(anchor)
         key = tokens if isinstance(tokens, RadixKey) else RadixKey(tokens)
-        if req_id in self._requests:
+        if req_id in self._requests or req_id in self._followers:
             raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
         if path and anchor.extra_key != key.extra_key:
             raise ValueError("new_input_tokens: its extra_key differs from last_host_node's")
@@ -116,8 +122,16 @@ class StorageTier:
         hashes = page_hashes(ids[:n], ps, prior)
         above = [node.key for node in reversed(path)]
         full = np.concatenate([*above, ids[:n]]) if above else ids[:n]
-        op = Prefetch(req_id, self.keys.page_keys(hashes))
-        self._requests[req_id] = _Request(op, full, key.extra_key, len(full) - n, hashes)
+        keys = self.keys.page_keys(hashes)
+        leader = self._leaders.get(keys[0])
+        if req_id in self._followers:
+            raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
+        if leader is not None:  # its read covers our first page: wait for it, don't read twice
+            self._followers[req_id] = _Follower(leader, full, key.extra_key, time.monotonic())
+            return True
+        op = Prefetch(req_id, keys)
+        self._requests[req_id] = _Request(op, full, key.extra_key, len(full) - n, hashes, keys[0])
+        self._leaders[keys[0]] = req_id
         self._prefetches += 1
         self.io.query(op)
         return True
@@ -126,19 +140,43 @@ class StorageTier:
         """Contract in ``BasePrefixCache.check_prefetch_progress``."""
         check_req_id(req_id)
         self.poll()
+        follower = self._followers.get(req_id)
+        if follower is not None:
+            return self._follow(req_id, follower)
         request = self._requests.get(req_id)
         if request is None:
             return True
         state, _ = request.op.progress()
-        policy = self.config.prefetch_policy
-        if state is not PrefetchState.DONE and policy != "best_effort":
-            if policy == "wait_complete":
-                return False
-            waited = time.monotonic() - request.op.started
-            if waited < self.config.prefetch_timeout(len(request.hashes) * self.page_size):
-                return False
+        tokens = len(request.hashes) * self.page_size
+        if state is not PrefetchState.DONE and self._may_wait(request.op.started, tokens):
+            return False
         self._finish(req_id, request)
         return True
+
+    def _may_wait(self, started: float, tokens: int) -> bool:
+        """Whether the prefetch policy lets a request of ``tokens`` started at ``started`` wait
+        longer for storage."""
+        policy = self.config.prefetch_policy
+        if policy == "best_effort":
+            return False
+        if policy == "wait_complete":
+            return True
+        return time.monotonic() - started < self.config.prefetch_timeout(tokens)
+
+    def _follow(self, req_id: str, follower: _Follower) -> bool:
+        """A follower's progress: wait while its leader reads, then prefetch the rest below
+        what the leader put in the tree (or go, when the policy stops waiting)."""
+        if follower.leader in self._requests:
+            if self._may_wait(follower.started, len(follower.ids)):
+                return False
+            del self._followers[req_id]
+            return True
+        del self._followers[req_id]
+        path, _, _ = self.tree.peek(follower.ids, follower.extra_key)
+        anchor = path[-1] if path else self.tree.root
+        done = sum(len(node.key) for node in path)
+        rest = RadixKey.from_validated(follower.ids[done:], follower.extra_key)
+        return not self.prefetch(req_id, anchor, rest)
 
     def pop_loaded(self, req_id: str) -> int:
         check_req_id(req_id)
@@ -146,13 +184,16 @@ class StorageTier:
 
     def abort(self, req_id: str) -> None:
         check_req_id(req_id)
+        self._followers.pop(req_id, None)
         request = self._requests.pop(req_id, None)
         if request is not None:
+            self._leaders.pop(request.lead_key, None)
             request.op.cancel()
             self._retire(request.op, 0)
 
     def _finish(self, req_id: str, request: _Request) -> None:
         del self._requests[req_id]
+        self._leaders.pop(request.lead_key, None)
         _, pages = request.op.cancel()
         adopted = self._adopt(request, pages) if pages else 0
         self._loaded[req_id] = adopted
@@ -174,7 +215,7 @@ class StorageTier:
         leaf = TreeNode(edge_ids(ids[pos:]), None, parent, request.extra_key, next(self._clock))
         leaf.host_value = op.host_indices[first * ps : pages * ps]
         leaf.hash_value = request.hashes[first:pages]
-        self._remember(leaf.hash_value)
+        self.backups.remember(leaf.hash_value)
         self.host.adopt(leaf, missing)
         # The adopted slots now belong to the leaf: retire only the others.
         op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
@@ -216,53 +257,20 @@ class StorageTier:
             else:
                 self.io.read(op, slots, pages)
 
-    # ---- backup ------------------------------------------------------------------------------
+    # ---- backup (``StorageBackups``) ---------------------------------------------------------
 
     def pins(self, node: TreeNode) -> bool:
-        return node.id in self._pinned
+        return self.backups.pins(node)
 
     def backed_up(self, node: TreeNode) -> None:
-        """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
-        if not self.keys.writes:
-            return
-        for n in reversed(self.tree.path_to_root(node)):
-            if n.host_slots is None:
-                return  # prefix order: nothing below a node storage cannot get from the host
-            hashes = node_hashes(n, self.page_size)
-            if hashes[-1] in self._known:
-                continue
-            self._remember(hashes)
-            self._pinned[n.id] = n
-            self._pins[n.id] += 1
-            self.host.refile(n)
-            self.io.backup(Backup(n, self.keys.page_keys(hashes), as_tensor(n.host_slots)))
-
-    def _remember(self, hashes: list[bytes]) -> None:
-        known = self._known
-        for h in hashes:
-            known[h] = None
-        while len(known) > _KNOWN_PAGES_MAX:
-            known.popitem(last=False)
-
-    def _finish_backups(self) -> None:
-        for op in self.io.finished_backups():
-            self._backup_pages += op.written_pages
-            node = op.tag
-            assert isinstance(node, TreeNode)
-            self._pins[node.id] -= 1
-            if not self._pins[node.id]:
-                del self._pins[node.id], self._pinned[node.id]
-                self.host.refile(node)
-            if op.written_pages < len(op.keys):  # not stored: let a later backup try again
-                for h in node.hash_value or []:
-                    self._known.pop(h, None)
+        self.backups.backed_up(node)
 
     # ---- polling, draining, stats ------------------------------------------------------------
 
     def poll(self) -> None:
         """Process finished backups, start the reads answered queries allow, release retired
         slots (never blocks)."""
-        self._finish_backups()
+        self.backups.poll()
         self._start_reads()
         self._release_retired()
 
@@ -277,17 +285,17 @@ class StorageTier:
 
     def _busy(self) -> bool:
         running = (PrefetchState.QUERYING, PrefetchState.READING)
-        return bool(self._pinned or self._retiring) or any(
+        return bool(self.backups.pending() or self._retiring) or any(
             r.op.progress()[0] in running for r in self._requests.values()
         )
 
     def clear(self) -> None:
         """Cancel every prefetch, wait for the threads, release every reserved slot."""
-        for req_id in list(self._requests):
+        for req_id in [*self._requests, *self._followers]:
             self.abort(req_id)
         self.settle()
         self._loaded.clear()
-        self._known.clear()
+        self.backups.clear()
 
     def close(self) -> None:
         self.clear()
@@ -304,9 +312,9 @@ class StorageTier:
             prefetch_revoked=self._revoked,
             prefetch_skipped_slower=self._slower,
             prefetch_loaded_tokens=self._loaded_tokens,
-            backup_pages=self._backup_pages,
-            pending_prefetches=len(self._requests),
-            pending_backups=self._pins.total(),
+            backup_pages=self.backups.written_pages,
+            pending_prefetches=len(self._requests) + len(self._followers),
+            pending_backups=self.backups.pending(),
             bytes_read=s.bytes_read,
             bytes_written=s.bytes_written,
             read_seconds=s.read_seconds,

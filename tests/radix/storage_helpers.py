@@ -93,11 +93,17 @@ def prefetch(cache: Any, req_id: str, ids: list[int], extra_key: Any = None) -> 
     tail = RadixKey(ids[done:], extra_key)
     if not cache.prefetch_from_storage(req_id, m.last_host_node, tail):
         return -1
-    deadline = time.monotonic() + 10
-    while not cache.check_prefetch_progress(req_id):
-        assert time.monotonic() < deadline, "prefetch did not finish"
-        time.sleep(0.001)
+    wait_for(cache, req_id)
     return int(cache.pop_prefetch_loaded_tokens(req_id))
+
+
+def wait_for(cache: Any, *req_ids: str) -> None:
+    """Poll ``check_prefetch_progress`` until every one of ``req_ids`` may run (10 s bound)."""
+    waiting, deadline = set(req_ids), time.monotonic() + 10
+    while waiting:
+        waiting = {r for r in waiting if not cache.check_prefetch_progress(r)}
+        assert time.monotonic() < deadline, f"prefetches {waiting} did not finish"
+        time.sleep(0.001)
 
 
 def load(stack: KVStack, ids: list[int], extra_key: Any = None) -> tuple[int, torch.Tensor]:

@@ -18,6 +18,7 @@ from tests.radix.storage_helpers import (
     make_stack,
     prefetch,
     storage_config,
+    wait_for,
     write_prefix,
 )
 
@@ -280,3 +281,41 @@ def test_failing_backend_is_a_miss_and_serving_goes_on():
     cache.evict(10_000)
     assert cache.evict_host(10_000) == 32  # not pinned after the failed write
     cache.check_invariants()
+
+
+def test_concurrent_prefetches_read_shared_pages_once(tmp_path):
+    cfg = storage_config(tmp_path)
+    ids = _ids(64)
+    writer = make_stack(cfg)
+    write_prefix(writer, ids, seed=8)
+    page_bytes = writer.cache.stats().storage.bytes_written // (64 // PAGE)
+    reader = make_stack(cfg)
+    cache = reader.cache
+    root = cache.tree.root
+    assert cache.prefetch_from_storage("lead", root, RadixKey(ids[:32]))
+    assert cache.prefetch_from_storage("follow", root, RadixKey(ids))  # shares the first pages
+    assert cache.stats().storage.pending_prefetches == 2
+    wait_for(cache, "lead", "follow")
+    assert cache.pop_prefetch_loaded_tokens("lead") == 32
+    assert cache.pop_prefetch_loaded_tokens("follow") == 32  # only the pages below the lead's
+    stats = cache.stats().storage
+    assert stats.bytes_read == page_bytes * (64 // PAGE)  # every page read exactly once
+    assert stats.hit_pages == 64 // PAGE
+    assert load(reader, ids)[0] == 64
+    reader.cache.check_invariants()
+
+
+def test_follower_of_an_aborted_leader_reads_itself(tmp_path):
+    cfg = storage_config(tmp_path)
+    ids = _ids(32)
+    write_prefix(make_stack(cfg), ids)
+    cache = make_stack(cfg).cache
+    root = cache.tree.root
+    assert cache.prefetch_from_storage("lead", root, RadixKey(ids))
+    assert cache.prefetch_from_storage("follow", root, RadixKey(ids))
+    cache.release_aborted_request("lead")
+    wait_for(cache, "follow")
+    assert cache.pop_prefetch_loaded_tokens("follow") == 32
+    cache.drain_transfers()
+    cache.check_invariants()
+    assert cache.host_tier.reserved() == 0
