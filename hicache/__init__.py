@@ -1,8 +1,9 @@
-"""hicache: a hierarchical prefix KV cache (GPU L1 + pinned-host L2) for LLM serving.
+"""hicache: a hierarchical prefix KV cache (GPU L1, pinned host L2, storage L3) for LLM serving.
 
 The names a scheduler needs to embed the cache; everything else lives in the subpackages
 (``hicache.kernels`` the transfer ops, ``hicache.pools`` the host pools and layouts,
-``hicache.controller`` the transfer controller, ``hicache.radix`` the tree's internals).
+``hicache.controller`` the transfer controller, ``hicache.radix`` the tree's internals,
+``hicache.storage`` the storage backends).
 
 ``build_kv_stack`` wires a device pool, its allocator, a request pool and a cache in the
 right order; the pools and caches can also be built by hand with their SGLang signatures.
@@ -24,8 +25,9 @@ from hicache.radix import (
     TokenBuffer,
 )
 from hicache.stack import KVStack, build_kv_stack
+from hicache.storage import StorageConfig
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "HiCacheConfig",
@@ -38,6 +40,7 @@ __all__ = [
     "RadixKey",
     "Req",
     "ReqToTokenPool",
+    "StorageConfig",
     "TokenBuffer",
     "TokenToKVPoolAllocator",
     "__version__",

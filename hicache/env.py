@@ -121,3 +121,9 @@ def ownership_checked() -> bool:
 def mooncake_settings() -> dict[str, str]:
     """The raw ``HICACHE_MOONCAKE_*`` settings by lower-cased name (see ``Env.mooncake``)."""
     return dict(ENV.mooncake)
+
+
+def storage_dir() -> str | None:
+    """``HICACHE_STORAGE_DIR``: the file storage backend's default root (None when unset or
+    empty); read at each call, so a backend built later sees a change."""
+    return os.environ.get("HICACHE_STORAGE_DIR") or None

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache import env
 from hicache.checks import check_int
 from hicache.storage.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.storage.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
@@ -41,7 +42,6 @@ __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
-ROOT_ENV = "HICACHE_STORAGE_DIR"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
 TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
 _PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
@@ -293,7 +293,7 @@ def bucket_of(page_key: str) -> str:
 
 
 def _default_root() -> str:
-    return os.environ.get(ROOT_ENV) or DEFAULT_ROOT
+    return env.storage_dir() or DEFAULT_ROOT
 
 
 def _default_cap(root: str) -> int:
