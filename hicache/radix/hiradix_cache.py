@@ -36,10 +36,9 @@ from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.slots import Slots
 from hicache.radix.stats import CacheStats
-from hicache.radix.storage_build import build_storage
+from hicache.radix.storage_build import build_storage, storage_from_keywords
 from hicache.radix.storage_hooks import StorageHooks
 from hicache.radix.storage_tier import StorageTier
-from hicache.storage import StorageConfig
 
 
 class HiRadixCache(StorageHooks, RadixCache):
@@ -55,6 +54,9 @@ class HiRadixCache(StorageHooks, RadixCache):
     hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold,
     verify, verify_sample_period : see ``HiCacheConfig`` (page integrity: ``verified_load``).
         Passing ``config`` with any of these keywords set raises ``ValueError``.
+    hicache_storage_backend, hicache_storage_prefetch_policy, model_name,
+    storage_backend_extra_config : SGLang's storage keywords (``storage_from_keywords``);
+        a named backend builds ``HiCacheConfig.storage``.
 
     Attributes
     ----------
@@ -90,14 +92,12 @@ class HiRadixCache(StorageHooks, RadixCache):
         model_name: str | None = None,
         storage_backend_extra_config: dict[str, Any] | None = None,
     ) -> None:
-        storage = None
-        if hicache_storage_backend is not None:
-            storage = StorageConfig(
-                backend=hicache_storage_backend,
-                extra_config=storage_backend_extra_config or {},
-                model_id=model_name or "unknown",
-                prefetch_policy=hicache_storage_prefetch_policy,
-            )
+        storage = storage_from_keywords(
+            hicache_storage_backend,
+            hicache_storage_prefetch_policy,
+            model_name,
+            storage_backend_extra_config,
+        )
         settings = HiCacheConfig(
             hicache_ratio,
             hicache_size_gb,
@@ -259,14 +259,6 @@ class HiRadixCache(StorageHooks, RadixCache):
         self.host_tier.drain()
         if self.storage_tier is not None:
             self.storage_tier.settle()
-
-    def close(self) -> None:
-        """Stop the storage tier's threads and close its backend (idempotent); the cache
-        keeps serving from the device and host tiers."""
-        if self.storage_tier is not None:
-            self.storage_tier.close()
-            self.host_tier.below = None
-            self.storage_tier = None
 
     # ---- whole tree --------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ root-connected; a backup that finds the host pool short first evicts host-only l
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
 
 import torch
 
@@ -21,22 +20,9 @@ from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.stats import HostStats
-from hicache.radix.tier import TierSite
+from hicache.radix.tier import BelowHost, TierSite
 
 _CPU = torch.device("cpu")
-
-
-class BelowHost(Protocol):
-    """What the host tier asks of a storage tier attached below it (``attach``)."""
-
-    def pins(self, node: TreeNode) -> bool:
-        """Whether ``node``'s host copy is being written to storage (not evictable)."""
-
-    def backed_up(self, node: TreeNode) -> None:
-        """``node``'s host write landed: queue what storage needs of its path."""
-
-    def settle(self) -> None:
-        """Block until no storage write reads host slots."""
 
 
 class HostTier:

@@ -68,3 +68,21 @@ def build_storage(
         on_read=cost.note_read,
     )
     return StorageTier(tree, host, io, guarded, keys, config, cost, clock)
+
+
+def storage_from_keywords(
+    backend: str | None,
+    prefetch_policy: str,
+    model_name: str | None,
+    extra_config: dict[str, Any] | None,
+) -> StorageConfig | None:
+    """The ``StorageConfig`` of SGLang's keywords (``hicache_storage_backend``, ...), or None
+    when no backend is named."""
+    if backend is None:
+        return None
+    return StorageConfig(
+        backend=backend,
+        extra_config=extra_config or {},
+        model_id=model_name or "unknown",
+        prefetch_policy=prefetch_policy,
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hicache.radix.device_only import NoLowerTier, check_prefill
+from hicache.radix.host_tier import HostTier
 from hicache.radix.node import TreeNode
 from hicache.radix.storage_tier import StorageTier
 
@@ -14,6 +15,7 @@ class StorageHooks(NoLowerTier):
     """Mixed into ``HiRadixCache``; reads only ``storage_tier``."""
 
     storage_tier: StorageTier | None
+    host_tier: HostTier
 
     def prefetch_from_storage(
         self,
@@ -47,3 +49,11 @@ class StorageHooks(NoLowerTier):
         check_prefill(tokens, seconds)
         if self.storage_tier is not None:
             self.storage_tier.cost.note_prefill(tokens, seconds)
+
+    def close(self) -> None:
+        """Stop the storage tier's threads and close its backend (idempotent); the cache
+        keeps serving from the device and host tiers."""
+        if self.storage_tier is not None:
+            self.storage_tier.close()
+            self.host_tier.below = None
+            self.storage_tier = None

@@ -148,26 +148,16 @@ class StorageTier:
             return True
         state, _ = request.op.progress()
         tokens = len(request.hashes) * self.page_size
-        if state is not PrefetchState.DONE and self._may_wait(request.op.started, tokens):
+        if state is not PrefetchState.DONE and self.config.may_wait(request.op.started, tokens):
             return False
         self._finish(req_id, request)
         return True
-
-    def _may_wait(self, started: float, tokens: int) -> bool:
-        """Whether the prefetch policy lets a request of ``tokens`` started at ``started`` wait
-        longer for storage."""
-        policy = self.config.prefetch_policy
-        if policy == "best_effort":
-            return False
-        if policy == "wait_complete":
-            return True
-        return time.monotonic() - started < self.config.prefetch_timeout(tokens)
 
     def _follow(self, req_id: str, follower: _Follower) -> bool:
         """A follower's progress: wait while its leader reads, then prefetch the rest below
         what the leader put in the tree (or go, when the policy stops waiting)."""
         if follower.leader in self._requests:
-            if self._may_wait(follower.started, len(follower.ids)):
+            if self.config.may_wait(follower.started, len(follower.ids)):
                 return False
             del self._followers[req_id]
             return True

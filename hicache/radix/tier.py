@@ -105,3 +105,17 @@ class LowerTier(Protocol):
 
     def clear(self) -> None:
         """Forget every copy and pending transfer (the caller has waited for them)."""
+
+
+class BelowHost(Protocol):
+    """What the host tier asks of a storage tier attached below it (``HostTier.attach``): a
+    storage tier keeps pages by hash, not nodes, so it is not a ``LowerTier`` of the tree."""
+
+    def pins(self, node: TreeNode) -> bool:
+        """Whether ``node``'s host copy is being written to storage (not evictable)."""
+
+    def backed_up(self, node: TreeNode) -> None:
+        """``node``'s host write landed: queue what storage needs of its path."""
+
+    def settle(self) -> None:
+        """Block until no storage write reads host slots."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,15 @@ class StorageConfig:
         check_int("io_batch_pages", self.io_batch_pages, minimum=1)
         if not isinstance(self.cost_aware, bool):
             raise TypeError(f"cost_aware must be a bool, got {type(self.cost_aware).__name__}")
+
+    def may_wait(self, started: float, tokens: int) -> bool:
+        """Whether a request of ``tokens`` whose prefetch started at ``started``
+        (``time.monotonic``) may wait longer for storage under ``prefetch_policy``."""
+        if self.prefetch_policy == "best_effort":
+            return False
+        if self.prefetch_policy == "wait_complete":
+            return True
+        return time.monotonic() - started < self.prefetch_timeout(tokens)
 
     def prefetch_timeout(self, tokens: int) -> float:
         """Seconds a ``timeout`` prefetch of ``tokens`` may keep its request waiting."""
