@@ -319,3 +319,19 @@ def test_follower_of_an_aborted_leader_reads_itself(tmp_path):
     cache.drain_transfers()
     cache.check_invariants()
     assert cache.host_tier.reserved() == 0
+
+
+def test_mla_rank0_writes_every_rank_reads_mha_shards_apart(tmp_path):
+    ids = _ids(32)
+    rank1 = make_stack(storage_config(tmp_path, tp_rank=1, tp_size=2), mla=True)
+    write_prefix(rank1, ids)
+    assert rank1.cache.stats().storage.backup_pages == 0  # MLA: only rank 0 writes
+    rank0 = make_stack(storage_config(tmp_path, tp_rank=0, tp_size=2), mla=True)
+    write_prefix(rank0, ids)
+    assert rank0.cache.stats().storage.backup_pages == 32 // PAGE
+    reader = make_stack(storage_config(tmp_path, tp_rank=1, tp_size=2), mla=True)
+    assert prefetch(reader.cache, "r", ids) == 32  # every rank reads the one latent copy
+    mha0 = make_stack(storage_config(tmp_path, tp_rank=0, tp_size=2))
+    write_prefix(mha0, ids)
+    mha1 = make_stack(storage_config(tmp_path, tp_rank=1, tp_size=2))
+    assert prefetch(mha1.cache, "r", ids) == 0  # another rank's heads: not this shard
