@@ -95,7 +95,10 @@ def test_close_waits_for_calls_in_flight(mooncake: MooncakeServers) -> None:
 
 def test_writer_process_exits_reader_hits(mooncake: MooncakeServers) -> None:
     keys = fresh_keys(3)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     writer = subprocess.run(
         [sys.executable, "-m", "tests.storage_mooncake.writer", mooncake.master_address, "7"]
         + keys,
