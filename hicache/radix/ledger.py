@@ -122,6 +122,10 @@ class Ledger:
         if path:
             node.own_lock_ref -= 1
         moved = 0
+        # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
+        # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
+        # now iff it is on the device and childless (``is_evictable_leaf``).
+        plain, add = self.lower is None, self.leaves.add
         for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
@@ -130,7 +134,11 @@ class Ledger:
                     self.evictable_tokens += size
                     self.protected_tokens -= size
                     moved += size
-                self.sync(n)
+                    if plain and not n.children:
+                        add(n)
+                        continue
+                if not plain:
+                    self.sync(n)
         return moved
 
     def hit(self, path: list[TreeNode], tick: int, priority: int | None = None) -> None:
