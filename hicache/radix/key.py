@@ -134,7 +134,10 @@ class RadixKey:
 
     def __init__(self, token_ids: Any, extra_key: Hashable | None = None) -> None:
         self.extra_key = check_extra_key(extra_key)
-        self.token_ids: np.ndarray = as_token_array(token_ids)
+        if type(token_ids) is list:  # what schedulers pass: straight to the conversion
+            self.token_ids: np.ndarray = to_token_array(token_ids)
+        else:
+            self.token_ids = as_token_array(token_ids)
 
     @classmethod
     def from_validated(cls, token_ids: np.ndarray, extra_key: Hashable | None) -> RadixKey:

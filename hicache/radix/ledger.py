@@ -122,6 +122,10 @@ class Ledger:
         if path:
             node.own_lock_ref -= 1
         moved = 0
+        # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
+        # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
+        # now iff it is on the device and childless (``is_evictable_leaf``).
+        plain, add = self.lower is None, self.leaves.add
         for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
@@ -130,7 +134,11 @@ class Ledger:
                     self.evictable_tokens += size
                     self.protected_tokens -= size
                     moved += size
-                self.sync(n)
+                    if plain and not n.children:
+                        add(n)
+                        continue
+                if not plain:
+                    self.sync(n)
         return moved
 
     def hit(self, path: list[TreeNode], tick: int, priority: int | None = None) -> None:
@@ -206,6 +214,43 @@ class Ledger:
             self.evictable_tokens -= len(node.key)
             self.delete_leaf(node)
         return len(node.key)
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict leaves in eviction order until at least ``num_tokens`` device tokens are freed
+        (or none is left), free their slots in one call, and return the tokens freed."""
+        freed: list[Slots] = []
+        if self.lower is None and self.events is None:
+            evicted = self._evict_plain(num_tokens, freed)
+        else:
+            evicted, pop = 0, self.leaves.pop
+            while evicted < num_tokens and (node := pop()) is not None:
+                evicted += self.evict_leaf(node, freed)
+        self.free(freed)
+        return evicted
+
+    def _evict_plain(self, num_tokens: int, freed: list[Slots]) -> int:
+        """``evict_leaf`` in a loop, inlined for a tree with neither a lower tier nor events:
+        each popped leaf is deleted, and its parent (which had this child, so was no member of
+        ``leaves``) is re-filed only if it became an evictable leaf (``is_evictable_leaf`` with
+        no lower tier). Sizes are settled once at the end."""
+        evicted, root = 0, self.tree.root
+        pop, add, unlink = self.leaves.pop, self.leaves.add, self.tree.unlink_leaf
+        while evicted < num_tokens and (node := pop()) is not None:
+            slots = node.slots
+            assert slots is not None  # a member of ``leaves`` is on the device
+            freed.append(slots)
+            evicted += len(node.key)
+            parent = unlink(node)
+            if (
+                parent is not root
+                and not parent.children
+                and not parent.lock_ref
+                and parent.slots is not None
+            ):
+                add(parent)
+        self.evicted_tokens += evicted
+        self.evictable_tokens -= evicted
+        return evicted
 
     def free(self, slots: list[Slots]) -> None:
         """Give device ``slots`` (no longer any node's) back to the allocator."""

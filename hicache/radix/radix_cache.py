@@ -130,16 +130,7 @@ class RadixCache(NoLowerTier, BasePrefixCache):
 
     def evict(self, num_tokens: int) -> int:
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[Slots] = []
-        evicted = 0
-        pop, evict_leaf = self.ledger.leaves.pop, self.ledger.evict_leaf
-        while evicted < num_tokens:
-            node = pop()
-            if node is None:
-                break
-            evicted += evict_leaf(node, freed)
-        self.ledger.free(freed)
-        return evicted
+        return self.ledger.evict(num_tokens)
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         return self.ledger.lock(node)

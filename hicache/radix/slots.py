@@ -34,7 +34,10 @@ def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=device)
     first = values[0]
     if isinstance(first, np.ndarray) or first.is_cpu:
-        joined = np.concatenate([_host(v) for v in values])  # always a new array
+        # always a new array (a copy when there is one: half the cost of a concatenate)
+        joined = (
+            _host(first).copy() if len(values) == 1 else np.concatenate(list(map(_host, values)))
+        )
         return torch.from_numpy(joined.astype(np.int64, copy=False))
     return torch.cat(cast(list[torch.Tensor], values)).to(torch.int64)  # all on one device
 

@@ -32,6 +32,7 @@ _PACK_CHUNK = 16_384  # tokens per struct call on long lists (keeps its argument
 _PACK = struct.Struct(f"{_PACK_CHUNK}{_C_INT}")
 # Sequences whose items are not token ids (array.array would read bytes-likes as raw bytes).
 _NOT_ID_SEQUENCES = (str, bytes, bytearray, memoryview)
+_MIN = np.minimum.reduce  # arr.min() without its Python wrapper (~0.1 us a call)
 _BOOL_ERROR = "token_ids must be a sequence of ints, got a bool (True/False are not token ids)"
 
 
@@ -55,11 +56,11 @@ def _from_tensor(ids: torch.Tensor) -> np.ndarray:
 
 
 def _pack(ids: Sequence[Any]) -> np.ndarray:
-    """``ids`` as C ints in one C-level pass (``struct``: ints and ``__index__`` scalars in
-    int32 range; ``struct.error`` for anything else). About twice as fast as ``array.array``
-    and faster than ``np.fromiter`` on a list (``benchmarks/bench_keys.py``)."""
+    """``ids`` as read-only C ints in one C-level pass (``struct``: ints and ``__index__``
+    scalars in int32 range; ``struct.error`` for anything else). About twice as fast as
+    ``array.array`` and faster than ``np.fromiter`` on a list (``benchmarks/bench_keys.py``)."""
     n = len(ids)
-    if n <= _PACK_CHUNK:
+    if n <= _PACK_CHUNK:  # a view of immutable bytes: read-only already
         return np.frombuffer(struct.pack(f"{n}{_C_INT}", *ids), dtype=TOKEN_DTYPE)
     out = np.empty(n, dtype=TOKEN_DTYPE)
     view, whole = out.data, n - n % _PACK_CHUNK
@@ -67,17 +68,21 @@ def _pack(ids: Sequence[Any]) -> np.ndarray:
         _PACK.pack_into(view, start * 4, *ids[start : start + _PACK_CHUNK])
     if whole < n:
         struct.pack_into(f"{n - whole}{_C_INT}", view, whole * 4, *ids[whole:])
+    out.flags.writeable = False
     return out
 
 
 def _from_sequence(ids: Sequence[Any]) -> np.ndarray:
     """One C-level pass that takes ints and integer scalars (``__index__``) and refuses floats,
-    strings, None and nested sequences; then vectorised range and bool checks on the array."""
+    strings, None and nested sequences; then vectorised range and bool checks on the array.
+    The result is read-only."""
     try:
         arr = _pack(ids)
     except struct.error:  # not an int, or outside int32: array.array names which
         arr = _explain(ids)
-    _check_small(ids, arr)
+        arr.flags.writeable = False
+    if arr.size and _MIN(arr) <= 1:  # a negative id or a bool is a value <= 1
+        _check_small(ids, arr)
     return arr
 
 
@@ -92,12 +97,11 @@ def _explain(ids: Sequence[Any]) -> np.ndarray:
 
 
 def _check_small(ids: Sequence[Any], arr: np.ndarray) -> None:
-    """``ValueError`` for a negative id, ``TypeError`` if an item of ``ids`` is a bool. Both are
-    values ``<= 1`` in ``arr``, so only those positions are looked at (usually a handful per
-    request), or every item in one C-level pass when they are many (an eighth or more)."""
-    low = int(arr.min()) if arr.size else 2
-    if low > 1:
-        return
+    """For a non-empty ``arr`` holding a value ``<= 1``: ``ValueError`` for a negative id,
+    ``TypeError`` if an item of ``ids`` is a bool. Only the positions ``<= 1`` are looked at
+    (usually a handful per request), or every item in one C-level pass when they are many (an
+    eighth or more)."""
+    low = int(_MIN(arr))
     if low < 0:
         raise ValueError(f"{_RANGE}, got {low}")
     small = (arr <= 1).nonzero()[0]
@@ -117,13 +121,13 @@ def to_token_array(token_ids: Any) -> np.ndarray:
     id); an array ``O(n)`` vectorised.
     """
     if type(token_ids) is list or type(token_ids) is tuple:  # the common case, first
-        arr = _from_sequence(token_ids)
-    elif isinstance(token_ids, torch.Tensor):
+        return _from_sequence(token_ids)  # read-only already
+    if isinstance(token_ids, torch.Tensor):
         arr = _from_tensor(token_ids)
     elif isinstance(token_ids, np.ndarray):
         arr = _from_numpy(token_ids)
     elif isinstance(token_ids, Sequence) and not isinstance(token_ids, _NOT_ID_SEQUENCES):
-        arr = _from_sequence(token_ids)
+        return _from_sequence(token_ids)
     else:
         raise TypeError(f"token_ids must be a sequence of ints, got {type(token_ids).__name__}")
     arr.flags.writeable = False
