@@ -201,15 +201,9 @@ class GuardedStorage(HiCacheStorage):
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
-        self.page_io().page_slots(keys, host_indices)
-        done, elapsed = self._call(
-            "batch_get_v1",
-            lambda: self.backend.batch_get_v1(keys, host_indices, extra_info),
-            lambda r: _bools(r, len(keys)),
-        )
-        n = sum(done) if done else 0
+        done, n, elapsed = self._pages("batch_get_v1", keys, host_indices, extra_info)
         self._add(pages_read=n, bytes_read=n * self._page_bytes, read_seconds=elapsed)
-        return done if done is not None else [False] * len(keys)
+        return done
 
     def batch_set_v1(
         self,
@@ -217,15 +211,29 @@ class GuardedStorage(HiCacheStorage):
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
+        done, n, elapsed = self._pages("batch_set_v1", keys, host_indices, extra_info)
+        self._add(pages_written=n, bytes_written=n * self._page_bytes, write_seconds=elapsed)
+        return done
+
+    def _pages(
+        self,
+        what: str,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None,
+    ) -> tuple[list[bool], int, float]:
+        """Run the backend's ``what`` (``batch_get_v1``/``batch_set_v1``) guarded: the per-page
+        results (all False on a failure), the pages done and the seconds it took."""
         self.page_io().page_slots(keys, host_indices)
+        method = getattr(self.backend, what)
         done, elapsed = self._call(
-            "batch_set_v1",
-            lambda: self.backend.batch_set_v1(keys, host_indices, extra_info),
+            what,
+            lambda: method(keys, host_indices, extra_info),
             lambda r: _bools(r, len(keys)),
         )
-        n = sum(done) if done else 0
-        self._add(pages_written=n, bytes_written=n * self._page_bytes, write_seconds=elapsed)
-        return done if done is not None else [False] * len(keys)
+        if done is None:
+            return [False] * len(keys), 0, elapsed
+        return done, sum(done), elapsed
 
     def clear(self) -> None:
         """The backend's ``clear`` (errors logged and counted, never raised; not refused)."""
