@@ -96,7 +96,7 @@ class StorageTier:
         ps = self.page_size
         self.threshold = -(-config.prefetch_threshold // ps) * ps  # whole pages
         self._requests: dict[str, _Request] = {}
-        self._retiring: list[tuple[Prefetch, int]] = []  # cancelled ops, pages adopted
+        self._retiring: list[Prefetch] = []  # cancelled ops whose unadopted slots await release
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
@@ -179,7 +179,7 @@ class StorageTier:
         if request is not None:
             self._leaders.pop(request.lead_key, None)
             request.op.cancel()
-            self._retire(request.op, 0)
+            self._retire(request.op)
 
     def _finish(self, req_id: str, request: _Request) -> None:
         del self._requests[req_id]
@@ -188,7 +188,7 @@ class StorageTier:
         adopted = self._adopt(request, pages) if pages else 0
         self._loaded[req_id] = adopted
         self._loaded_tokens += adopted
-        self._retire(request.op, pages)
+        self._retire(request.op)
 
     def _adopt(self, request: _Request, pages: int) -> int:
         """Insert the first ``pages`` prefetched pages as a host-only leaf; returns its tokens.
@@ -211,17 +211,17 @@ class StorageTier:
         op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
         return len(leaf.key)
 
-    def _retire(self, op: Prefetch, adopted_pages: int) -> None:
+    def _retire(self, op: Prefetch) -> None:
         """Release ``op``'s remaining reserved slots once its thread is done with them."""
-        self._retiring.append((op, adopted_pages))
+        self._retiring.append(op)
         self._release_retired()
 
     def _release_retired(self) -> None:
         keep = []
-        for op, adopted in self._retiring:
+        for op in self._retiring:
             state, _ = op.progress()
             if state is not PrefetchState.DONE:
-                keep.append((op, adopted))
+                keep.append(op)
             elif op.host_indices is not None:
                 self.host.release(op.host_indices)
                 op.host_indices = None

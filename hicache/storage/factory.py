@@ -1,5 +1,5 @@
-"""create_storage_backend: a backend by name, imported lazily (an optional backend's missing
-package is a clear error naming the extra, not an import failure of hicache)."""
+"""create_storage_backend: a backend by name. Mooncake is imported only when asked for (its
+missing package is a clear error naming the extra, not an import failure of hicache)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from typing import Any
 
 from hicache.checks import check_choice
 from hicache.storage.base import HiCacheStorage
+from hicache.storage.config import BACKENDS
+from hicache.storage.file import HiCacheFile
+from hicache.storage.memory import MemoryStorage
 
 __all__ = ["create_storage_backend"]
 
@@ -18,15 +21,11 @@ def create_storage_backend(
     """A new backend ``name`` (``memory``, ``file`` or ``mooncake``) built from
     ``extra_config``; ``ValueError`` for another name, ``ImportError`` naming the pip extra when
     the backend's package is missing."""
-    check_choice("backend", name, ("memory", "file", "mooncake"))
+    check_choice("backend", name, BACKENDS)
     config = dict(extra_config or {})
     if name == "memory":
-        from hicache.storage.memory import MemoryStorage
-
         return MemoryStorage(**config)
     if name == "file":
-        from hicache.storage.file import HiCacheFile
-
         return HiCacheFile(**config)
     from hicache.storage.mooncake import MooncakeStore
 

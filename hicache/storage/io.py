@@ -55,7 +55,6 @@ class Prefetch:
         self.completed_pages = 0
         self.cancelled = False
         self.host_indices: torch.Tensor | None = None
-        self.read_seconds = 0.0
 
     def progress(self) -> tuple[PrefetchState, int]:
         with self.lock:
@@ -215,7 +214,6 @@ class StorageIO:
             seconds = time.monotonic() - began
             with op.lock:
                 op.completed_pages += done
-                op.read_seconds += seconds
             if self.on_read is not None and done:
                 self.on_read(done, seconds)
             if done < len(batch):
