@@ -1,0 +1,156 @@
+"""TPGroup: the agreement point of the ranks of one tensor-parallel group.
+
+Under TP every rank holds its shard of the KV in its own pools and an identical tree. A
+decision that depends on a rank's own state (an allocation that failed, a transfer that has
+landed, what storage answered, a clock) is taken only through :meth:`TPGroup.agree`: each rank
+offers its values, every rank gets the minimum (or maximum) over ranks, so every rank takes the
+same decision. A decision that depends only on the tree is taken locally: identical trees and
+identical calls make it identical on every rank.
+
+Collectives are bounded by ``timeout_s``. A collective that fails or times out (a rank died or
+stopped calling) raises :class:`TPError` on every rank that reaches it, and the group is then
+broken: every later call raises at once. A rank whose own step failed passes the exception to
+``agree(failed=...)``: it re-raises it, every other rank raises :class:`TPPeerError` naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+_OK = 1 << 62  # a rank's status word when its step succeeded (larger than any rank id)
+
+
+class TPError(RuntimeError):
+    """A TP collective failed or timed out, or the ranks' trees diverged (debug digests)."""
+
+
+class TPPeerError(TPError):
+    """Another rank's step failed at an agreement point; this rank's state is unchanged by it.
+
+    Attributes
+    ----------
+    rank : the lowest rank that failed.
+    where : the agreement point.
+    """
+
+    def __init__(self, rank: int, where: str) -> None:
+        super().__init__(f"TP rank {rank} failed at {where}; every rank stopped there")
+        self.rank, self.where = rank, where
+
+
+class TPGroup:
+    """The ranks of one TP group as the cache sees them.
+
+    Parameters
+    ----------
+    group : a ``torch.distributed`` process group, or None for one rank (no collectives).
+    timeout_s : bound on each collective, seconds (> 0).
+    agree : test-only switch: False makes every call return this rank's own values with no
+        collective, so ranks decide alone (and diverge under rank-local faults).
+    debug : whether ``HiRadixCache.check_hicache_events`` compares tree digests every step.
+
+    Attributes
+    ----------
+    rank, size : this rank and the group size.
+    collectives : collectives issued so far.
+    """
+
+    def __init__(
+        self,
+        group: Any = None,
+        *,
+        timeout_s: float = 60.0,
+        agree: bool = True,
+        debug: bool = False,
+    ) -> None:
+        if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        if group is not None and not dist.is_initialized():
+            raise ValueError("tp_group: torch.distributed is not initialized")
+        self.group, self.timeout = group, timedelta(seconds=float(timeout_s))
+        self.enabled, self.debug = bool(agree), bool(debug)
+        self.rank = 0 if group is None else dist.get_rank(group)
+        self.size = 1 if group is None else dist.get_world_size(group)
+        self.collectives = 0
+        self._broken: str | None = None
+        nccl = group is not None and dist.get_backend(group) == "nccl"
+        self._device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
+
+    @property
+    def active(self) -> bool:
+        """Whether decisions go through collectives (more than one rank, agreement on)."""
+        return self.size > 1 and self.enabled
+
+    def agree(
+        self,
+        mins: Sequence[int] = (),
+        maxes: Sequence[int] = (),
+        *,
+        where: str,
+        failed: BaseException | None = None,
+    ) -> tuple[list[int], list[int]]:
+        """The minimum over ranks of each of ``mins`` and the maximum of each of ``maxes``, in
+        one collective. Every rank must call it at the same point with vectors of the same
+        lengths. ``failed``: this rank's step raised it; it is re-raised here after the
+        collective (other ranks raise ``TPPeerError``)."""
+        if not self.active:
+            if failed is not None:
+                raise failed
+            return list(mins), list(maxes)
+        status = self.rank if failed is not None else _OK
+        words = torch.tensor([status, *mins, *(-m for m in maxes)], dtype=torch.int64)
+        out = self._all_reduce_min(words, where)
+        if failed is not None:
+            raise failed
+        if out[0] != _OK:
+            raise TPPeerError(out[0], where)
+        n = len(mins)
+        return out[1 : 1 + n], [-v for v in out[1 + n :]]
+
+    def all_ok(self, ok: bool, *, where: str) -> bool:
+        """Whether ``ok`` holds on every rank."""
+        return bool(self.agree([int(bool(ok))], where=where)[0][0])
+
+    def check_digest(self, digest: bytes, *, where: str) -> None:
+        """``TPError`` on every rank unless every rank passed the same ``digest``."""
+        words = [int.from_bytes(hashlib.sha256(digest).digest()[i : i + 7], "little") for i in (0, 7)]
+        low, high = self.agree(words, words, where=where)
+        if low != high:
+            raise TPError(f"TP ranks diverged at {where}: tree digests differ across ranks")
+
+    def _all_reduce_min(self, words: torch.Tensor, where: str) -> list[int]:
+        if self._broken is not None:
+            raise TPError(f"TP group is broken ({self._broken}); rebuild the cache")
+        if self._device is not None:
+            words = words.to(self._device)
+        self.collectives += 1
+        try:
+            work = dist.all_reduce(words, dist.ReduceOp.MIN, group=self.group, async_op=True)
+            assert work is not None
+            work.wait(timeout=self.timeout)
+        except Exception as exc:  # a dead or stuck rank: every rank that gets here stops
+            self._broken = f"collective at {where} failed: {exc}"
+            raise TPError(f"TP rank {self.rank}/{self.size}: {self._broken}") from exc
+        return [int(v) for v in words.cpu().tolist()]
+
+
+def as_tp_group(tp_group: Any) -> TPGroup:
+    """``tp_group`` as given to a cache: None (one rank), a ``TPGroup``, or a process group."""
+    if isinstance(tp_group, TPGroup):
+        return tp_group
+    if tp_group is not None and not isinstance(tp_group, dist.ProcessGroup):
+        raise TypeError(
+            f"tp_group must be a torch.distributed ProcessGroup, a TPGroup or None, "
+            f"got {type(tp_group).__name__}"
+        )
+    return TPGroup(tp_group)
+
+
+__all__ = ["TPError", "TPGroup", "TPPeerError", "as_tp_group"]
