@@ -13,7 +13,7 @@ from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.engine.config import EngineConfig, check_real
 from hicache.engine.request import request_namespace
-from hicache.model import ModelConfig, TinyTransformer
+from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
 from hicache.radix.key import as_token_array
 
@@ -74,14 +74,6 @@ def check_model(model: Any) -> None:
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
 
 
-def kv_dims(cfg: ModelConfig) -> dict[str, int]:
-    """The device pool dims ``cfg``'s attention needs: ``head_num``/``head_dim`` (MHA) or
-    ``kv_lora_rank``/``qk_rope_head_dim`` (MLA), as the pools name them."""
-    if cfg.attention == "mla":
-        return {"kv_lora_rank": cfg.kv_lora_rank, "qk_rope_head_dim": cfg.qk_rope_head_dim}
-    return {"head_num": cfg.num_kv_heads, "head_dim": cfg.head_dim}
-
-
 def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:
     cfg = model.cfg
     kind: type = MLATokenToKVPool if cfg.attention == "mla" else MHATokenToKVPool
@@ -91,7 +83,7 @@ def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:
             f"{cfg.attention} attention, got {type(pool).__name__}"
         )
     want = {
-        **kv_dims(cfg),
+        **kv_dims(cfg, model.shard),
         "layer_num": cfg.num_layers,
         "dtype": cfg.dtype,
         "device": canonical_device(model.device),

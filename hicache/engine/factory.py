@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache.checks import check_choice, check_int
-from hicache.engine.checks import check_model, kv_dims
+from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
-from hicache.model import TinyTransformer
+from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
 from hicache.stack import build_kv_stack, make_cache
@@ -102,6 +102,6 @@ def build_engine(
         device=model.device,
         hicache=spec.host_tier,
         eviction_policy=spec.eviction_policy,
-        **kv_dims(cfg),
+        **kv_dims(cfg, model.shard),
     )
     return Engine(model, stack.cache, stack.req_to_token_pool, stack.allocator, config)

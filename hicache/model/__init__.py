@@ -3,6 +3,15 @@
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
 from hicache.model.kv import make_kv_pool, reference_logits
+from hicache.model.shard import TPShard, kv_dims
 from hicache.model.transformer import TinyTransformer
 
-__all__ = ["ForwardBatch", "ModelConfig", "TinyTransformer", "make_kv_pool", "reference_logits"]
+__all__ = [
+    "ForwardBatch",
+    "ModelConfig",
+    "TPShard",
+    "TinyTransformer",
+    "kv_dims",
+    "make_kv_pool",
+    "reference_logits",
+]

@@ -8,6 +8,7 @@ import torch
 
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
+from hicache.model.shard import TPShard
 from hicache.model.transformer import TinyTransformer
 from hicache.pools import (
     MHATokenToKVPool,
@@ -18,9 +19,14 @@ from hicache.pools import (
 
 
 def make_kv_pool(
-    cfg: ModelConfig, size: int, page_size: int, device: torch.device | str
+    cfg: ModelConfig,
+    size: int,
+    page_size: int,
+    device: torch.device | str,
+    shard: TPShard | None = None,
 ) -> MHATokenToKVPool | MLATokenToKVPool:
-    """A device pool of ``size`` usable slots shaped for ``cfg``'s attention (MHA or MLA)."""
+    """A device pool of ``size`` usable slots shaped for ``cfg``'s attention (MHA or MLA), as
+    ``shard`` (default: one rank) holds it: MHA its block of the KV heads, MLA the latent."""
     if cfg.attention == "mla":
         return MLATokenToKVPool(
             size,
@@ -31,9 +37,8 @@ def make_kv_pool(
             cfg.num_layers,
             device,
         )
-    return MHATokenToKVPool(
-        size, page_size, cfg.dtype, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, device
-    )
+    heads = (shard or TPShard()).kv_heads(cfg)
+    return MHATokenToKVPool(size, page_size, cfg.dtype, heads, cfg.head_dim, cfg.num_layers, device)
 
 
 def reference_logits(model: TinyTransformer, token_ids: Sequence[int]) -> torch.Tensor:
@@ -46,7 +51,7 @@ def reference_logits(model: TinyTransformer, token_ids: Sequence[int]) -> torch.
     ``[len(token_ids), vocab]`` fp32 on the model device; row ``i`` predicts token ``i + 1``.
     """
     n = len(token_ids)
-    pool = make_kv_pool(model.cfg, n, 1, model.device)
+    pool = make_kv_pool(model.cfg, n, 1, model.device, model.shard)
     allocator = TokenToKVPoolAllocator(n, 1, model.device, kvcache=pool)
     req_pool = ReqToTokenPool(1, n, model.device)
     slots = allocator.alloc(n)

@@ -18,11 +18,20 @@ class Linear(nn.Module):
 
 
 def seeded_linear(
-    in_features: int, out_features: int, gen: torch.Generator, dtype: torch.dtype
+    in_features: int,
+    out_features: int,
+    gen: torch.Generator,
+    dtype: torch.dtype,
+    rows: slice = slice(None),
+    cols: slice = slice(None),
 ) -> Linear:
-    """A :class:`Linear` with N(0, 1/in_features) weights drawn from ``gen`` on its device."""
+    """A :class:`Linear` with N(0, 1/in_features) weights drawn from ``gen`` on its device.
+
+    The whole ``[out_features, in_features]`` weight is drawn (so ``gen`` advances the same
+    for every shard) and only ``weight[rows, cols]`` is kept: a tensor-parallel shard's block.
+    """
     weight = torch.randn(out_features, in_features, generator=gen, device=gen.device)
-    return Linear((weight / in_features**0.5).to(dtype))
+    return Linear((weight[rows, cols] / in_features**0.5).to(dtype).contiguous())
 
 
 class RMSNorm(nn.Module):
@@ -38,11 +47,21 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, hidden: int, inter: int, gen: torch.Generator, dtype: torch.dtype) -> None:
+    """``down(silu(gate(x)) * up(x))``; a shard keeps the ``cols`` block of the ``inter``
+    columns (gate/up column-parallel, down row-parallel: its output is a partial sum)."""
+
+    def __init__(
+        self,
+        hidden: int,
+        inter: int,
+        gen: torch.Generator,
+        dtype: torch.dtype,
+        cols: slice = slice(None),
+    ) -> None:
         super().__init__()
-        self.gate = seeded_linear(hidden, inter, gen, dtype)
-        self.up = seeded_linear(hidden, inter, gen, dtype)
-        self.down = seeded_linear(inter, hidden, gen, dtype)
+        self.gate = seeded_linear(hidden, inter, gen, dtype, rows=cols)
+        self.up = seeded_linear(hidden, inter, gen, dtype, rows=cols)
+        self.down = seeded_linear(inter, hidden, gen, dtype, cols=cols)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.down(nn.functional.silu(self.gate(x)) * self.up(x))

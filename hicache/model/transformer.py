@@ -9,22 +9,27 @@ from hicache.model.attention import MHAAttention, MLAAttention
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
 from hicache.model.layers import RMSNorm, SwiGLU, seeded_linear
+from hicache.model.shard import TPShard
 from hicache.pools import KVPool
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, gen: torch.Generator) -> None:
+    def __init__(
+        self, cfg: ModelConfig, layer_id: int, gen: torch.Generator, shard: TPShard
+    ) -> None:
         super().__init__()
         attn_cls = MLAAttention if cfg.attention == "mla" else MHAAttention
+        self.shard = shard
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
-        self.attn = attn_cls(cfg, layer_id, gen)
+        self.attn = attn_cls(cfg, layer_id, gen, shard)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, gen, cfg.dtype)
+        inter = cfg.intermediate_size
+        self.mlp = SwiGLU(cfg.hidden_size, inter, gen, cfg.dtype, cols=shard.part(inter))
 
     def forward(self, h: torch.Tensor, batch: ForwardBatch, pool: KVPool) -> torch.Tensor:
-        """``pool``: the MHA or MLA token pool matching ``cfg.attention``."""
+        """``pool``: the MHA or MLA token pool matching ``cfg.attention`` (the shard's)."""
         h = h + self.attn(self.attn_norm(h), batch, pool)
-        out: torch.Tensor = h + self.mlp(self.mlp_norm(h))
+        out: torch.Tensor = h + self.shard.all_reduce(self.mlp(self.mlp_norm(h)))
         return out
 
 
@@ -34,16 +39,28 @@ class TinyTransformer(nn.Module):
     Weights are drawn on ``device`` from a generator seeded with ``cfg.seed``. The LM head runs
     in fp32, so logits are not rounded to ``cfg.dtype`` (a bf16 logit near 4 would be a multiple
     of 1/32): comparing two runs' logits then measures only what differs upstream.
+
+    ``shard`` (default: one rank) makes this rank ``shard.rank`` of a tensor-parallel model: its
+    weights are exact blocks of the one-rank model's (``hicache.model.shard``), its KV pool
+    holds its block of the KV heads, and every rank computes the same logits. ``ValueError``
+    when ``cfg`` does not split evenly over ``shard.size`` ranks.
     """
 
-    def __init__(self, cfg: ModelConfig, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, cfg: ModelConfig, device: torch.device | str = "cpu", shard: TPShard | None = None
+    ) -> None:
         super().__init__()
-        self.cfg, self.device = cfg, torch.device(device)
+        shard = TPShard() if shard is None else shard
+        if not isinstance(shard, TPShard):
+            raise TypeError(f"shard must be a TPShard or None, got {type(shard).__name__}")
+        shard.check(cfg)
+        self.cfg, self.device, self.shard = cfg, torch.device(device), shard
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         with torch.device(self.device):
             embed = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen)
             self.embed = nn.Parameter(embed.to(cfg.dtype), requires_grad=False)
-            self.layers = nn.ModuleList(DecoderLayer(cfg, i, gen) for i in range(cfg.num_layers))
+            layers = (DecoderLayer(cfg, i, gen, shard) for i in range(cfg.num_layers))
+            self.layers = nn.ModuleList(layers)
             self.norm = RMSNorm(cfg.hidden_size, cfg.dtype)
             self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, torch.float32)
 
