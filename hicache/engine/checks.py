@@ -54,8 +54,9 @@ def check_submission(
 def check_parts(
     model: Any, cache: Any, req_to_token_pool: Any, allocator: Any, config: Any
 ) -> None:
-    """``Engine.__init__``'s arguments fit together: the cache runs over these two pools, and
-    the allocator's KV pool has the model's KV geometry, dtype and device."""
+    """``Engine.__init__``'s arguments fit together: the cache runs over these two pools, the
+    allocator's KV pool has the model's KV geometry (its shard's), dtype and device, and the
+    cache's TP group is the model's."""
     if config is not None and not isinstance(config, EngineConfig):
         raise TypeError(f"config must be an EngineConfig or None, got {type(config).__name__}")
     check_model(model)
@@ -66,6 +67,18 @@ def check_parts(
         if getattr(cache, attr, None) is not part:
             raise ValueError(f"cache must run over the engine's {name} (cache.{attr})")
     _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
+    _check_tp(model, getattr(cache, "tp", None))
+
+
+def _check_tp(model: TinyTransformer, tp: Any) -> None:
+    """The cache's TP group is the model shard's: the same rank of the same size."""
+    shard = model.shard
+    got = (getattr(tp, "rank", None), getattr(tp, "size", None))
+    if got != (shard.rank, shard.size):
+        raise ValueError(
+            f"cache.tp must be rank {shard.rank} of {shard.size} like the model's shard, "
+            f"got rank {got[0]} of {got[1]}"
+        )
 
 
 def check_model(model: Any) -> None:

@@ -17,6 +17,14 @@ Each ``step``:
 5. ``cache_unfinished_req`` after every prompt chunk, ``cache_finished_req`` when a request ends.
 
 The storage hooks are no-ops without a storage tier (``BasePrefixCache``).
+
+Under tensor parallelism (``cache.tp``, a ``hicache.tp.TPGroup`` of more than one rank) every
+rank runs this same loop over its shard of the model and pools: the same cache calls in the
+same order with the same arguments. What is rank-local is agreed: the slot budget's
+allocations (``SlotBudget``), the prefill time given to ``note_prefill`` (the slowest rank's)
+and the stall timeout. Logits are equal on every rank (the model all-reduces), so greedy
+sampling picks the same tokens. Any step may raise ``hicache.tp.TPPeerError`` (another rank
+failed at an agreement point) or ``TPError`` (the group is broken). See docs/tp.md.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ class Engine:
         self.model, self.cache, self.config = model, cache, config or EngineConfig()
         self.req_to_token_pool, self.allocator = req_to_token_pool, allocator
         self.kv_pool = allocator.get_kvcache()
+        self.tp = cache.tp
         self.budget = SlotBudget(cache, allocator, req_to_token_pool)
         self.scheduler = Scheduler(cache, self.budget, self.config)
         self._rids = itertools.count()
@@ -141,7 +150,7 @@ class Engine:
         tokens = logits.argmax(dim=-1).tolist()  # waits for the forward pass
         prefill = sum(len(w.input_ids) for w in work if w.req.status is Status.PREFILL)
         if prefill:
-            self.cache.note_prefill(prefill, time.perf_counter() - start)
+            self.cache.note_prefill(prefill, self._slowest(time.perf_counter() - start))
         return done + self._advance(work, tokens, logits)
 
     def run(self) -> list[Request]:
@@ -151,14 +160,26 @@ class Engine:
             finished += self.step()
         return finished
 
+    def _slowest(self, seconds: float) -> float:
+        """The largest of every rank's ``seconds`` (microsecond resolution under TP)."""
+        if not self.tp.active:
+            return seconds
+        (micros,) = self.tp.agree(maxes=[round(seconds * 1e6)], where="engine prefill time")[1]
+        return micros / 1e6
+
     def _check_stall(self, progressed: bool) -> None:
+        """``RuntimeError`` on every rank once any rank has seen no progress for
+        ``stall_timeout_s``; the agreement runs only at steps that ran nothing while requests
+        wait and none is active (the same steps on every rank)."""
         s = self.scheduler
-        if progressed or s.active or not s.waiting or self._prefetch_moved():
+        if progressed or s.active or not s.waiting:
             self._stalled_since = None
             return
         now = time.perf_counter()
-        self._stalled_since = self._stalled_since or now
-        if now - self._stalled_since > self.config.stall_timeout_s:
+        since = None if self._prefetch_moved() else self._stalled_since or now
+        self._stalled_since = since
+        expired = since is not None and now - since > self.config.stall_timeout_s
+        if not self.tp.all_ok(not expired, where="engine stall check"):
             raise RuntimeError("engine stalled: a waiting request can never be admitted")
 
     def _prefetch_moved(self) -> bool:

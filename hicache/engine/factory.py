@@ -1,4 +1,9 @@
-"""Build a model's pools, a radix cache (device-only or hierarchical) and an engine over them."""
+"""Build a model's pools, a radix cache (device-only or hierarchical) and an engine over them.
+
+Under tensor parallelism each rank calls ``build_engine`` with its shard of the model
+(``TinyTransformer(cfg, device, TPShard.of(group))``): its pools hold the shard's KV and its
+cache agrees with the other ranks over ``tp_group`` (default: the shard's process group).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,9 @@ from hicache.checks import check_choice, check_int
 from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
-from hicache.model import TinyTransformer, kv_dims
+from hicache.model import TinyTransformer, make_kv_pool
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
-from hicache.stack import build_kv_stack, make_cache
+from hicache.radix import HiCacheConfig, HiRadixCache, RadixCache, RadixCacheConfig
 
 CACHE_KINDS = ("radix", "hiradix")
 
@@ -72,36 +76,39 @@ def _check_spec(spec: Any) -> None:
 
 
 def build_cache(
-    spec: CacheSpec, req_pool: ReqToTokenPool, allocator: TokenToKVPoolAllocator
+    spec: CacheSpec,
+    req_pool: ReqToTokenPool,
+    allocator: TokenToKVPoolAllocator,
+    tp_group: Any = None,
 ) -> RadixCache:
-    """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``."""
+    """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``, agreeing over
+    ``tp_group`` (None: one rank; a process group or a ``hicache.tp.TPGroup``)."""
     _check_spec(spec)
-    return make_cache(
-        req_pool,
-        allocator,
-        spec.page_size,
-        hicache=spec.host_tier,
-        eviction_policy=spec.eviction_policy,
+    policy, tier = spec.eviction_policy, spec.host_tier
+    if tier is None:
+        return RadixCache(
+            req_pool, allocator, spec.page_size, eviction_policy=policy, tp_group=tp_group
+        )
+    return HiRadixCache(
+        req_pool, allocator, spec.page_size, config=tier, eviction_policy=policy, tp_group=tp_group
     )
 
 
 def build_engine(
-    model: TinyTransformer, spec: CacheSpec, config: EngineConfig | None = None
+    model: TinyTransformer,
+    spec: CacheSpec,
+    config: EngineConfig | None = None,
+    tp_group: Any = None,
 ) -> Engine:
-    """Fresh pools on ``model.device``, the cache ``spec`` names, and an engine over them."""
+    """Fresh pools on ``model.device`` shaped for ``model.shard``'s KV, the cache ``spec``
+    names, and an engine over them. ``tp_group``: what the cache agrees over (None: the
+    shard's process group, so one rank unless the model is sharded)."""
     check_model(model)
     _check_spec(spec)
-    cfg = model.cfg
-    stack = build_kv_stack(
-        layer_num=cfg.num_layers,
-        dtype=cfg.dtype,
-        size=spec.device_tokens,
-        max_requests=spec.max_requests,
-        max_context_len=spec.max_context_len,
-        page_size=spec.page_size,
-        device=model.device,
-        hicache=spec.host_tier,
-        eviction_policy=spec.eviction_policy,
-        **kv_dims(cfg, model.shard),
-    )
-    return Engine(model, stack.cache, stack.req_to_token_pool, stack.allocator, config)
+    size, page, device = spec.device_tokens, spec.page_size, model.device
+    kv_pool = make_kv_pool(model.cfg, size, page, device, model.shard)
+    allocator = TokenToKVPoolAllocator(size, page, device, kvcache=kv_pool)
+    req_pool = ReqToTokenPool(spec.max_requests, -(-spec.max_context_len // page) * page, device)
+    group = model.shard.group if tp_group is None else tp_group
+    cache = build_cache(spec, req_pool, allocator, group)
+    return Engine(model, cache, req_pool, allocator, config)

@@ -40,6 +40,10 @@ class SlotBudget:
     A request admitted holds a *reservation*: every slot it will still allocate
     (``pending(req)``). A new request is admitted only while the free slots plus what the cache
     can evict cover all reservations, so decode never runs out of memory.
+
+    Under tensor parallelism every outcome of this rank's own allocations (a request row, KV
+    slots) is agreed through ``cache.tp.all_ok``: unless every rank got what it asked for, the
+    ranks that did free it, and all take the same branch.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class SlotBudget:
         self.allocator = allocator
         self.req_to_token_pool = req_to_token_pool
         self.page_size = allocator.page_size
+        self.tp = cache.tp
         self.evicted_tokens = 0
 
     def round_up(self, n: int) -> int:
@@ -88,7 +93,9 @@ class SlotBudget:
         rows = None
         if self.round_up(kv_total) - len(match.device_indices) <= self.headroom(active):
             rows = self.req_to_token_pool.alloc(1)
-        if rows is None:
+        if not self.tp.all_ok(rows is not None, where="engine admission"):
+            if rows is not None:
+                self.req_to_token_pool.free(rows)
             self.cache.dec_lock_ref(node)
             return None
         prefix = match.device_indices
@@ -102,13 +109,21 @@ class SlotBudget:
         A node whose host backup is still in flight is locked, so not evictable, until its ack
         is retired; a reservation may have counted it. When eviction falls short, wait for the
         transfers in flight (``drain_transfers``: a CUDA sync; nothing on CPU or without a host
-        tier), retire them and evict again.
+        tier), retire them and evict again. Each outcome is agreed over the TP ranks.
         """
-        slots = self._evict_and_alloc(n)
+        slots = self._agreed(self._evict_and_alloc(n), "engine slot allocation")
         if slots is None:
             self.cache.drain_transfers()
-            slots = self._evict_and_alloc(n)
+            slots = self._agreed(self._evict_and_alloc(n), "engine slot allocation after drain")
         return slots
+
+    def _agreed(self, slots: torch.Tensor | None, where: str) -> torch.Tensor | None:
+        """``slots`` when every rank got its own, else None with ``slots`` freed."""
+        if self.tp.all_ok(slots is not None, where=where):
+            return slots
+        if slots is not None:
+            self.allocator.free(slots)
+        return None
 
     def _evict_and_alloc(self, n: int) -> torch.Tensor | None:
         short = n - self.allocator.available_size()
