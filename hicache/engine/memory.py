@@ -93,7 +93,7 @@ class SlotBudget:
         rows = None
         if self.round_up(kv_total) - len(match.device_indices) <= self.headroom(active):
             rows = self.req_to_token_pool.alloc(1)
-        if not self.tp.all_ok(rows is not None, where="engine admission"):
+        if not self.tp.all_ok(rows is not None, where="engine admission") or rows is None:
             if rows is not None:
                 self.req_to_token_pool.free(rows)
             self.cache.dec_lock_ref(node)
