@@ -88,6 +88,8 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
         "load-back-threshold": "shortest host hit worth loading (tokens)",
         "seed": "RNG seed",
         "threads": "torch CPU threads during the run",
+        "tp": "tensor-parallel ranks: processes over loopback gloo (CPU), each holding its "
+        "shard of the heads, MLP and KV; fails unless every rank saw the same hit rates",
     }
     for name, help_ in ints.items():
         p.add_argument(f"--{name}", type=int, help=help_ + (_preset(name) or _field_default(name)))
@@ -199,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bench(args: argparse.Namespace) -> int:
     from hicache.bench import BenchConfig, run_bench, run_storage_bench
+    from hicache.bench.tp_run import TPMismatch
+    from hicache.tp import RankFailed
 
     try:
         cfg = BenchConfig.from_args(vars(args))
@@ -208,6 +212,9 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as err:
         sys.stderr.write(f"hicache bench: error: {err}\n")
         return 2
+    except (TPMismatch, RankFailed) as err:
+        sys.stderr.write(f"hicache bench: error: {err}\n")
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("\nhicache bench: interrupted\n")
         return 130

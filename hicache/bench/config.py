@@ -92,7 +92,10 @@ class BenchConfig:
     at ``mooncake_master`` (None: ``HICACHE_MOONCAKE_MASTER_SERVER_ADDRESS``);
     ``prefetch_policy`` and ``prefetch_threshold`` go to its ``StorageConfig``; the threshold
     defaults to one 64-token page here (the library's default is SGLang's 256): each later
-    turn of this workload adds about 200 new tokens, which 256 would always recompute."""
+    turn of this workload adds about 200 new tokens, which 256 would always recompute.
+    ``tp``: tensor-parallel ranks, each a process with its shard of the model and pools
+    (``bench.tp_run``; CPU over loopback gloo, no storage tier); ``heads``, ``kv_heads`` (MHA)
+    and ``intermediate`` must be multiples of it."""
 
     users: int
     rounds: int
@@ -128,6 +131,7 @@ class BenchConfig:
     mooncake_master: str | None = None
     prefetch_policy: str = "timeout"
     prefetch_threshold: int = 64
+    tp: int = 1
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -147,6 +151,7 @@ class BenchConfig:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         _check_device(self.device)
         self._check_storage()
+        self._check_tp()
         # Build the component configs now, so their checks run before any work starts.
         self.model_config()
         self.cache_spec("hiradix", self.storage_config())
@@ -195,6 +200,22 @@ class BenchConfig:
                 f"got {self.prefetch_policy!r}"
             )
         _check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
+
+    def _check_tp(self) -> None:
+        """``--tp`` a positive int that splits the model evenly, on CPU, without storage."""
+        _check_count("tp", self.tp, minimum=1)
+        if self.tp == 1:
+            return
+        split = ["heads", "intermediate"] + (["kv_heads"] if self.attention == "mha" else [])
+        for name in split:
+            if getattr(self, name) % self.tp:
+                raise ValueError(
+                    f"{_flag(name)} ({getattr(self, name)}) must be a multiple of --tp ({self.tp})"
+                )
+        if self.device != "cpu":
+            raise ValueError(f"--tp {self.tp} runs its ranks on CPU (gloo): needs --device cpu")
+        if self.storage is not None:
+            raise ValueError(f"--tp {self.tp} does not run with --storage")
 
     def model_revision(self) -> str:
         """A digest of everything that makes the model's KV: its config (seed included)."""
@@ -249,7 +270,8 @@ class BenchConfig:
     def check_memory(self) -> None:
         """``ValueError`` when the device pool does not fit in free device memory (RAM on CPU)
         or the host pool does not fit in the RAM left."""
-        per_token = self.model_config().kv_bytes_per_token
+        per_token = self.model_config().kv_bytes_per_token  # all ranks' pools: MLA's are whole
+        per_token *= self.tp if self.attention == "mla" else 1
         tokens = self.cache_spec("hiradix").device_tokens
         device_bytes = tokens * per_token
         host_bytes = host_slots(tokens, self.host_ratio, 0, self.page_size, per_token) * per_token

@@ -1,4 +1,5 @@
-"""The main job: one chat workload through the engine, device-only and then with the host tier."""
+"""The main job: one chat workload through the engine, device-only and then with the host tier
+(on ``--tp`` ranks: ``bench.tp_run``)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from hicache.bench.config import BenchConfig
 from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
 from hicache.bench.report import format_gain, format_table, per_round, summarize
+from hicache.bench.tp_run import run_tp
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
-from hicache.model import TinyTransformer
+from hicache.model import TinyTransformer, TPShard
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
 
@@ -80,8 +82,11 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     """
     out = out if out is not None else sys.stdout
     out_dir = prepare_out_dir(cfg)
-    with torch_threads(cfg.threads):
-        results = _run_modes(cfg, progress)
+    if cfg.tp > 1:
+        results = run_tp(run_modes, cfg, progress, list(MODES))
+    else:
+        with torch_threads(cfg.threads):
+            results = run_modes(cfg, progress)
     summaries = {m: results[m]["summary"] for m in MODES}
     (out_dir / "results.json").write_text(json.dumps(finite(results), indent=2, allow_nan=False))
     why = plot_rounds(
@@ -96,6 +101,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
             if s["rejected"]
         )
     )
+    if cfg.tp > 1:
+        out.write(f"TP: {cfg.tp} ranks; every rank saw these hit rates (per tier, per round)\n")
     plot = f"note: {why}" if why else f"plot:    {out_dir / 'rounds.png'}"
     out.write(f"results: {out_dir / 'results.json'}\n{plot}\n")
     return results
@@ -113,8 +120,10 @@ def prepare_out_dir(cfg: BenchConfig) -> Path:
     return out_dir
 
 
-def _run_modes(cfg: BenchConfig, progress: bool) -> dict[str, Any]:
-    model = TinyTransformer(cfg.model_config(), cfg.device)
+def run_modes(cfg: BenchConfig, progress: bool, group: Any = None) -> dict[str, Any]:
+    """Both modes on a fresh model; ``group``: this rank's TP process group (None: one rank),
+    the model holding its shard and the caches agreeing over it."""
+    model = TinyTransformer(cfg.model_config(), cfg.device, TPShard.of(group))
     warm_up(model, cfg)
     results: dict[str, Any] = {"config": cfg.to_dict(), "device": device_name(cfg.device)}
     for label, kind in MODES.items():
@@ -157,4 +166,5 @@ def headline(cfg: BenchConfig, device: str) -> str:
         f"{cfg.system_len}, +{cfg.prompt_len} prompt / {cfg.answer_len} answer tokens per round; "
         f"model {cfg.layers}L {cfg.heads}H/{cfg.kv_heads}KV x {cfg.head_dim} {cfg.dtype} "
         f"({cfg.attention}); device pool {cfg.device_tokens} tokens, host x{cfg.host_ratio:g}"
+        + (f"; TP {cfg.tp} ranks (each its shard of heads, MLP and KV)" if cfg.tp > 1 else "")
     )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from hicache.bench.config import BenchConfig
 from hicache.engine import Engine, Request, Status
+from hicache.engine.agreed import slowest
+from hicache.tp import TPGroup
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,22 @@ class ChatWorkload:
         return [(t0 + t, u, 0) for u, t in enumerate([0.0, *times])]
 
 
+class Clock:
+    """Seconds since it was made; under TP each reading is the largest over the ranks, so every
+    rank sees the same arrivals due (every rank must read it at the same points). Under TP the
+    ranks start it together: making it is a collective."""
+
+    def __init__(self, tp: TPGroup) -> None:
+        slowest(tp, 0.0, where="bench clock start")
+        self.tp, self.t0 = tp, time.perf_counter()
+
+    def local(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def __call__(self) -> float:
+        return slowest(self.tp, self.local(), where="bench clock")
+
+
 def drive(
     engine: Engine,
     workload: ChatWorkload,
@@ -69,34 +87,39 @@ def drive(
     """Run the whole workload through ``engine``; returns the records and the wall time (s).
 
     A user's next turn arrives the moment its previous answer is complete (closed loop); a
-    rejected turn ends that user's conversation. Every request carries ``cache_salt``.
+    rejected turn ends that user's conversation. Every request carries ``cache_salt``. Under TP
+    (``engine.tp``) arrival times are the slowest rank's (``Clock``), so every rank submits the
+    same requests at the same steps.
     """
-    t0 = time.perf_counter()
-    arrivals = workload.first_arrivals(t0)
+    clock = Clock(engine.tp)
+    arrivals = workload.first_arrivals(0.0)  # seconds since clock.t0
     heapq.heapify(arrivals)
     history = [list(workload.system) for _ in range(workload.cfg.users)]
     inflight: dict[Request, tuple[int, int]] = {}
     records: list[Record] = []
     while arrivals or engine.has_work():
-        now = time.perf_counter()
+        now = clock()
         while arrivals and arrivals[0][0] <= now:
             t, user, rnd = heapq.heappop(arrivals)
             history[user] += workload.turns[user][rnd]
             answer = workload.cfg.answer_len
-            req = engine.submit(history[user], answer, arrival=t, cache_salt=cache_salt)
+            arrival = clock.t0 + t
+            req = engine.submit(history[user], answer, arrival=arrival, cache_salt=cache_salt)
             inflight[req] = (user, rnd)
         if not engine.has_work():
-            time.sleep(max(0.0, arrivals[0][0] - time.perf_counter()))
+            time.sleep(max(0.0, arrivals[0][0] - clock.local()))
             continue
-        for req in engine.step():
+        finished = engine.step()
+        done_at = clock() if finished else now
+        for req in finished:
             user, rnd = inflight.pop(req)
             records.append(_record(req, user, rnd))
             if on_record is not None:
                 on_record(records[-1])
             if req.status is Status.FINISHED and rnd + 1 < workload.cfg.rounds:
                 history[user] = req.origin_input_ids + req.output_ids
-                heapq.heappush(arrivals, (time.perf_counter(), user, rnd + 1))
-    return records, time.perf_counter() - t0
+                heapq.heappush(arrivals, (done_at, user, rnd + 1))
+    return records, clock.local()
 
 
 def _record(req: Request, user: int, rnd: int) -> Record:

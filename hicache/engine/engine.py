@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from hicache.engine.agreed import slowest
 from hicache.engine.checks import check_parts, check_submission
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
@@ -150,7 +151,8 @@ class Engine:
         tokens = logits.argmax(dim=-1).tolist()  # waits for the forward pass
         prefill = sum(len(w.input_ids) for w in work if w.req.status is Status.PREFILL)
         if prefill:
-            self.cache.note_prefill(prefill, self._slowest(time.perf_counter() - start))
+            seconds = slowest(self.tp, time.perf_counter() - start, where="engine prefill time")
+            self.cache.note_prefill(prefill, seconds)
         return done + self._advance(work, tokens, logits)
 
     def run(self) -> list[Request]:
@@ -159,13 +161,6 @@ class Engine:
         while self.has_work():
             finished += self.step()
         return finished
-
-    def _slowest(self, seconds: float) -> float:
-        """The largest of every rank's ``seconds`` (microsecond resolution under TP)."""
-        if not self.tp.active:
-            return seconds
-        (micros,) = self.tp.agree(maxes=[round(seconds * 1e6)], where="engine prefill time")[1]
-        return micros / 1e6
 
     def _check_stall(self, progressed: bool) -> None:
         """``RuntimeError`` on every rank once any rank has seen no progress for

@@ -1,0 +1,80 @@
+"""``hicache bench --tp N``: the workload on N tensor-parallel ranks, each a process holding its
+shard of the model and of the pools, over loopback gloo (``hicache.tp.run_ranks``).
+
+Every rank runs the same modes through its own engine; the caches agree over the group. The
+ranks' trees are identical by construction, so every rank must see the same hits: rank 0's
+results are the report only once every rank's hit rates (per tier, per round) and token counts
+equal rank 0's; otherwise ``TPMismatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hicache.bench.config import BenchConfig
+from hicache.tp import run_ranks
+
+TIMEOUT_S = 1800.0  # a rank still running then is killed (the whole run fails)
+SUMMARY_KEYS = (
+    "requests",
+    "rejected",
+    "device_hit_rate",
+    "host_hit_rate",
+    "storage_hit_rate",
+    "hit_rate",
+    "reused_tokens",
+    "computed_tokens",
+)
+ROUND_KEYS = ("device_hit_rate", "host_hit_rate", "storage_hit_rate", "hit_rate")
+
+ModesFn = Callable[..., dict[str, Any]]
+
+
+class TPMismatch(RuntimeError):
+    """The ranks of one ``--tp`` run saw different hits: their caches diverged."""
+
+
+def run_tp(
+    run_modes: ModesFn, cfg: BenchConfig, progress: bool, modes: list[str]
+) -> dict[str, Any]:
+    """``run_modes(cfg, progress, group)`` on ``cfg.tp`` ranks (progress on rank 0 only);
+    rank 0's results, once ``check_same_hits`` passed. ``hicache.tp.RankFailed`` when a rank
+    failed, ``TPMismatch`` when the ranks' hits differ."""
+    results = run_ranks(_rank, cfg.tp, run_modes, cfg, progress, timeout_s=TIMEOUT_S)
+    check_same_hits(results, modes)
+    return dict(results[0])
+
+
+def _rank(group: Any, run_modes: ModesFn, cfg: BenchConfig, progress: bool) -> dict[str, Any]:
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)  # a fresh process: nothing to restore
+    return run_modes(cfg, progress and torch.distributed.get_rank(group) == 0, group)
+
+
+def check_same_hits(results: list[dict[str, Any]], modes: list[str]) -> None:
+    """``TPMismatch`` listing every figure of ``SUMMARY_KEYS`` (each mode's summary) and
+    ``ROUND_KEYS`` (each round) on which a rank differs from rank 0."""
+    bad = []
+    for mode in modes:
+        figures = [_figures(r[mode]) for r in results]
+        for name, value in figures[0].items():
+            values = [f[name] for f in figures]
+            if any(v != value for v in values):
+                bad.append(
+                    f"{mode} {name}: " + ", ".join(f"rank {i} {v}" for i, v in enumerate(values))
+                )
+    if bad:
+        raise TPMismatch(
+            f"the {len(results)} TP ranks saw different hits (their caches diverged): "
+            + "; ".join(bad)
+        )
+
+
+def _figures(run: dict[str, Any]) -> dict[str, Any]:
+    out = {key: run["summary"][key] for key in SUMMARY_KEYS}
+    for rnd in run["rounds"]:
+        out.update({f"round {rnd['round']} {key}": rnd[key] for key in ROUND_KEYS})
+    return out
