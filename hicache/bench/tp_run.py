@@ -59,9 +59,9 @@ def check_same_hits(results: list[dict[str, Any]], modes: list[str]) -> None:
     ``ROUND_KEYS`` (each round) on which a rank differs from rank 0."""
     bad = []
     for mode in modes:
-        figures = [_figures(r[mode]) for r in results]
-        for name, value in figures[0].items():
-            values = [f[name] for f in figures]
+        per_rank = [figures(r[mode]) for r in results]
+        for name, value in per_rank[0].items():
+            values = [f[name] for f in per_rank]
             if any(v != value for v in values):
                 bad.append(
                     f"{mode} {name}: " + ", ".join(f"rank {i} {v}" for i, v in enumerate(values))
@@ -73,7 +73,9 @@ def check_same_hits(results: list[dict[str, Any]], modes: list[str]) -> None:
         )
 
 
-def _figures(run: dict[str, Any]) -> dict[str, Any]:
+def figures(run: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one mode's run that every rank must share: ``SUMMARY_KEYS`` of its
+    summary, ``ROUND_KEYS`` of each round."""
     out = {key: run["summary"][key] for key in SUMMARY_KEYS}
     for rnd in run["rounds"]:
         out.update({f"round {rnd['round']} {key}": rnd[key] for key in ROUND_KEYS})
