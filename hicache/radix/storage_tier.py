@@ -156,11 +156,9 @@ class StorageTier:
             return True
         state, pages = request.op.progress()
         tokens = len(request.hashes) * self.page_size
-        done = state is PrefetchState.DONE
-        go = not self.config.may_wait(request.op.started, tokens)
-        (done, pages), (go,) = self.tp.agree(
-            [int(done), pages], [int(go)], where="storage prefetch progress"
-        )
+        mine = [int(state is PrefetchState.DONE), pages]
+        go = int(not self.config.may_wait(request.op.started, tokens))
+        (done, pages), (go,) = self.tp.agree(mine, [go], where="storage prefetch progress")
         if not done and not go:
             return False
         self._finish(req_id, request, pages)
