@@ -14,9 +14,10 @@ from hicache.checks import check_choice, check_int
 from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
-from hicache.model import TinyTransformer, make_kv_pool
+from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.radix import HiCacheConfig, HiRadixCache, RadixCache, RadixCacheConfig
+from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
+from hicache.stack import build_kv_stack, make_cache
 
 CACHE_KINDS = ("radix", "hiradix")
 
@@ -84,13 +85,13 @@ def build_cache(
     """The radix cache ``spec`` names, over ``req_pool`` and ``allocator``, agreeing over
     ``tp_group`` (None: one rank; a process group or a ``hicache.tp.TPGroup``)."""
     _check_spec(spec)
-    policy, tier = spec.eviction_policy, spec.host_tier
-    if tier is None:
-        return RadixCache(
-            req_pool, allocator, spec.page_size, eviction_policy=policy, tp_group=tp_group
-        )
-    return HiRadixCache(
-        req_pool, allocator, spec.page_size, config=tier, eviction_policy=policy, tp_group=tp_group
+    return make_cache(
+        req_pool,
+        allocator,
+        spec.page_size,
+        hicache=spec.host_tier,
+        eviction_policy=spec.eviction_policy,
+        tp_group=tp_group,
     )
 
 
@@ -105,10 +106,18 @@ def build_engine(
     shard's process group, so one rank unless the model is sharded)."""
     check_model(model)
     _check_spec(spec)
-    size, page, device = spec.device_tokens, spec.page_size, model.device
-    kv_pool = make_kv_pool(model.cfg, size, page, device, model.shard)
-    allocator = TokenToKVPoolAllocator(size, page, device, kvcache=kv_pool)
-    req_pool = ReqToTokenPool(spec.max_requests, -(-spec.max_context_len // page) * page, device)
-    group = model.shard.group if tp_group is None else tp_group
-    cache = build_cache(spec, req_pool, allocator, group)
-    return Engine(model, cache, req_pool, allocator, config)
+    cfg = model.cfg
+    stack = build_kv_stack(
+        layer_num=cfg.num_layers,
+        dtype=cfg.dtype,
+        size=spec.device_tokens,
+        max_requests=spec.max_requests,
+        max_context_len=spec.max_context_len,
+        page_size=spec.page_size,
+        device=model.device,
+        hicache=spec.host_tier,
+        eviction_policy=spec.eviction_policy,
+        tp_group=model.shard.group if tp_group is None else tp_group,
+        **kv_dims(cfg, model.shard),
+    )
+    return Engine(model, stack.cache, stack.req_to_token_pool, stack.allocator, config)
