@@ -94,8 +94,8 @@ class BenchConfig:
     defaults to one 64-token page here (the library's default is SGLang's 256): each later
     turn of this workload adds about 200 new tokens, which 256 would always recompute.
     ``tp``: tensor-parallel ranks, each a process with its shard of the model and pools
-    (``bench.tp_run``; CPU over loopback gloo, no storage tier); ``heads``, ``kv_heads`` (MHA)
-    and ``intermediate`` must be multiples of it."""
+    (``bench.tp_run``; CPU over loopback gloo); ``heads``, ``kv_heads`` (MHA) and
+    ``intermediate`` must be multiples of it."""
 
     users: int
     rounds: int
@@ -202,7 +202,7 @@ class BenchConfig:
         _check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
 
     def _check_tp(self) -> None:
-        """``--tp`` a positive int that splits the model evenly, on CPU, without storage."""
+        """``--tp`` a positive int that splits the model evenly, on CPU."""
         _check_count("tp", self.tp, minimum=1)
         if self.tp == 1:
             return
@@ -214,8 +214,6 @@ class BenchConfig:
                 )
         if self.device != "cpu":
             raise ValueError(f"--tp {self.tp} runs its ranks on CPU (gloo): needs --device cpu")
-        if self.storage is not None:
-            raise ValueError(f"--tp {self.tp} does not run with --storage")
 
     def model_revision(self) -> str:
         """A digest of everything that makes the model's KV: its config (seed included)."""

@@ -7,7 +7,8 @@ transfers are drained at the end. Phase 2, in a fresh process (new model, new en
 device and host tiers): the same conversations (``warm-storage``), then once more on that
 engine (``warm-host``: the reference where the tiers above storage hold the prefixes). Every
 request of a run carries one fresh ``cache_salt``, so phase 1 starts cold even over a store
-that outlived earlier runs, and no other run's pages can hit.
+that outlived earlier runs, and no other run's pages can hit. With ``--tp N`` each phase
+process is N rank processes (``bench.tp_run``), each storing and reading its shard's pages.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from hicache.bench.runner import (
     torch_threads,
     warm_up,
 )
+from hicache.bench.tp_run import run_tp
 from hicache.engine import build_engine
-from hicache.model import TinyTransformer
+from hicache.model import TinyTransformer, TPShard
 
 PHASES = ("cold", "warm-storage", "warm-host")
 
@@ -94,6 +96,8 @@ def run_storage_bench(
     summaries = {p: results[p]["summary"] for p in PHASES}
     out.write(headline(cfg, results["device"]) + f"; storage {cfg.storage}\n\n")
     out.write(format_warm(summaries["cold"], summaries["warm-storage"]) + "\n")
+    if cfg.tp > 1:
+        out.write(f"TP: {cfg.tp} ranks; every rank saw these hit rates (per tier, per round)\n")
     out.write(f"results: {out_dir / 'results.json'}\n\n")
     out.write(format_table(summaries, STORAGE_ROWS, STORAGE_NOTES) + "\n")
     return results
@@ -102,7 +106,10 @@ def run_storage_bench(
 def in_fresh_process(
     cfg: BenchConfig, root: str | None, salt: str, phases: Sequence[str], progress: bool
 ) -> dict[str, Any]:
-    """``run_phases`` in a new (spawned) Python process; its results."""
+    """``run_phases`` in a new (spawned) Python process, or ``cfg.tp`` rank processes; its
+    results (rank 0's, once every rank saw the same hits)."""
+    if cfg.tp > 1:
+        return run_tp(run_phases, cfg, progress, list(phases), root, salt, tuple(phases))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         result: dict[str, Any] = pool.submit(
@@ -112,12 +119,18 @@ def in_fresh_process(
 
 
 def run_phases(
-    cfg: BenchConfig, root: str | None, salt: str, phases: Sequence[str], progress: bool
+    cfg: BenchConfig,
+    root: str | None,
+    salt: str,
+    phases: Sequence[str],
+    progress: bool,
+    group: Any = None,
 ) -> dict[str, Any]:
-    """Build the model and one engine with the storage tier (file store under ``root``), run
-    the workload once per phase name, salted with ``salt``; ``{phase: results}``."""
+    """Build the model (this rank's shard of ``group``; None: one rank) and one engine with the
+    storage tier (file store under ``root``), run the workload once per phase name, salted
+    with ``salt``; ``{phase: results}``."""
     with torch_threads(cfg.threads):
-        model = TinyTransformer(cfg.model_config(), cfg.device)
+        model = TinyTransformer(cfg.model_config(), cfg.device, TPShard.of(group))
         warm_up(model, cfg)
         spec = cfg.cache_spec("hiradix", cfg.storage_config(root))
         engine = build_engine(model, spec, cfg.engine_config())

@@ -1,10 +1,10 @@
 """``hicache bench --tp N``: the workload on N tensor-parallel ranks, each a process holding its
 shard of the model and of the pools, over loopback gloo (``hicache.tp.run_ranks``).
 
-Every rank runs the same modes through its own engine; the caches agree over the group. The
-ranks' trees are identical by construction, so every rank must see the same hits: rank 0's
-results are the report only once every rank's hit rates (per tier, per round) and token counts
-equal rank 0's; otherwise ``TPMismatch``.
+Every rank runs the same runs (modes, or storage phases) through its own engine; the caches
+agree over the group. The ranks' trees are identical by construction, so every rank must see
+the same hits: rank 0's results are the report only once every rank's hit rates (per tier, per
+round) and token counts equal rank 0's; otherwise ``TPMismatch``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from hicache.bench.config import BenchConfig
 from hicache.tp import run_ranks
@@ -30,7 +31,7 @@ SUMMARY_KEYS = (
 )
 ROUND_KEYS = ("device_hit_rate", "host_hit_rate", "storage_hit_rate", "hit_rate")
 
-ModesFn = Callable[..., dict[str, Any]]
+RunsFn = Callable[..., dict[str, Any]]
 
 
 class TPMismatch(RuntimeError):
@@ -38,27 +39,31 @@ class TPMismatch(RuntimeError):
 
 
 def run_tp(
-    run_modes: ModesFn, cfg: BenchConfig, progress: bool, modes: list[str]
+    runs: RunsFn, cfg: BenchConfig, progress: bool, names: list[str], *args: Any
 ) -> dict[str, Any]:
-    """``run_modes(cfg, progress, group)`` on ``cfg.tp`` ranks (progress on rank 0 only);
-    rank 0's results, once ``check_same_hits`` passed. ``hicache.tp.RankFailed`` when a rank
-    failed, ``TPMismatch`` when the ranks' hits differ."""
-    results = run_ranks(_rank, cfg.tp, run_modes, cfg, progress, timeout_s=TIMEOUT_S)
-    check_same_hits(results, modes)
+    """``runs(cfg, *args, progress=..., group=...)`` on ``cfg.tp`` ranks (progress on rank 0
+    only), each returning ``{name: run}`` for ``names``; rank 0's results, once
+    ``check_same_hits`` passed. ``hicache.tp.RankFailed`` when a rank failed, ``TPMismatch``
+    when the ranks' hits differ."""
+    results = run_ranks(_rank, cfg.tp, runs, cfg, progress, args, timeout_s=TIMEOUT_S)
+    check_same_hits(results, names)
     return dict(results[0])
 
 
-def _rank(group: Any, run_modes: ModesFn, cfg: BenchConfig, progress: bool) -> dict[str, Any]:
+def _rank(
+    group: Any, runs: RunsFn, cfg: BenchConfig, progress: bool, args: tuple[Any, ...]
+) -> dict[str, Any]:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # a fresh process: nothing to restore
-    return run_modes(cfg, progress and torch.distributed.get_rank(group) == 0, group)
+    first = dist.get_rank(group) == 0
+    return runs(cfg, *args, progress=progress and first, group=group)
 
 
-def check_same_hits(results: list[dict[str, Any]], modes: list[str]) -> None:
-    """``TPMismatch`` listing every figure of ``SUMMARY_KEYS`` (each mode's summary) and
+def check_same_hits(results: list[dict[str, Any]], names: list[str]) -> None:
+    """``TPMismatch`` listing every figure of ``SUMMARY_KEYS`` (each named run's summary) and
     ``ROUND_KEYS`` (each round) on which a rank differs from rank 0."""
     bad = []
-    for mode in modes:
+    for mode in names:
         per_rank = [figures(r[mode]) for r in results]
         for name, value in per_rank[0].items():
             values = [f[name] for f in per_rank]

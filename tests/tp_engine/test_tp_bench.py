@@ -11,8 +11,10 @@ import pytest
 
 import hicache.bench.tp_run as tp_run
 from hicache.__main__ import main
-from hicache.bench import BenchConfig, run_bench
+from hicache.bench import BenchConfig, run_bench, run_storage_bench
+from hicache.bench.storage_run import PHASES
 from hicache.bench.tp_run import TPMismatch, check_same_hits
+from tests.bench.test_storage_bench import TINY_STORAGE
 from tests.engine.helpers import TINY
 
 MODES = ["device-only", "host-tier"]
@@ -32,7 +34,6 @@ def argv(**extra: object) -> list[str]:
         ({"tp": 2, "kv_heads": 1}, ["--kv-heads", "--tp"]),
         ({"tp": 2, "intermediate": 33}, ["--intermediate", "--tp"]),
         ({"tp": 4, "attention": "mla", "heads": 6}, ["--heads", "--tp"]),
-        ({"tp": 2, "storage": "file"}, ["--storage"]),
     ],
 )
 def test_bad_tp_exits_2_naming_the_argument(
@@ -64,6 +65,21 @@ def test_bench_tp2_reports_rank0_and_matches_one_rank(
         want, got = tp_run.figures(one[mode]), tp_run.figures(tp2[mode])
         assert got == want, mode
     assert one["host-tier"]["summary"]["host_hit_rate"] > 0
+
+
+def test_storage_bench_tp2_serves_phase_two_from_storage(tmp_path: Path) -> None:
+    """Both phases, each a fresh set of rank processes, over one file store: every rank stores
+    and reads its own shard's pages, and the ranks saw the same hits (``run_tp`` checked).
+    Hits are not compared with one rank: with a storage tier they depend on I/O timing."""
+    args = {**TINY_STORAGE, "tp": 2, "out_dir": str(tmp_path), "storage_dir": str(tmp_path / "s")}
+    out = io.StringIO()
+    results = run_storage_bench(BenchConfig.from_args(args), False, out)
+    assert "TP 2 ranks" in out.getvalue() and "TP: 2 ranks; every rank saw" in out.getvalue()
+    warm = results["warm-storage"]["summary"]
+    assert warm["storage_hit_rate"] > 0 and warm["storage_hit_tokens"] > 0
+    assert results["cold"]["summary"]["storage_backup_pages"] > 0
+    runs = TINY["users"] * TINY["rounds"]
+    assert [results[p]["summary"]["requests"] for p in PHASES] == [runs] * len(PHASES)
 
 
 def test_ranks_that_disagree_fail_the_run(
