@@ -1,8 +1,8 @@
 """A rank of a two-rank TP group whose other rank is scripted, in one process.
 
-``PeerGroup`` is one rank (0 by default) of a group of two: each agreement takes the element-wise minimum of this
-rank's words and the words ``peer[where](words)`` returns for the other rank (by default the
-same words: a peer that agrees). Words are ``TPGroup.agree``'s: a status word first (a rank id
+``PeerGroup`` is one rank (0 by default) of a group of two: each agreement takes the
+element-wise minimum of this rank's words and the words ``peer[where](words)`` returns for the
+other rank (by default the same words: a peer that agrees). Words are ``TPGroup.agree``'s: a status word first (a rank id
 when that rank failed), then the mins, then the negated maxes.
 """
 
