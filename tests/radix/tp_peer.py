@@ -2,8 +2,8 @@
 
 ``PeerGroup`` is one rank (0 by default) of a group of two: each agreement takes the
 element-wise minimum of this rank's words and the words ``peer[where](words)`` returns for the
-other rank (by default the same words: a peer that agrees). Words are ``TPGroup.agree``'s: a status word first (a rank id
-when that rank failed), then the mins, then the negated maxes.
+other rank (by default the same words: a peer that agrees). Words are ``TPGroup.agree``'s:
+a status word first (a rank id when that rank failed), then the mins, then the negated maxes.
 """
 
 from __future__ import annotations
