@@ -20,6 +20,13 @@ from tests.engine.helpers import TINY
 MODES = ["device-only", "host-tier"]
 
 
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The tiny bench on one rank: the reference for the TP runs."""
+    out_dir = str(tmp_path_factory.mktemp("one"))
+    return run_bench(BenchConfig.from_args({**TINY, "out_dir": out_dir}), False, io.StringIO())
+
+
 def argv(**extra: object) -> list[str]:
     opts = {**TINY, **extra}
     return ["bench", *(f"--{k.replace('_', '-')}={v}" for k, v in opts.items()), "--no-progress"]
@@ -51,20 +58,17 @@ def test_mla_needs_no_kv_head_split() -> None:
 
 
 def test_bench_tp2_reports_rank0_and_matches_one_rank(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    one_rank: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv(tp=2, out_dir=tmp_path / "tp2")) == 0
     out = capsys.readouterr().out
     assert "TP 2 ranks" in out and "TP: 2 ranks; every rank saw these hit rates" in out
     tp2 = json.loads((tmp_path / "tp2" / "results.json").read_text())
     assert tp2["config"]["tp"] == 2
-    one = run_bench(
-        BenchConfig.from_args({**TINY, "out_dir": str(tmp_path / "one")}), False, io.StringIO()
-    )
     for mode in MODES:
-        want, got = tp_run.figures(one[mode]), tp_run.figures(tp2[mode])
+        want, got = tp_run.figures(one_rank[mode]), tp_run.figures(tp2[mode])
         assert got == want, mode
-    assert one["host-tier"]["summary"]["host_hit_rate"] > 0
+    assert one_rank["host-tier"]["summary"]["host_hit_rate"] > 0
 
 
 def test_storage_bench_tp2_serves_phase_two_from_storage(tmp_path: Path) -> None:
@@ -83,11 +87,12 @@ def test_storage_bench_tp2_serves_phase_two_from_storage(tmp_path: Path) -> None
 
 
 def test_ranks_that_disagree_fail_the_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    one_rank: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    run = run_bench(
-        BenchConfig.from_args({**TINY, "out_dir": str(tmp_path / "one")}), False, io.StringIO()
-    )
+    run = one_rank
     other = json.loads(json.dumps(run))
     other["host-tier"]["rounds"][1]["host_hit_rate"] += 1.0
     with pytest.raises(TPMismatch, match="host-tier round 2 host_hit_rate: rank 0 .*, rank 1"):
