@@ -135,7 +135,9 @@ class HiCacheController:
     def io_backend(self) -> str:
         return self.config.io_backend
 
-    def write(self, device_indices: torch.Tensor, node_id: int) -> torch.Tensor | None:
+    def write(
+        self, device_indices: torch.Tensor, node_id: int, host_indices: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         """Allocate host slots for ``device_indices`` and queue their backup (all layers).
 
         Parameters
@@ -144,6 +146,8 @@ class HiCacheController:
             positive multiple of ``page_size``. They must stay allocated (the node locked) until
             the batch's ack has completed.
         node_id : id of the radix node the slots belong to; reported in the ack.
+        host_indices : int64 ``[n]`` CPU host slots the caller already took from
+            ``mem_pool_host`` (``alloc``) to write into, or None to allocate them here.
 
         Returns
         -------
@@ -159,7 +163,15 @@ class HiCacheController:
             self.mem_pool_device.num_slots,
         )
         check_node_id(node_id)
-        host_indices = self.mem_pool_host.alloc(device_indices.numel())
+        n = device_indices.numel()
+        if host_indices is None:
+            host_indices = self.mem_pool_host.alloc(n)
+        else:
+            check_indices(
+                "host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size
+            )
+            if host_indices.numel() != n:
+                raise ValueError(f"host_indices has {host_indices.numel()} slots, expected {n}")
         if host_indices is None:
             return None
         self.write_queue.append(CacheOperation(host_indices, device_indices, [node_id]))
@@ -192,6 +204,14 @@ class HiCacheController:
             return None
         self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id], cpu))
         return device_indices
+
+    def unqueue_load(self, node_id: int) -> None:
+        """Take back the load :meth:`load` queued last, for ``node_id``, before it is issued:
+        its device slots go back to the allocator. ``ValueError`` (no change) when the last
+        queued load is not that node's."""
+        if not self.load_queue or self.load_queue[-1].node_ids != [node_id]:
+            raise ValueError(f"unqueue_load: the last queued load is not node {node_id}'s")
+        self.evict_device(self.load_queue.pop().device_indices)
 
     def start_writing(self) -> None:
         """Issue every queued write as one batch on the write stream; append its ack.

@@ -91,6 +91,7 @@ class HiRadixCache(StorageHooks, RadixCache):
         hicache_storage_prefetch_policy: str = "timeout",
         model_name: str | None = None,
         storage_backend_extra_config: dict[str, Any] | None = None,
+        tp_group: Any = None,
     ) -> None:
         storage = storage_from_keywords(
             hicache_storage_backend,
@@ -117,12 +118,18 @@ class HiRadixCache(StorageHooks, RadixCache):
             eviction_policy=eviction_policy,
             enable_kv_events=enable_kv_events,
             enable_kv_cache_events=enable_kv_cache_events,
+            tp_group=tp_group,
         )
         self.cache_controller = build_controller(
             token_to_kv_pool_allocator, page_size, self.hi_config
         )
         self.host_tier = HostTier(
-            self.ledger, self.cache_controller, eviction_policy, self.hi_config, self.ledger.events
+            self.ledger,
+            self.cache_controller,
+            eviction_policy,
+            self.hi_config,
+            self.ledger.events,
+            self.tp,
         )
         self.ledger.attach(self.host_tier)
         self.storage_tier: StorageTier | None = None
@@ -249,9 +256,13 @@ class HiRadixCache(StorageHooks, RadixCache):
         self.cache_controller.layer_done_counter.set_consumer(index)
 
     def check_hicache_events(self) -> None:
-        self.host_tier.poll()
+        """As ``BasePrefixCache.check_hicache_events``; under TP the one agreement point of a
+        scheduler step for finished transfers (and, with ``tp.debug``, the tree digests)."""
+        self.host_tier.step()
         if self.storage_tier is not None:
             self.storage_tier.poll()
+        if self.tp.debug:
+            self.tp.check_digest(self.tree_digest(), where="check_hicache_events")
 
     def drain_transfers(self) -> None:
         """As ``BasePrefixCache.drain_transfers``; with a storage tier also every storage
@@ -289,6 +300,14 @@ class HiRadixCache(StorageHooks, RadixCache):
     def check_invariants(self) -> None:
         super().check_invariants()
         check_host_tier(self.host_tier, list(self.tree.nodes()))
+
+    def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
+        pinned = self.storage_tier is not None and self.storage_tier.pins(node)
+        return node.slots is not None, node.host_slots is not None, pinned
+
+    def _digest_sizes(self) -> tuple[int, ...]:
+        host = self.cache_controller.mem_pool_host.available_size()
+        return (*super()._digest_sizes(), self.host_size(), host)
 
     def host_evictable_leaves(self) -> list[TreeNode]:
         """Test-facing: the host-only leaves ``evict_host`` may take, in eviction order."""

@@ -5,24 +5,35 @@ transfer lock, see ``tier``), the host-evictable leaves and the host size. It mo
 the ``HiCacheController`` and reaches the tree only through its ``tier.TierSite``. A backup is
 queued only for a node whose parent is the root or backed up, so backed-up nodes stay
 root-connected; a backup that finds the host pool short first evicts host-only leaves.
+
+Under TP (``tp``) every rank runs the same calls on an identical tree, and each decision that
+depends on this rank's own pools or transfers is agreed over the ranks: how many of a path's
+backups got host slots (the fewest), whether a load got device slots (all or none), which
+finished transfers are released (``InFlight``). Finished acks are then processed only by
+``step`` (once per scheduler step), ``issue_loads`` and ``drain``, never by ``poll``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
-from hicache.controller import HiCacheController, pop_finished_acks
+from hicache.controller import HiCacheController
 from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
+from hicache.radix.in_flight import InFlight
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
+from hicache.tp import TPGroup
 
 _CPU = torch.device("cpu")
+T = TypeVar("T")
 
 
 class HostTier:
@@ -37,6 +48,7 @@ class HostTier:
     events : where the host tier's KV events go, or None (events off). A node's host pages are
         reported stored when its backup is queued (its host slots are reserved and ``holds`` is
         true from then on), removed when they are freed.
+    tp : the TP group whose ranks agree on this tier's decisions (one rank: no collectives).
     """
 
     def __init__(
@@ -46,13 +58,14 @@ class HostTier:
         policy: str,
         config: HiCacheConfig,
         events: NodeEvents | None = None,
+        tp: TPGroup | None = None,
     ) -> None:
         self.site, self.controller, self.config = site, controller, config
         self.events = events
+        self.tp = TPGroup() if tp is None else tp
         self.leaves = LeafSet(policy)
         self._size = 0
-        self._writing: dict[int, TreeNode] = {}  # node id -> node locked until its write ack
-        self._loading: dict[int, TreeNode] = {}  # node id -> node locked until its load ack
+        self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
         self._backup_tokens = self._load_backs = self._load_back_tokens = 0  # counters
         self._evicted_tokens = 0
         self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
@@ -89,7 +102,8 @@ class HostTier:
 
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
-        return {"write": list(self._writing.values()), "load": list(self._loading.values())}
+        flight = self._flight
+        return {"write": list(flight.writing.values()), "load": list(flight.loading.values())}
 
     def stats(self) -> HostStats:
         return HostStats(
@@ -99,12 +113,13 @@ class HostTier:
             evicted_tokens=self._evicted_tokens,
             size_tokens=self._size,
             capacity_tokens=self.controller.mem_pool_host.size,
-            pending_writes=len(self._writing),
-            pending_loads=len(self._loading),
+            pending_writes=len(self._flight.writing),
+            pending_loads=len(self._flight.loading),
         )
 
     def transfer_locks(self) -> Counter[int]:
-        return Counter(n.id for n in (*self._writing.values(), *self._loading.values()))
+        flight = self._flight
+        return Counter(n.id for n in (*flight.writing.values(), *flight.loading.values()))
 
     def chain(self, node: TreeNode) -> list[TreeNode]:
         """The host-only nodes from below the deepest device node down to ``node``.
@@ -127,11 +142,15 @@ class HostTier:
         hits = self.config.backup_hits
         if hits is None:
             return
+        todo = []
         for node in reversed(self.site.path_to_root(last)):
             if node.host_slots is not None:
                 continue
-            if node.slots is None or node.hit_count < hits or not self._backup(node):
-                return
+            if node.slots is None or node.hit_count < hits:
+                break
+            todo.append(node)
+        if todo:
+            self._backup(todo)
 
     def write_back(self, node: TreeNode) -> bool:
         """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
@@ -145,29 +164,40 @@ class HostTier:
         short = sum(len(n.key) for n in chain) - self.controller.mem_pool_host.available_size()
         if short > 0 and self.evict(short) < short:
             return False
-        return all(self._backup(n) for n in reversed(chain))
+        return self._backup(chain[::-1]) == len(chain)
 
-    def _backup(self, node: TreeNode) -> bool:
-        """Queue a backup of device node ``node`` and lock it until the ack. When the host pool
-        is short, host-only leaves are evicted to make room; False (nothing changed but those
-        evictions) when that is not enough or the host pool still refuses."""
+    def _backup(self, nodes: list[TreeNode]) -> int:
+        """Queue backups of the device nodes ``nodes`` (parents first) and lock each until its
+        ack: as many leading ones as the host pool takes on every rank, after evicting host-only
+        leaves when it is short; returns how many (nothing else changed for the rest)."""
+        pool = self.controller.mem_pool_host
+        short = sum(len(n.key) for n in nodes) - pool.available_size()
+        if short > 0:
+            self.evict(short)
+        got = []
+        for node in nodes:
+            host = pool.alloc(len(node.key))
+            if host is None:
+                break
+            got.append(host)
+        (count,), _ = self.tp.agree([len(got)], where="host backup allocation")
+        for host in got[count:]:
+            pool.free(host)
+        for node, host in zip(nodes, got[:count], strict=False):
+            self._queue_write(node, host)
+        return count
+
+    def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
-        ctrl, n = self.controller, len(node.key)
-        device = as_tensor(node.slots)  # a tensor view of the node's slots
-        host = ctrl.write(device, node.id)
-        short = n - ctrl.mem_pool_host.available_size()
-        if host is None and short > 0 and self.evict(short) >= short:
-            host = ctrl.write(device, node.id)
-        if host is None:
-            return False
+        self.controller.write(as_tensor(node.slots), node.id, host)
         node.host_value = host  # a fresh tensor from the host pool: stored without another copy
         if self.events is not None:
             self.events.stored(node, HOST)
+        n = len(node.key)
         self._size += n
         self._backup_tokens += n
         self.site.lock(node)
-        self._writing[node.id] = node
-        return True
+        self._flight.writing[node.id] = node
 
     # ---- transfers ---------------------------------------------------------------------------
 
@@ -175,51 +205,53 @@ class HostTier:
         last = chain[-1]
         host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
         device = self.controller.load(host, last.id)
-        if device is None:
+        if not self.tp.all_ok(device is not None, where="load-back allocation"):
+            if device is not None:
+                self.controller.unqueue_load(last.id)
             return None
+        assert device is not None
         offset = 0
         for node in chain:
             self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
             offset += len(node.key)
-        self._loading[last.id] = last  # keeps the caller's lock until the ack
+        self._flight.loading[last.id] = last  # keeps the caller's lock until the ack
         self._load_backs += 1
         self._load_back_tokens += offset
         return device
 
     def cancel_load(self, last: TreeNode) -> None:
-        """The load ending at ``last`` has landed and is not served: release its transfer lock
-        now (its ack, popped later, finds no node)."""
-        del self._loading[last.id]
+        """The load ending at ``last`` has landed (on every rank) and is not served: release
+        its transfer lock now (its ack, popped later, finds no node)."""
+        self._flight.cancel_load(last)
         self.site.unlock(last)
 
     def poll(self) -> None:
-        self.controller.start_writing()
-        self._pop_acks()
+        """Issue queued writes and process finished acks; under TP a no-op (``step`` does it)."""
+        if not self.tp.active:
+            self.step()
+
+    def step(self) -> None:
+        """Issue queued writes, process the transfers every rank has finished (no wait)."""
+        self._settle(self.controller.start_writing, "check_hicache_events")
 
     def issue_loads(self) -> int:
         """Issue the queued loads; the producer index (-1: none), then pop finished acks."""
-        producer = self.controller.start_loading()
-        self._pop_acks()
+        producer = self._settle(self.controller.start_loading, "ready_to_load_host_cache")
+        assert producer is not None
         return producer
 
     def drain(self) -> None:
-        self.controller.drain()
-        self._pop_acks()
+        self._settle(self.controller.drain, "drain")
 
-    def _pop_acks(self) -> None:
-        """Pop the finished write and load acks (``query()``, no wait); unlock their nodes."""
-        ctrl = self.controller
-        for queue, waiting in (
-            (ctrl.ack_write_queue, self._writing),
-            (ctrl.ack_load_queue, self._loading),
-        ):
-            for ack in pop_finished_acks(queue):
-                for node_id in ack.node_ids:
-                    node = waiting.pop(node_id, None)
-                    if node is not None:
-                        self.site.unlock(node)
-                        if waiting is self._writing and self.below is not None:
-                            self.below.backed_up(node)
+    def _settle(self, issue: Callable[[], T], where: str) -> T | None:
+        """Run ``issue``, then unlock the nodes whose transfers every rank has finished."""
+        result, written, loaded = self._flight.settle(self.controller, issue, where)
+        for node in (*written, *loaded):
+            self.site.unlock(node)
+        if self.below is not None:
+            for node in written:
+                self.below.backed_up(node)
+        return result
 
     # ---- slots for a storage tier ------------------------------------------------------------
 
@@ -303,8 +335,7 @@ class HostTier:
     def clear(self) -> None:
         """Wait for transfers in flight and drop them, then empty the host pool."""
         self.controller.reset()
-        self._writing.clear()
-        self._loading.clear()
+        self._flight.clear()
         self.controller.mem_pool_host.clear()
         self.leaves.clear()
         self._size = 0

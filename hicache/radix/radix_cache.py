@@ -21,6 +21,7 @@ from hicache.radix import invariants
 from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable, SlotAllocator
 from hicache.radix.config import RadixCacheConfig
 from hicache.radix.device_only import NoLowerTier
+from hicache.radix.digest import tree_digest
 from hicache.radix.events import EventQueue, KVEvent, NodeEvents, events_enabled
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
@@ -30,6 +31,7 @@ from hicache.radix.req import CheckedReq, check_req
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.stats import CacheStats, PrefixCounter
 from hicache.radix.tree import RadixTree
+from hicache.tp import as_tp_group
 
 _PRIORITY_MIN = -(2**63)
 
@@ -54,6 +56,8 @@ class RadixCache(NoLowerTier, BasePrefixCache):
     enable_kv_events : publish KV events (``events``), drained by ``take_events``; off by
         default, and then no page hash is computed. ``enable_kv_cache_events`` is SGLang's name
         for the same switch (either turns events on).
+    tp_group : None (one rank), a ``torch.distributed`` process group or a ``hicache.tp.TPGroup``:
+        the TP ranks this cache agrees with (``tp``); see ``HiRadixCache``.
 
     Attributes
     ----------
@@ -70,8 +74,10 @@ class RadixCache(NoLowerTier, BasePrefixCache):
         disable: bool = False,
         enable_kv_events: bool = False,
         enable_kv_cache_events: bool = False,
+        tp_group: Any = None,
     ) -> None:
         self.config = RadixCacheConfig(page_size, eviction_policy, disable)
+        self.tp = as_tp_group(tp_group)
         enabled = events_enabled(
             enable_kv_events=enable_kv_events, enable_kv_cache_events=enable_kv_cache_events
         )
@@ -227,6 +233,18 @@ class RadixCache(NoLowerTier, BasePrefixCache):
 
     def stats(self) -> CacheStats:
         return CacheStats(self._counts.snapshot(), self.ledger.stats())
+
+    def tree_digest(self) -> bytes:
+        """32 bytes equal on TP ranks whose trees and sizes agree (``digest.tree_digest``)."""
+        return tree_digest(self.root, self._digest_flags, self._digest_sizes())
+
+    def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
+        return (node.slots is not None,)
+
+    def _digest_sizes(self) -> tuple[int, ...]:
+        allocator = self.token_to_kv_pool_allocator
+        free = -1 if allocator is None else allocator.available_size()
+        return self.evictable_size(), self.protected_size(), free
 
     def evictable_leaves(self) -> list[TreeNode]:
         """Test-facing: the device leaves ``evict`` may take, in eviction order."""

@@ -8,4 +8,13 @@
 from hicache.tp.group import TPError, TPGroup, TPPeerError, as_tp_group
 from hicache.tp.launch import RankFailed, RankOutcome, launch_ranks, run_ranks
 
-__all__ = ["RankFailed", "RankOutcome", "TPError", "TPGroup", "TPPeerError", "as_tp_group", "launch_ranks", "run_ranks"]
+__all__ = [
+    "RankFailed",
+    "RankOutcome",
+    "TPError",
+    "TPGroup",
+    "TPPeerError",
+    "as_tp_group",
+    "launch_ranks",
+    "run_ranks",
+]

@@ -23,7 +23,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-
 _OK = 1 << 62  # a rank's status word when its step succeeded (larger than any rank id)
 
 
@@ -120,7 +119,9 @@ class TPGroup:
 
     def check_digest(self, digest: bytes, *, where: str) -> None:
         """``TPError`` on every rank unless every rank passed the same ``digest``."""
-        words = [int.from_bytes(hashlib.sha256(digest).digest()[i : i + 7], "little") for i in (0, 7)]
+        words = [
+            int.from_bytes(hashlib.sha256(digest).digest()[i : i + 7], "little") for i in (0, 7)
+        ]
         low, high = self.agree(words, words, where=where)
         if low != high:
             raise TPError(f"TP ranks diverged at {where}: tree digests differ across ranks")

@@ -49,7 +49,12 @@ def _free_port() -> int:
 
 
 def _rank_main(
-    rank: int, size: int, port: int, timeout_s: float, fn: Callable[..., Any], args: tuple[Any, ...],
+    rank: int,
+    size: int,
+    port: int,
+    timeout_s: float,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
     out: Any,
 ) -> None:
     import torch.distributed as dist
@@ -108,9 +113,7 @@ def launch_ranks(
     return [outcomes[r] for r in range(size)]
 
 
-def run_ranks(
-    fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = 300.0
-) -> list[Any]:
+def run_ranks(fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
     """As ``launch_ranks``, returning each rank's result; ``RankFailed`` if any rank failed."""
     outcomes = launch_ranks(fn, size, *args, timeout_s=timeout_s)
     if any(o.error is not None for o in outcomes):

@@ -1,0 +1,88 @@
+"""InFlight: the nodes of a ``HostTier`` awaiting a write or a load ack, and their release.
+
+Each such node holds one transfer lock (``tier``) until its ack is processed here. Acks finish
+in issue order, and a node is recorded when its transfer is queued, so on each rank the nodes
+whose ack has finished are a prefix of ``writing`` (and of ``loading``) in insertion order.
+Under TP that prefix differs between ranks (a transfer lands sooner on one), so a release
+takes the shortest prefix over the ranks (``TPGroup.agree``): a node is released on every rank
+in the same call, once its transfer has landed on all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from hicache.controller import HiCacheController, pop_finished_acks
+from hicache.radix.node import TreeNode
+from hicache.tp import TPGroup
+
+T = TypeVar("T")
+
+
+class InFlight:
+    """Transfers in flight, by node; see the module docstring."""
+
+    def __init__(self, tp: TPGroup) -> None:
+        self.tp = tp
+        self.writing: dict[int, TreeNode] = {}  # node id -> node, in queueing order
+        self.loading: dict[int, TreeNode] = {}
+        self._landed: tuple[set[int], set[int]] = (set(), set())  # ids not yet released
+
+    def settle(
+        self, controller: HiCacheController, issue: Callable[[], T], where: str
+    ) -> tuple[T | None, list[TreeNode], list[TreeNode]]:
+        """Run ``issue`` (a controller call issuing or waiting for transfers), pop the finished
+        acks, and return ``issue``'s result with the written and the loaded nodes every rank
+        has finished, in order (their locks are the caller's to drop). When ``issue`` raises,
+        nothing is released: on one rank the exception propagates at once, under TP after the
+        agreement (the other ranks raise ``TPPeerError``)."""
+        failed: Exception | None = None
+        result: T | None = None
+        try:
+            result = issue()
+        except Exception as exc:  # passed on through the agreement, re-raised there
+            if not self.tp.active:
+                raise
+            failed = exc
+        queues = (controller.ack_write_queue, controller.ack_load_queue)
+        waits = (self.writing, self.loading)
+        for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
+            for ack in pop_finished_acks(queue):
+                landed.update(i for i in ack.node_ids if i in waiting)
+        local = [
+            self._prefix(self.writing, self._landed[0]),
+            self._prefix(self.loading, self._landed[1]),
+        ]
+        (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
+        return (
+            result,
+            self._release(self.writing, self._landed[0], writes),
+            self._release(self.loading, self._landed[1], loads),
+        )
+
+    def cancel_load(self, last: TreeNode) -> None:
+        """Forget the load ending at ``last``: it has landed on every rank and is not served."""
+        del self.loading[last.id]
+        self._landed[1].discard(last.id)
+
+    def clear(self) -> None:
+        self.writing.clear()
+        self.loading.clear()
+        for landed in self._landed:
+            landed.clear()
+
+    @staticmethod
+    def _prefix(waiting: dict[int, TreeNode], landed: set[int]) -> int:
+        count = 0
+        for node_id in waiting:
+            if node_id not in landed:
+                break
+            count += 1
+        return count
+
+    @staticmethod
+    def _release(waiting: dict[int, TreeNode], landed: set[int], count: int) -> list[TreeNode]:
+        ids = list(waiting)[:count]
+        landed.difference_update(ids)
+        return [waiting.pop(i) for i in ids]
