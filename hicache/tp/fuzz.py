@@ -41,8 +41,8 @@ class FuzzReport:
     faults : faults injected (all ranks); divergences : 1 when the digests differed.
     hangs : ranks stopped by the launch timeout, or whose ``TPError`` took the collective
         timeout (a peer that stopped answering); leaks, violations : over all ranks.
-    seconds : wall time of the launch; detail : messages (the first rank's violations, the
-        diverging rows, the errors).
+    seconds : wall time of the steps (the slowest rank; spawning not counted).
+    detail : messages (the ranks' first violations, the diverging rows, the errors).
     """
 
     cfg: FuzzConfig
@@ -82,14 +82,23 @@ def expected_outcome(cfg: FuzzConfig) -> tuple[str, ...]:
     return ("clean",)
 
 
-def run_fuzz(cfg: FuzzConfig, launch_timeout_s: float | None = None) -> FuzzReport:
-    """Run ``cfg`` on ``cfg.ranks`` processes; the report of what happened."""
-    limit = launch_timeout_s or 120.0 + cfg.steps * 0.05 * cfg.ranks
-    start = time.perf_counter()
-    outcomes = launch_ranks(rank_main, cfg.ranks, cfg, timeout_s=limit)
-    report = summarize(cfg, outcomes)
-    report.seconds = time.perf_counter() - start
-    return report
+def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> list[FuzzReport]:
+    """Run ``cfgs`` one after the other in one launch of their ``ranks`` processes (one
+    spawn for many runs); a report per run. ``rank_killed`` kills a process: it runs alone."""
+    ranks = {cfg.ranks for cfg in cfgs}
+    if len(ranks) != 1:
+        raise ValueError(f"cfgs must share one rank count, got {sorted(ranks)}")
+    if len(cfgs) > 1 and any(cfg.scenario == "rank_killed" for cfg in cfgs):
+        raise ValueError("cfgs: a rank_killed run must be launched alone")
+    size = ranks.pop()
+    limit = launch_timeout_s or 120.0 + sum(cfg.steps for cfg in cfgs) * 0.05 * size
+    outcomes = launch_ranks(rank_main, size, tuple(cfgs), timeout_s=limit)
+    return [
+        summarize(
+            cfg, [o if o.error is not None else RankOutcome(o.rank, o.result[i]) for o in outcomes]
+        )
+        for i, cfg in enumerate(cfgs)
+    ]
 
 
 def summarize(cfg: FuzzConfig, outcomes: list[RankOutcome]) -> FuzzReport:
@@ -109,6 +118,7 @@ def summarize(cfg: FuzzConfig, outcomes: list[RankOutcome]) -> FuzzReport:
     rep.outcome = _outcome(cfg, results, errors)
     rep.expected = rep.outcome in expected_outcome(cfg)
     rep.detail = _detail(results, errors, diverged)
+    rep.seconds = max((r.seconds for r in results), default=0.0)
     return rep
 
 
@@ -136,7 +146,9 @@ def _detail(
         if r.violations:
             lines += [f"rank {r.rank} violation: {v}" for v in r.violations[:5]]
         if r.tp_error is not None:
-            lines.append(f"rank {r.rank} at step {r.steps}: {r.tp_error[:300]}")
+            lines.append(
+                f"rank {r.rank} after step {r.steps} ({r.tp_error_wait_s:.2f}s): {r.tp_error[:300]}"
+            )
     if diverged:
         first = diverged[0]
         lines.append(f"digests differ after step {first.diverged_at}; last ops per rank:")
@@ -180,13 +192,16 @@ def main(argv: list[str] | None = None) -> int:
         write_policy=a.write_policy,
     )
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
-    reports = []
-    for name in names:
-        rep = run_fuzz(replace(base, scenario=name))
-        reports.append(rep)
-        print(rep.row(), flush=True)
-        if not rep.expected:
-            print("\n".join("    " + line for line in rep.detail[:40]), flush=True)
+    batches = [[replace(base, scenario=n) for n in names if n != "rank_killed"]]
+    batches += [[replace(base, scenario="rank_killed")]] if "rank_killed" in names else []
+    reports, start = [], time.perf_counter()
+    for batch in filter(None, batches):
+        for rep in run_fuzz(batch):
+            reports.append(rep)
+            print(rep.row(), flush=True)
+            if not rep.expected:
+                print("\n".join("    " + line for line in rep.detail[:40]), flush=True)
+    print(f"(launches and checks: {time.perf_counter() - start:.1f}s wall)")
     print(HEADER)
     print("\n".join(rep.row() for rep in reports))
     return 0 if all(rep.expected for rep in reports) else 1

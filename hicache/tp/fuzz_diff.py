@@ -14,13 +14,21 @@ from hicache.stress.checker import walk
 
 
 def describe(cache: Any) -> list[str]:
-    """One row per tree node, sorted: ``path | state``."""
-    rows = []
+    """One row per tree node, sorted (``path | state``: what ``tree_digest`` covers), and one
+    of the cache's sizes."""
+    storage, host_free = cache.storage_tier, cache.cache_controller.mem_pool_host.available_size()
+    rows = [
+        f"sizes | evictable={cache.evictable_size()} protected={cache.protected_size()} "
+        f"host={cache.host_size()} host_free={host_free}"
+    ]
     for node, ids in walk(cache):
         path = f"{node.extra_key!r}:{ids[:4].tolist()}..{ids[-2:].tolist()}@{len(ids)}"
+        pinned = storage is not None and storage.pins(node)
         state = (
             f"len={len(node.key)} device={not node.evicted} host={node.backuped} "
-            f"lock={node.lock_ref} hits={node.hit_count}"
+            f"pinned={pinned} lock={node.lock_ref} own_lock={node.own_lock_ref} "
+            f"hits={node.hit_count} access={node.last_access_time} "
+            f"created={node.creation_time} priority={node.priority}"
         )
         rows.append(f"{path} | {state}")
     return sorted(rows)

@@ -121,7 +121,9 @@ class RankRun:
             self.result.ops += 1
             self.guarded(lambda: self.ops[name][1](d), name)
         self.guarded(d.cache.check_hicache_events, "check_hicache_events")
-        fired = {k2: v - before.get(k2, 0) for k2, v in self.faults.injected.items()}
+        fired = {
+            f: n - before.get(f, 0) for f, n in self.faults.injected.items() if n > before.get(f, 0)
+        }
         self.history = [*self.history[-7:], f"{k}:{name} {fired or ''}".strip()]
         self.checked(d.check)
         if k % self.cfg.full_every == 0 and not d.violations:
@@ -197,8 +199,8 @@ def _stat_rows(stats: Any) -> list[str]:
     return rows
 
 
-def rank_main(group: Any, cfg: FuzzConfig) -> RankResult:
-    """``launch_ranks`` entry: run ``cfg`` on this rank (``group`` None: one rank, no
-    collectives)."""
+def rank_main(group: Any, cfgs: tuple[FuzzConfig, ...]) -> list[RankResult]:
+    """``launch_ranks`` entry: run each of ``cfgs`` in turn on this rank, a fresh cache each
+    (``group`` None: one rank, no collectives)."""
     torch.set_num_threads(1)  # tiny tensors; more threads only add wake-ups on a busy box
-    return RankRun(group, cfg).run()
+    return [RankRun(group, cfg).run() for cfg in cfgs]
