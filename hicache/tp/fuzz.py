@@ -42,6 +42,7 @@ class FuzzReport:
     hangs : ranks stopped by the launch timeout, or whose ``TPError`` took the collective
         timeout (a peer that stopped answering); leaks, violations : over all ranks.
     seconds : wall time of the steps (the slowest rank; spawning not counted).
+    collectives : collectives the first live rank issued (the caches' and the harness's).
     detail : messages (the ranks' first violations, the diverging rows, the errors).
     """
 
@@ -56,20 +57,23 @@ class FuzzReport:
     leaks: int = 0
     violations: int = 0
     seconds: float = 0.0
+    collectives: int = 0
     detail: list[str] = field(default_factory=list)
 
     def row(self) -> str:
         mark = "ok" if self.expected else "UNEXPECTED"
+        per_step = self.collectives / max(self.steps, 1)
         return (
             f"{self.cfg.label():<44} {self.steps:>6} {self.ops:>6} {self.faults:>6} "
             f"{self.divergences:>4} {self.hangs:>5} {self.leaks:>5} {self.violations:>5} "
-            f"{self.seconds:>7.1f}  {self.outcome:<10} {mark}"
+            f"{self.seconds:>7.1f} {per_step:>5.1f}  {self.outcome:<10} {mark}"
         )
 
 
 HEADER = (
     f"{'scenario/kind/page/tp/agree':<44} {'steps':>6} {'ops':>6} {'faults':>6} "
-    f"{'div':>4} {'hangs':>5} {'leaks':>5} {'viol':>5} {'wall_s':>7}  {'outcome':<10} check"
+    f"{'div':>4} {'hangs':>5} {'leaks':>5} {'viol':>5} {'wall_s':>7} {'coll':>5}  "
+    f"{'outcome':<10} check"
 )
 
 
@@ -110,6 +114,7 @@ def summarize(cfg: FuzzConfig, outcomes: list[RankOutcome]) -> FuzzReport:
     rep.hangs += sum(r.tp_error is not None and r.tp_error_wait_s >= cfg.timeout_s for r in results)
     rep.steps = min((r.steps for r in results), default=0)
     rep.ops = results[0].ops if results else 0
+    rep.collectives = results[0].collectives if results else 0
     rep.faults = sum(sum(r.injected.values()) for r in results)
     rep.leaks = sum(r.leaks for r in results)
     rep.violations = sum(len(r.violations) for r in results)

@@ -51,6 +51,8 @@ class RankResult:
     seconds : wall time of the steps; counts : what the driver did.
     tree : this rank's tree, described, when the digests differed.
     stats : this rank's ``cache.stats()`` as rows, when the digests differed.
+    last_ops : the last steps' ops, with the faults each injected.
+    collectives : the caches' and the harness's collectives.
     """
 
     rank: int
@@ -68,6 +70,7 @@ class RankResult:
     tree: list[str] = field(default_factory=list)
     stats: list[str] = field(default_factory=list)
     last_ops: list[str] = field(default_factory=list)
+    collectives: int = 0
 
 
 def _words(digest: bytes) -> list[int]:
@@ -83,7 +86,7 @@ class RankRun:
         self.checks = TPGroup(group, timeout_s=cfg.timeout_s)
         self.rank = self.checks.rank
         oracle.set_shard(self.rank)
-        tp = TPGroup(group, timeout_s=cfg.timeout_s, agree=cfg.agree, debug=cfg.debug)
+        tp = self.tp = TPGroup(group, timeout_s=cfg.timeout_s, agree=cfg.agree, debug=cfg.debug)
         self.faults = make_faults(cfg, self.rank)
         self.driver = Driver(cfg.stress_config(self.rank), tp_group=tp, faults=self.faults)
         install(cfg, self.faults, self.driver)
@@ -186,6 +189,7 @@ class RankRun:
         r.violations = d.violations[:20]
         r.leaks = sum("leak" in v for v in d.violations)
         r.counts = dict(Counter(d.counts))
+        r.collectives = self.tp.collectives + self.checks.collectives
         if r.last_ops == []:
             r.last_ops = list(self.history)
         return r
