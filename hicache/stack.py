@@ -62,6 +62,7 @@ def build_kv_stack(
     device: torch.device | str = "cpu",
     hicache: HiCacheConfig | None = None,
     eviction_policy: str = "lru",
+    tp_group: Any = None,
 ) -> KVStack:
     """Build and wire a device pool, its allocator, a request pool and a radix cache.
 
@@ -79,6 +80,8 @@ def build_kv_stack(
     hicache : host-tier settings: a ``HiRadixCache`` over a host pool is built (pinned on
         CUDA); None builds a device-only ``RadixCache``.
     eviction_policy : the tree's eviction order (``hicache.radix.EVICTION_POLICIES``).
+    tp_group : the cache's TP group (``RadixCache``): None, a process group or a ``TPGroup``;
+        the geometry given is this rank's shard (MHA: its KV heads; MLA: the whole latent).
 
     Raises
     ------
@@ -106,7 +109,12 @@ def build_kv_stack(
     row_len = -(-max_context_len // page_size) * page_size
     req_pool = ReqToTokenPool(max_requests, row_len, device)
     cache = make_cache(
-        req_pool, allocator, page_size, hicache=hicache, eviction_policy=eviction_policy
+        req_pool,
+        allocator,
+        page_size,
+        hicache=hicache,
+        eviction_policy=eviction_policy,
+        tp_group=tp_group,
     )
     return KVStack(kv_pool, allocator, req_pool, cache)
 
@@ -118,12 +126,21 @@ def make_cache(
     *,
     hicache: HiCacheConfig | None = None,
     eviction_policy: str = "lru",
+    tp_group: Any = None,
 ) -> RadixCache:
     """A ``HiRadixCache`` over the pools when ``hicache`` is given, else a ``RadixCache``."""
+    policy = eviction_policy
     if hicache is None:
-        return RadixCache(req_to_token_pool, allocator, page_size, eviction_policy=eviction_policy)
+        return RadixCache(
+            req_to_token_pool, allocator, page_size, eviction_policy=policy, tp_group=tp_group
+        )
     return HiRadixCache(
-        req_to_token_pool, allocator, page_size, config=hicache, eviction_policy=eviction_policy
+        req_to_token_pool,
+        allocator,
+        page_size,
+        config=hicache,
+        eviction_policy=policy,
+        tp_group=tp_group,
     )
 
 

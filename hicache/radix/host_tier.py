@@ -161,8 +161,7 @@ class HostTier:
         if node.host_slots is not None or self.config.write_policy != "write_back":
             return False
         chain = [n for n in self.site.path_to_root(node) if n.host_slots is None]
-        short = sum(len(n.key) for n in chain) - self.controller.mem_pool_host.available_size()
-        if short > 0 and self.evict(short) < short:
+        if not self.make_room(sum(len(n.key) for n in chain)):
             return False
         return self._backup(chain[::-1]) == len(chain)
 
@@ -171,9 +170,7 @@ class HostTier:
         ack: as many leading ones as the host pool takes on every rank, after evicting host-only
         leaves when it is short; returns how many (nothing else changed for the rest)."""
         pool = self.controller.mem_pool_host
-        short = sum(len(n.key) for n in nodes) - pool.available_size()
-        if short > 0:
-            self.evict(short)
+        self.make_room(sum(len(n.key) for n in nodes))
         got = []
         for node in nodes:
             host = pool.alloc(len(node.key))
@@ -255,15 +252,15 @@ class HostTier:
 
     # ---- slots for a storage tier ------------------------------------------------------------
 
+    def make_room(self, num_tokens: int) -> bool:
+        """Evict host-only leaves until ``num_tokens`` host slots are free; whether they are."""
+        short = num_tokens - self.controller.mem_pool_host.available_size()
+        return short <= 0 or self.evict(short) >= short
+
     def reserve(self, num_tokens: int) -> torch.Tensor | None:
         """``num_tokens`` host slots (a page multiple; int64 CPU) owned by the caller until
-        ``adopt`` or ``release``, evicting host-only leaves when short; None when the host
-        cannot free enough."""
-        pool = self.controller.mem_pool_host
-        short = num_tokens - pool.available_size()
-        if short > 0 and self.evict(short) < short:
-            return None
-        slots = pool.alloc(num_tokens)
+        ``adopt`` or ``release`` (``make_room`` first); None when the pool refuses."""
+        slots = self.controller.mem_pool_host.alloc(num_tokens)
         if slots is not None:
             self._reserved += num_tokens
         return slots

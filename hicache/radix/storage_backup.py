@@ -6,11 +6,16 @@ queued is queued, parents first, on the single backup thread, so a prefix reache
 without holes. The pages queued or present are remembered by hash (``known``: split-proof, as
 a split divides a node's hashes), the oldest forgotten first past ``KNOWN_PAGES_MAX``: a
 forgotten page is at worst written again, and ``batch_set_v1`` skips what is present.
+
+Under TP a node is unpinned on every rank in the same poll, once its backup has finished on all
+of them (the fewest finished, in queue order), and a page any rank failed to write is forgotten
+on all, so every rank pins, and so host-evicts, alike. MLA ranks other than 0 write nothing but
+queue empty backups, to pin as rank 0 does.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 
 from hicache.radix.host_tier import HostTier
 from hicache.radix.node import TreeNode
@@ -19,6 +24,7 @@ from hicache.radix.slots import as_tensor
 from hicache.radix.tree import RadixTree
 from hicache.storage import StorageKeys
 from hicache.storage.io import Backup, StorageIO
+from hicache.tp import TPGroup
 
 KNOWN_PAGES_MAX = 1 << 20
 
@@ -28,6 +34,9 @@ class StorageBackups:
 
     def __init__(self, tree: RadixTree, host: HostTier, io: StorageIO, keys: StorageKeys) -> None:
         self.tree, self.host, self.io, self.keys = tree, host, io, keys
+        self.tp: TPGroup = host.tp
+        self._queued: deque[Backup] = deque()  # in flight, in queue order
+        self._landed: list[Backup] = []  # finished here (a prefix of ``_queued``), not processed
         self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
         self._pins: Counter[int] = Counter()  # node id -> its backups in flight
         self._known: OrderedDict[bytes, None] = OrderedDict()
@@ -42,7 +51,7 @@ class StorageBackups:
 
     def backed_up(self, node: TreeNode) -> None:
         """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
-        if not self.keys.writes:
+        if not self.keys.writes and not self.tp.active:
             return
         for n in reversed(self.tree.path_to_root(node)):
             if n.host_slots is None:
@@ -54,7 +63,10 @@ class StorageBackups:
             self._pinned[n.id] = n
             self._pins[n.id] += 1
             self.host.refile(n)
-            self.io.backup(Backup(n, self.keys.page_keys(hashes), as_tensor(n.host_slots)))
+            keys = self.keys.page_keys(hashes) if self.keys.writes else []
+            op = Backup(n, keys, as_tensor(n.host_slots))
+            self._queued.append(op)
+            self.io.backup(op)
 
     def remember(self, hashes: list[bytes]) -> None:
         """Pages ``hashes`` are in storage (or queued for it)."""
@@ -65,20 +77,33 @@ class StorageBackups:
             known.popitem(last=False)
 
     def poll(self) -> None:
-        """Process finished backups: unpin their nodes (the host may evict them again)."""
-        for op in self.io.finished_backups():
+        """Process the backups every rank has finished: unpin their nodes (the host may evict
+        them again); forget the pages of those a rank could not store."""
+        self._landed.extend(self.io.finished_backups())
+        if not self._queued:
+            return
+        failed = [int(op.written_pages < len(op.keys)) for op in self._landed]
+        failed += [0] * (len(self._queued) - len(failed))
+        (count,), failed = self.tp.agree([len(self._landed)], failed, where="storage backups")
+        for i in range(count):
+            op = self._queued.popleft()
             self.written_pages += op.written_pages
-            node = op.tag
-            assert isinstance(node, TreeNode)
-            self._pins[node.id] -= 1
-            if not self._pins[node.id]:
-                del self._pins[node.id], self._pinned[node.id]
-                self.host.refile(node)
-            if op.written_pages < len(op.keys):  # not stored: let a later backup try again
-                for h in node.hash_value or []:
-                    self._known.pop(h, None)
+            self._unpin(op.tag, bool(failed[i]))
+        del self._landed[:count]
+
+    def _unpin(self, node: object, failed: bool) -> None:
+        assert isinstance(node, TreeNode)
+        self._pins[node.id] -= 1
+        if not self._pins[node.id]:
+            del self._pins[node.id], self._pinned[node.id]
+            self.host.refile(node)
+        if failed:  # not stored: let a later backup try again
+            for h in node.hash_value or []:
+                self._known.pop(h, None)
 
     def clear(self) -> None:
         """Forget what storage holds (the caller has waited for the backups)."""
         assert not self._pinned, "clear with backups in flight"
         self._known.clear()
+        self._queued.clear()
+        self._landed.clear()

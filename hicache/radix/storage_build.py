@@ -58,7 +58,15 @@ def build_storage(
     breaker = None if name in _LOCAL else CircuitBreaker()
     guarded = GuardedStorage(backend, name, breaker)
     guarded.register_mem_pool_host(host_pool)
-    keys = StorageKeys(fingerprint_of(host_pool, config), config.tp_rank, config.tp_size)
+    rank, size = config.tp_rank, config.tp_size
+    if host.tp.size > 1:  # the cache's TP group names the shard
+        if size not in (1, host.tp.size) or (size > 1 and rank != host.tp.rank):
+            raise ValueError(
+                f"StorageConfig tp_rank/tp_size ({rank}/{size}) differ from the cache's "
+                f"tp_group ({host.tp.rank}/{host.tp.size})"
+            )
+        rank, size = host.tp.rank, host.tp.size
+    keys = StorageKeys(fingerprint_of(host_pool, config), rank, size)
     cost = LoadCost()
     io = StorageIO(
         guarded,

@@ -18,6 +18,12 @@ in the tree. Two flows connect them, both through host slots:
   until storage has acknowledged, so the bytes read are the node's.
 
 A failed or refused storage call is a miss; nothing here raises on a backend failure.
+
+Under TP every rank runs the same prefetches, and what depends on a rank's own storage answers,
+threads and clock is agreed (``TPGroup.agree``): the hit length (the shortest), whether loading
+beats recomputing and got host slots (on every rank, or no rank reads), when a request stops
+waiting (as soon as one rank's policy lets it go) and how many pages it adopts (the fewest
+read), and when a cancelled read's slots are released (once every rank's thread let go).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class _Request:
     start: int  # tokens of ``ids`` above the prefetched pages (the anchor's depth)
     hashes: list[bytes]  # one per prefetched page
     lead_key: str  # the first page's key (``StorageTier._leaders``)
+    decided: bool = False  # whether ``_start_reads`` has answered its query
 
 
 @dataclass
@@ -101,6 +108,7 @@ class StorageTier:
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
         self.backups = StorageBackups(tree, host, io, keys)
+        self.tp = host.tp
         self._prefetches = self._revoked = self._slower = self._loaded_tokens = 0
 
     # ---- prefetch ----------------------------------------------------------------------------
@@ -146,18 +154,23 @@ class StorageTier:
         request = self._requests.get(req_id)
         if request is None:
             return True
-        state, _ = request.op.progress()
+        state, pages = request.op.progress()
         tokens = len(request.hashes) * self.page_size
-        if state is not PrefetchState.DONE and self.config.may_wait(request.op.started, tokens):
+        mine = [int(state is PrefetchState.DONE), pages]
+        go = int(not self.config.may_wait(request.op.started, tokens))
+        (done, pages), (go,) = self.tp.agree(mine, [go], where="storage prefetch progress")
+        if not done and not go:
             return False
-        self._finish(req_id, request)
+        self._finish(req_id, request, pages)
         return True
 
     def _follow(self, req_id: str, follower: _Follower) -> bool:
         """A follower's progress: wait while its leader reads, then prefetch the rest below
         what the leader put in the tree (or go, when the policy stops waiting)."""
         if follower.leader in self._requests:
-            if self.config.may_wait(follower.started, len(follower.ids)):
+            wait = self.config.may_wait(follower.started, len(follower.ids))
+            _, (go,) = self.tp.agree((), [int(not wait)], where="storage prefetch follower")
+            if not go:
                 return False
             del self._followers[req_id]
             return True
@@ -181,10 +194,12 @@ class StorageTier:
             request.op.cancel()
             self._retire(request.op)
 
-    def _finish(self, req_id: str, request: _Request) -> None:
+    def _finish(self, req_id: str, request: _Request, pages: int) -> None:
+        """End ``request``, adopting its first ``pages`` pages (read on every rank)."""
         del self._requests[req_id]
         self._leaders.pop(request.lead_key, None)
-        _, pages = request.op.cancel()
+        _, read = request.op.cancel()
+        pages = min(pages, read)
         adopted = self._adopt(request, pages) if pages else 0
         self._loaded[req_id] = adopted
         self._loaded_tokens += adopted
@@ -217,10 +232,13 @@ class StorageTier:
         self._release_retired()
 
     def _release_retired(self) -> None:
+        if not self._retiring:
+            return
+        done = [int(op.progress()[0] is PrefetchState.DONE) for op in self._retiring]
+        done, _ = self.tp.agree(done, where="storage prefetch release")
         keep = []
-        for op in self._retiring:
-            state, _ = op.progress()
-            if state is not PrefetchState.DONE:
+        for op, ok in zip(self._retiring, done, strict=True):
+            if not ok:
                 keep.append(op)
             elif op.host_indices is not None:
                 self.host.release(op.host_indices)
@@ -228,24 +246,49 @@ class StorageTier:
         self._retiring = keep
 
     def _start_reads(self) -> None:
-        """Decide each answered query: read (slots reserved now), or end it."""
-        for request in self._requests.values():
-            op = request.op
-            if op.state is not PrefetchState.QUERIED:
-                continue
-            pages = op.hit_pages
-            tokens = pages * self.page_size
-            slots = None
-            if tokens < self.threshold:
+        """Decide each query answered on every rank: read (host slots reserved now), or end
+        it (``cancel``: QUERIED -> DONE)."""
+        undecided = [r for r in self._requests.values() if not r.decided]
+        if not undecided:
+            return
+        ps, n = self.page_size, len(undecided)
+        hits = [-1 if r.op.state is PrefetchState.QUERYING else r.op.hit_pages for r in undecided]
+        worth = [int(self._worth(max(h, 1) * ps)) for h in hits]
+        agreed, _ = self.tp.agree(hits + worth, where="storage prefetch hits")
+        reading = []
+        for request, pages, good in zip(undecided, agreed[:n], agreed[n:], strict=True):
+            if pages < 0:
+                continue  # some rank's query is still running
+            request.decided = True
+            if pages * ps < self.threshold:
                 self._revoked += 1
-            elif self.config.cost_aware and not self.cost.worth_loading(pages, tokens):
+            elif not good:
                 self._slower += 1
             else:
-                slots = self.host.reserve(tokens)
-            if slots is None:
-                op.cancel()  # QUERIED -> DONE: nothing to read
-            else:
-                self.io.read(op, slots, pages)
+                reading.append((request, pages))
+                continue
+            request.op.cancel()
+        if reading:
+            self._reserve_and_read(reading)
+
+    def _worth(self, tokens: int) -> bool:
+        cost_aware = self.config.cost_aware
+        return not cost_aware or self.cost.worth_loading(tokens // self.page_size, tokens)
+
+    def _reserve_and_read(self, reading: list[tuple[_Request, int]]) -> None:
+        """Reserve host slots for each ``(request, pages)`` and read, where every rank got
+        them (room made first for all, so no rank's eviction depends on another's luck)."""
+        ps = self.page_size
+        self.host.make_room(sum(pages for _, pages in reading) * ps)
+        slots = [self.host.reserve(pages * ps) for _, pages in reading]
+        got, _ = self.tp.agree([int(s is not None) for s in slots], where="storage prefetch slots")
+        for (request, pages), mine, ok in zip(reading, slots, got, strict=True):
+            if ok and mine is not None:
+                self.io.read(request.op, mine, pages)
+                continue
+            if mine is not None:
+                self.host.release(mine)
+            request.op.cancel()
 
     # ---- backup (``StorageBackups``) ---------------------------------------------------------
 

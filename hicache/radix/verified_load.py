@@ -15,6 +15,9 @@ nodes above that node) and recomputes the rest; the load's transfer lock is rele
 (the load has landed: ``HostTier.cancel_load``). ``failures`` on the controller's
 ``integrity`` counts the bad pages.
 
+Under TP each rank checks its own shard and the ranks keep the shortest verified prefix, so a
+page corrupt on one rank is dropped on every rank.
+
 Not covered: a load batch whose issue raised stays queued (as for any load) and is issued later
 by ``ready_to_load_host_cache`` without a check.
 """
@@ -39,10 +42,16 @@ def check_load(
     ctrl = tier.controller
     if ctrl.integrity is None or not ctrl.integrity.select():
         return device, chain[-1]
-    ctrl.start_loading()
-    host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
-    bad = ctrl.verify_load(host, device)
-    if bad is None:
+    total, failed, mine = device.numel(), None, None
+    try:
+        ctrl.start_loading()
+        host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
+        mine = ctrl.verify_load(host, device)
+    except Exception as exc:  # re-raised by the agreement (at once on one rank)
+        failed = exc
+    where = "verified load-back"
+    (bad,), _ = tier.tp.agree([total if mine is None else mine], where=where, failed=failed)
+    if bad >= total:
         return device, chain[-1]
     first, start = 0, 0  # the node holding token ``bad``, and its offset
     while start + len(chain[first].key) <= bad:

@@ -39,6 +39,7 @@ def make_stack(
     size: int = 256,
     ratio: float = 2.0,
     device: str = "cpu",
+    tp_group: Any = None,
 ) -> KVStack:
     dims: dict[str, int] = (
         {"kv_lora_rank": 8, "qk_rope_head_dim": 4} if mla else {"head_num": 2, "head_dim": 4}
@@ -59,6 +60,7 @@ def make_stack(
         page_size=PAGE,
         device=device,
         hicache=hicache,
+        tp_group=tp_group,
         **dims,
     )
 
