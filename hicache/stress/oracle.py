@@ -8,10 +8,10 @@ from the inputs channel by channel, so a slot holding another token's KV is caug
 certainty in practice. Lookups go through a table of every (salt, token, position) seen so far
 (one gather per batch instead of a dozen int64 ops per layer).
 
-Under tensor parallelism each rank process calls :func:`set_shard` with its rank first: rank
-``r`` holding ``heads`` heads then holds channels ``r * heads * dim ..`` of the whole model's
-KV (an MHA shard; MLA ranks, which hold the same latent in a real model, get distinct values
-too), so a slot filled with another rank's bytes shows.
+Under tensor parallelism each MHA rank process calls :func:`set_shard` with its rank first:
+rank ``r`` holding ``heads`` heads then holds channels ``r * heads * dim ..`` of the whole
+model's KV (its heads), so a slot filled with another rank's bytes (a storage key without the
+rank) shows. MLA ranks hold the same latent and keep shard 0.
 """
 
 from __future__ import annotations

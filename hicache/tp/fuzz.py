@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 
@@ -43,6 +44,8 @@ class FuzzReport:
         timeout (a peer that stopped answering); leaks, violations : over all ranks.
     seconds : wall time of the steps (the slowest rank; spawning not counted).
     collectives : collectives the first live rank issued (the caches' and the harness's).
+    activity : what the first live rank's driver did (load-backs, prefetched tokens, faults
+        surfaced as its own exception or a peer's).
     detail : messages (the ranks' first violations, the diverging rows, the errors).
     """
 
@@ -58,6 +61,7 @@ class FuzzReport:
     violations: int = 0
     seconds: float = 0.0
     collectives: int = 0
+    activity: dict[str, int] = field(default_factory=dict)
     detail: list[str] = field(default_factory=list)
 
     def row(self) -> str:
@@ -88,7 +92,8 @@ def expected_outcome(cfg: FuzzConfig) -> tuple[str, ...]:
 
 def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> list[FuzzReport]:
     """Run ``cfgs`` one after the other in one launch of their ``ranks`` processes (one
-    spawn for many runs); a report per run. ``rank_killed`` kills a process: it runs alone."""
+    spawn for many runs); a report per run. ``rank_killed`` kills a process: it runs alone.
+    A ``storage_errors`` run's ranks share a fresh file store (a temporary directory)."""
     ranks = {cfg.ranks for cfg in cfgs}
     if len(ranks) != 1:
         raise ValueError(f"cfgs must share one rank count, got {sorted(ranks)}")
@@ -96,7 +101,12 @@ def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> l
         raise ValueError("cfgs: a rank_killed run must be launched alone")
     size = ranks.pop()
     limit = launch_timeout_s or 120.0 + sum(cfg.steps for cfg in cfgs) * 0.05 * size
-    outcomes = launch_ranks(rank_main, size, tuple(cfgs), timeout_s=limit)
+    with tempfile.TemporaryDirectory(prefix="hicache-tp-fuzz-") as tmp:
+        shared = [
+            replace(c, storage_dir=f"{tmp}/{i}") if c.scenario == "storage_errors" else c
+            for i, c in enumerate(cfgs)
+        ]
+        outcomes = launch_ranks(rank_main, size, tuple(shared), timeout_s=limit)
     return [
         summarize(
             cfg, [o if o.error is not None else RankOutcome(o.rank, o.result[i]) for o in outcomes]
@@ -115,6 +125,7 @@ def summarize(cfg: FuzzConfig, outcomes: list[RankOutcome]) -> FuzzReport:
     rep.steps = min((r.steps for r in results), default=0)
     rep.ops = results[0].ops if results else 0
     rep.collectives = results[0].collectives if results else 0
+    rep.activity = _activity(results[0]) if results else {}
     rep.faults = sum(sum(r.injected.values()) for r in results)
     rep.leaks = sum(r.leaks for r in results)
     rep.violations = sum(len(r.violations) for r in results)
@@ -125,6 +136,16 @@ def summarize(cfg: FuzzConfig, outcomes: list[RankOutcome]) -> FuzzReport:
     rep.detail = _detail(results, errors, diverged)
     rep.seconds = max((r.seconds for r in results), default=0.0)
     return rep
+
+
+ACTIVITY = ("admit", "load_back", "evicted", "host_evicted", "prefetch_loaded_tokens", "reset")
+
+
+def _activity(r: RankResult) -> dict[str, int]:
+    out = {k: r.counts.get(k, 0) for k in ACTIVITY}
+    out["faults_surfaced"] = sum(v for k, v in r.counts.items() if k.startswith("fault_surf"))
+    out["peer_errors"] = r.peer_errors
+    return out
 
 
 def _outcome(cfg: FuzzConfig, results: list[RankResult], errors: list[RankOutcome]) -> str:
@@ -178,6 +199,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--debug", action="store_true", help="caches' TPGroup(debug=True)")
     p.add_argument("--timeout", type=float, default=20.0, help="collective timeout, seconds")
     p.add_argument("--write-policy", default="write_through")
+    p.add_argument("--verbose", action="store_true", help="what each run did, under its row")
     return p.parse_args(argv)
 
 
@@ -204,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in run_fuzz(batch):
             reports.append(rep)
             print(rep.row(), flush=True)
+            if a.verbose:
+                print("    " + " ".join(f"{k}={v}" for k, v in rep.activity.items()))
             if not rep.expected:
                 print("\n".join("    " + line for line in rep.detail[:40]), flush=True)
     print(f"(launches and checks: {time.perf_counter() - start:.1f}s wall)")

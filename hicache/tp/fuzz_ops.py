@@ -48,4 +48,4 @@ def op_table(storage: StorageOps, with_storage: bool) -> dict[str, Op]:
     """name -> (weight, op): the stress mix, with the prefetch ops when ``with_storage``."""
     if not with_storage:
         return dict(OPS)
-    return {**OPS, "prefetch": (2, storage.prefetch), "prefetch_progress": (2, storage.progress)}
+    return {**OPS, "prefetch": (3, storage.prefetch), "prefetch_progress": (3, storage.progress)}

@@ -1,7 +1,8 @@
 """One rank of the TP fuzz: the stress driver over this rank's shard, step by step, checked.
 
-Every rank builds the same stress scenario (its own pools: MHA ranks hold their heads, MLA
-ranks the whole latent; the oracle gives every rank its own KV values), draws the same op
+Every rank builds the same stress scenario (its own pools: MHA ranks hold their heads, with
+the oracle's values of those heads, so another rank's bytes show; MLA ranks the whole, equal
+latent), draws the same op
 stream and injects its scenario's faults only on the fault rank. A step is one op, then
 ``check_hicache_events`` (as a scheduler does once per step), then the checks: what the op
 changed (the stress tracker: slots, locks, sizes, bytes), every ``full_every`` steps
@@ -85,7 +86,7 @@ class RankRun:
         self.cfg = cfg
         self.checks = TPGroup(group, timeout_s=cfg.timeout_s)
         self.rank = self.checks.rank
-        oracle.set_shard(self.rank)
+        oracle.set_shard(self.rank if cfg.kind == "mha" else 0)  # MLA: one latent, every rank
         tp = self.tp = TPGroup(group, timeout_s=cfg.timeout_s, agree=cfg.agree, debug=cfg.debug)
         self.faults = make_faults(cfg, self.rank)
         self.driver = Driver(cfg.stress_config(self.rank), tp_group=tp, faults=self.faults)

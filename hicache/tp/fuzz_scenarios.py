@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 from hicache.radix import HiCacheConfig
 from hicache.storage import StorageConfig
-from hicache.storage.memory import MemoryStorage
 from hicache.stress.config import HOST_TIER, KINDS, StressConfig
 from hicache.stress.driver import Driver
 from hicache.tp.fuzz_faults import TPFaults
@@ -49,6 +48,9 @@ class FuzzConfig:
     debug : the caches' ``TPGroup`` compares digests in every ``check_hicache_events`` too.
     timeout_s : bound on every collective; full_every : steps between full checks.
     write_policy : the host tier's.
+    storage_dir : ``storage_errors``: the directory of a ``file`` backend every rank shares
+        (as ranks share a real store: MLA's non-writing ranks read what rank 0 wrote); empty:
+        a ``memory`` backend per rank.
     """
 
     ranks: int = 2
@@ -64,6 +66,7 @@ class FuzzConfig:
     timeout_s: float = 20.0
     full_every: int = 50
     write_policy: str = "write_through"
+    storage_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -92,12 +95,13 @@ class FuzzConfig:
         ``tp_rank``)."""
         host: HiCacheConfig = replace(HOST_TIER, write_policy=self.write_policy)
         if self.scenario == "storage_errors":
-            unit = max(self.page_size, 8)
+            shared = {"root": self.storage_dir, "max_bytes": 1 << 26}
             storage = StorageConfig(
-                backend=MemoryStorage(),
+                backend="file" if self.storage_dir else "memory",
+                extra_config=shared if self.storage_dir else {},
                 tp_rank=rank,
                 tp_size=self.ranks,
-                prefetch_threshold=unit,
+                prefetch_threshold=self.page_size,
                 prefetch_timeout_base=0.002,
                 prefetch_timeout_per_ki_token=0.0,
                 query_batch_pages=4,
@@ -142,6 +146,6 @@ def install(cfg: FuzzConfig, faults: TPFaults, driver: Driver) -> None:
         faults.failing_load(host)
         faults.failing_backup(host)
     elif s == "storage_errors":
-        storage = driver.cfg.hicache.storage
-        assert storage is not None and isinstance(storage.backend, MemoryStorage)
-        faults.flaky_storage(storage.backend)
+        storage = driver.cache.storage_tier
+        assert storage is not None, "storage_errors runs with a storage tier"
+        faults.flaky_storage(storage.storage.backend)

@@ -47,15 +47,7 @@ def _clean(rep: FuzzReport) -> None:
     assert (rep.divergences, rep.hangs, rep.leaks, rep.violations) == (0, 0, 0, 0)
 
 
-# Storage backups/prefetches are not agreed on main yet: the pins diverge (FINDINGS.md).
-STORAGE_PENDING = pytest.mark.xfail(reason="storage tier not agreed over TP yet", strict=False)
-
-
-@pytest.mark.parametrize(
-    "cfg",
-    [pytest.param(c, marks=STORAGE_PENDING) if c.scenario == "storage_errors" else c for c in ON],
-    ids=FuzzConfig.label,
-)
+@pytest.mark.parametrize("cfg", ON, ids=FuzzConfig.label)
 def test_every_scenario_runs_clean_with_agreement(cfg: FuzzConfig, agree_on) -> None:
     rep = agree_on[cfg.label()]
     _clean(rep)
