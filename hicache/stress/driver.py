@@ -5,11 +5,8 @@ part, lock, allocate the rest, issue the loads, run the "model" (write the oracl
 chunks as they finish, then finish or abort. Around it: peeks, lock/unlock, explicit device
 and host eviction, event polling and whole-cache resets. Every request that uses a prefix first
 checks that the prefix's KV bytes are right: a node whose load failed is never served.
-
-Under tensor parallelism (``tp_group``) every rank runs one driver over the same op stream: the
-driver's own device allocations are agreed through ``cache.tp.all_ok`` (the ranks that got slots
-free them when another did not), faults draw from their own rng (the op stream stays the same
-on every rank), and a ``TPPeerError`` (another rank's fault) is handled like an injected fault.
+Under TP each rank runs one driver over the same op stream (faults have their own rng); its
+allocations go through ``cache.tp.all_ok``; a ``TPPeerError`` is handled like a fault.
 """
 
 from __future__ import annotations
@@ -31,14 +28,8 @@ from hicache.stress.workload import SALTS, Turn, Workload
 
 class Driver:
     """Owns the cache under test, the workload and the bookkeeping of live requests and locks.
-
-    Parameters
-    ----------
-    cfg : the scenario.
-    tp_group : passed to ``HiRadixCache`` (None: one rank).
-    faults : the fault injector, installed by the caller; by default one drawing from its own
-        rng (seeded from ``cfg.seed``) at ``cfg``'s rates over both pools and both transfers.
-    """
+    ``tp_group`` goes to ``HiRadixCache``; ``faults`` (installed by the caller) defaults to
+    ``cfg``'s rates over both pools and transfers, drawn from their own seeded rng."""
 
     def __init__(
         self, cfg: StressConfig, *, tp_group: Any = None, faults: Faults | None = None
@@ -58,10 +49,8 @@ class Driver:
         self.all_host = self.host_pool.free_slots()
         self.pool = self.stack.device_pool
         self.workload = Workload(self.rng, cfg.unit, cfg.max_context, cfg.conversations)
-        own_faults = faults is None
-        self.faults = faults or Faults(
-            random.Random(f"faults {cfg.seed}"), cfg.p_alloc_none, cfg.p_transfer_fail
-        )
+        rng = random.Random(f"faults {cfg.seed}")
+        self.faults = faults or Faults(rng, cfg.p_alloc_none, cfg.p_transfer_fail)
         self.live: list[Live] = []
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()
@@ -75,7 +64,7 @@ class Driver:
             self.all_host,
             self.cache.host_tier.reserved,
         )
-        if own_faults:
+        if faults is None:
             self._install_faults()
 
     def _install_faults(self) -> None:
@@ -181,8 +170,7 @@ class Driver:
         self.counts[reason] += 1
 
     def _alloc(self, n: int) -> torch.Tensor | None:
-        """Like a scheduler: allocate, and on a shortfall (on any rank) evict the difference
-        once and retry."""
+        """Like a scheduler: allocate; on a shortfall (any rank's) evict it once and retry."""
         slots = self._alloc_agreed(n, "driver alloc")
         if slots is None:
             self.counts["evicted_for_alloc"] += self.cache.evict(n)
