@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from hicache.tp.fuzz_diff import diff_rows
 from hicache.tp.fuzz_rank import RankResult, rank_main
-from hicache.tp.fuzz_scenarios import KINDS, RANK_LOCAL, SCENARIOS, FuzzConfig
+from hicache.tp.fuzz_scenarios import KINDS, RANK_LOCAL, SCENARIOS, STORAGE, FuzzConfig
 from hicache.tp.launch import RankOutcome, launch_ranks
 
 
@@ -93,7 +93,7 @@ def expected_outcome(cfg: FuzzConfig) -> tuple[str, ...]:
 def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> list[FuzzReport]:
     """Run ``cfgs`` one after the other in one launch of their ``ranks`` processes (one
     spawn for many runs); a report per run. ``rank_killed`` kills a process: it runs alone.
-    A ``storage_errors`` run's ranks share a fresh file store (a temporary directory)."""
+    A run with a storage tier's ranks share a fresh file store (a temporary directory)."""
     ranks = {cfg.ranks for cfg in cfgs}
     if len(ranks) != 1:
         raise ValueError(f"cfgs must share one rank count, got {sorted(ranks)}")
@@ -103,7 +103,7 @@ def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> l
     limit = launch_timeout_s or 120.0 + sum(cfg.steps for cfg in cfgs) * 0.05 * size
     with tempfile.TemporaryDirectory(prefix="hicache-tp-fuzz-") as tmp:
         shared = [
-            replace(c, storage_dir=f"{tmp}/{i}") if c.scenario == "storage_errors" else c
+            replace(c, storage_dir=f"{tmp}/{i}") if c.scenario in STORAGE else c
             for i, c in enumerate(cfgs)
         ]
         outcomes = launch_ranks(rank_main, size, tuple(shared), timeout_s=limit)
@@ -199,6 +199,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--debug", action="store_true", help="caches' TPGroup(debug=True)")
     p.add_argument("--timeout", type=float, default=20.0, help="collective timeout, seconds")
     p.add_argument("--write-policy", default="write_through")
+    p.add_argument("--eviction-policy", default="lru")
     p.add_argument("--verbose", action="store_true", help="what each run did, under its row")
     return p.parse_args(argv)
 
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         debug=a.debug,
         timeout_s=a.timeout,
         write_policy=a.write_policy,
+        eviction_policy=a.eviction_policy,
     )
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
     batches = [[replace(base, scenario=n) for n in names if n != "rank_killed"]]

@@ -31,7 +31,7 @@ from hicache.stress.driver import Driver
 from hicache.stress.faults import STEP_FAULTS
 from hicache.tp.fuzz_diff import describe
 from hicache.tp.fuzz_ops import StorageOps, op_table
-from hicache.tp.fuzz_scenarios import FuzzConfig, install, make_faults
+from hicache.tp.fuzz_scenarios import STORAGE, FuzzConfig, install, make_faults
 from hicache.tp.group import TPError, TPGroup, TPPeerError
 
 
@@ -92,7 +92,7 @@ class RankRun:
         self.driver = Driver(cfg.stress_config(self.rank), tp_group=tp, faults=self.faults)
         install(cfg, self.faults, self.driver)
         self.storage = StorageOps(self.driver)
-        self.ops = op_table(self.storage, cfg.scenario == "storage_errors")
+        self.ops = op_table(self.storage, cfg.scenario in STORAGE)
         self.result = RankResult(self.rank)
         self.last_ok = time.monotonic()
         self.history: list[str] = []

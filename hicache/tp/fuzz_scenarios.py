@@ -4,8 +4,9 @@ A scenario names the rank-local fault injected on one rank (``fault_rank``): ``n
 ``host_alloc`` (host allocations return None), ``device_alloc`` (device allocations, the
 cache's and the driver's, return None), ``slow_transfer`` (write and load acks finish a few
 polls later), ``failing_transfer`` (loads and writes raise part-way), ``storage_errors`` (the
-rank's storage backend raises or misses; every rank has a storage tier) and ``rank_killed``
-(the fault rank exits at a seeded step: the others must raise ``TPError``, not hang).
+rank's storage backend raises or misses; every rank has a storage tier), ``rank_killed``
+(the fault rank exits at a seeded step: the others must raise ``TPError``, not hang) and
+``mixed`` (every fault above but the kill, at once, on the fault rank).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ SCENARIOS = (
     "failing_transfer",
     "storage_errors",
     "rank_killed",
+    "mixed",
 )
 # Scenarios whose fault makes the ranks diverge when agreement is off.
-RANK_LOCAL = SCENARIOS[1:6]
+RANK_LOCAL = (*SCENARIOS[1:6], "mixed")
+STORAGE = ("storage_errors", "mixed")  # the scenarios with a storage tier
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class FuzzConfig:
     agree : False builds the caches' ``TPGroup`` with ``agree=False`` (the switch-off proof).
     debug : the caches' ``TPGroup`` compares digests in every ``check_hicache_events`` too.
     timeout_s : bound on every collective; full_every : steps between full checks.
-    write_policy : the host tier's.
+    write_policy, eviction_policy : the host tier's and the tree's.
     storage_dir : ``storage_errors``: the directory of a ``file`` backend every rank shares
         (as ranks share a real store: MLA's non-writing ranks read what rank 0 wrote); empty:
         a ``memory`` backend per rank.
@@ -66,6 +69,7 @@ class FuzzConfig:
     timeout_s: float = 20.0
     full_every: int = 50
     write_policy: str = "write_through"
+    eviction_policy: str = "lru"
     storage_dir: str = ""
 
     def __post_init__(self) -> None:
@@ -94,7 +98,7 @@ class FuzzConfig:
         """The stress scenario rank ``rank`` runs (the same on every rank but for storage's
         ``tp_rank``)."""
         host: HiCacheConfig = replace(HOST_TIER, write_policy=self.write_policy)
-        if self.scenario == "storage_errors":
+        if self.scenario in STORAGE:
             shared = {"root": self.storage_dir, "max_bytes": 1 << 26}
             storage = StorageConfig(
                 backend="file" if self.storage_dir else "memory",
@@ -115,37 +119,40 @@ class FuzzConfig:
             ops=self.steps,
             seed=self.seed,
             full_every=self.full_every,
+            eviction_policy=self.eviction_policy,
         )
 
 
 def make_faults(cfg: FuzzConfig, rank: int) -> TPFaults:
     """Rank ``rank``'s injector: the scenario's rates on the fault rank, none elsewhere; its
     rng is its own (seeded from the seed and the rank), never the op stream's."""
-    on = rank == cfg.fault_rank
-    p = cfg.rate if on else 0.0
-    s = cfg.scenario
+    p, s = cfg.rate if rank == cfg.fault_rank else 0.0, _faults_of(cfg)
     return TPFaults(
         random.Random(f"faults {cfg.seed} {rank}"),
-        p_alloc_none=p if s in ("host_alloc", "device_alloc") else 0.0,
-        p_transfer_fail=p if s == "failing_transfer" else 0.0,
-        p_slow=3 * p if s == "slow_transfer" else 0.0,
-        p_storage=p if s == "storage_errors" else 0.0,
+        p_alloc_none=p if s & {"host_alloc", "device_alloc"} else 0.0,
+        p_transfer_fail=p if "failing_transfer" in s else 0.0,
+        p_slow=3 * p if "slow_transfer" in s else 0.0,
+        p_storage=p if "storage_errors" in s else 0.0,
     )
+
+
+def _faults_of(cfg: FuzzConfig) -> set[str]:
+    return set(RANK_LOCAL[:-1]) if cfg.scenario == "mixed" else {cfg.scenario}
 
 
 def install(cfg: FuzzConfig, faults: TPFaults, driver: Driver) -> None:
     """Install the scenario's injectors over ``driver``'s pools, controller and storage."""
-    s, host = cfg.scenario, driver.host_pool
-    if s == "host_alloc":
+    s, host = _faults_of(cfg), driver.host_pool
+    if "host_alloc" in s:
         faults.flaky_alloc(host, "host_alloc_none")
-    elif s == "device_alloc":
+    if "device_alloc" in s:
         faults.flaky_alloc(driver.stack.allocator, "device_alloc_none")
-    elif s == "slow_transfer":
+    if "slow_transfer" in s:
         faults.slow_acks(driver.cache.cache_controller)
-    elif s == "failing_transfer":
+    if "failing_transfer" in s:
         faults.failing_load(host)
         faults.failing_backup(host)
-    elif s == "storage_errors":
+    if "storage_errors" in s:
         storage = driver.cache.storage_tier
         assert storage is not None, "storage_errors runs with a storage tier"
         faults.flaky_storage(storage.storage.backend)

@@ -24,7 +24,7 @@ ON = [replace(BASE, scenario=s) for s in SCENARIOS if s != "rank_killed"] + [
     replace(BASE, scenario="host_alloc", page_size=64, rate=0.3, seed=5),
     replace(BASE, scenario="slow_transfer", write_policy="write_back", seed=6),
 ]
-OFF = [replace(c, agree=False) for c in ON if c.scenario in ("none", *RANK_LOCAL)][:6]
+OFF = [replace(c, agree=False) for c in ON if c.scenario in ("none", *RANK_LOCAL)]
 
 
 def _by_label(cfgs: list[FuzzConfig]) -> dict[str, FuzzReport]:
