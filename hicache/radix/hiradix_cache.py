@@ -20,13 +20,12 @@ host-only node contributes 0); ``host_size`` counts tokens with a host copy.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import torch
 
 from hicache.checks import check_int
-from hicache.radix import verified_load
+from hicache.radix import two_tier, verified_load
 from hicache.radix.base import MatchResult, ReqToTokenTable
 from hicache.radix.config import HiCacheConfig, check_config
 from hicache.radix.host_build import build_controller
@@ -188,26 +187,7 @@ class HiRadixCache(StorageHooks, RadixCache):
         leaf the host cannot take (even after ``evict_host``) is deleted.
         """
         check_int("num_tokens", num_tokens, minimum=0)
-        freed: list[Slots] = []
-        evicted = queued = 0
-        pop, host = self.ledger.leaves.pop, self.host_tier
-        try:
-            while evicted < num_tokens:
-                node = None if evicted + queued >= num_tokens else pop()
-                if node is None:
-                    if not queued:
-                        break
-                    host.drain()  # the written nodes come back as evictable
-                    queued = 0
-                elif host.write_back(node):
-                    queued += len(node.key)
-                else:
-                    evicted += self.ledger.evict_leaf(node, freed)
-            if queued:  # enough was freed meanwhile; still land the writes and unlock their nodes
-                host.drain()
-        finally:
-            self.ledger.free(freed)
-        return evicted
+        return two_tier.evict(self.ledger, self.host_tier, num_tokens)
 
     def evict_host(self, num_tokens: int) -> int:
         """Contract in ``BasePrefixCache``; deletes host-only leaves in policy order."""
@@ -244,7 +224,9 @@ class HiRadixCache(StorageHooks, RadixCache):
         too_big = mem_quota is not None and sum(len(n.key) for n in chain) > mem_quota
         if not chain or too_big or host_hit_length < self.hi_config.load_back_threshold:
             return self._no_indices(), above
-        device = self._load(chain)
+        allocator = self.token_to_kv_pool_allocator
+        assert allocator is not None  # a host tier needs one
+        device = two_tier.queue_load(self.ledger, self.host_tier, allocator, chain)
         if device is None:
             return self._no_indices(), above
         return verified_load.check_load(self.host_tier, chain, device)
@@ -276,15 +258,7 @@ class HiRadixCache(StorageHooks, RadixCache):
     def reset(self) -> None:
         """Drop both tiers: wait for transfers in flight, free every node's device slots, clear
         the host pool. ``ValueError`` (no change) while a live request holds a lock."""
-        along: Counter[int] = Counter()  # locks through each node held by pending transfers
-        for nodes in self.host_tier.pending().values():
-            for node in nodes:
-                along.update(n.id for n in self.tree.path_to_root(node))
-        for node in self.tree.nodes():
-            if node.lock_ref > along[node.id]:
-                raise ValueError(
-                    f"reset: node {node.id} is locked by a live request; finish or release it first"
-                )
+        two_tier.check_reset(self.tree, self.host_tier)
         if self.storage_tier is not None:
             self.storage_tier.clear()
         self.host_tier.clear()
@@ -320,24 +294,3 @@ class HiRadixCache(StorageHooks, RadixCache):
         if path:
             self.host_tier.backup_path(path[-1])
         return present, path
-
-    def _load(self, chain: list[TreeNode]) -> torch.Tensor | None:
-        """Evict device memory if needed and queue the load of ``chain``; its last node stays
-        locked until the load ack. None (nothing changed but evictions) when the device cannot
-        make room."""
-        last = chain[-1]
-        need = sum(len(node.key) for node in chain)
-        self.ledger.lock(last)  # the chain and the nodes above it stay put while we evict
-        try:
-            allocator = self.token_to_kv_pool_allocator
-            assert allocator is not None  # a host tier needs one
-            short = need - allocator.available_size()
-            if short > 0:
-                self.evict(short)
-            device = self.host_tier.load(chain)
-        except BaseException:
-            self.ledger.unlock(last)
-            raise
-        if device is None:
-            self.ledger.unlock(last)
-        return device

@@ -24,6 +24,7 @@ import torch
 from hicache.controller import HiCacheController
 from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
+from hicache.radix.host_storage_slots import StorageSlots
 from hicache.radix.in_flight import InFlight
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
@@ -36,7 +37,7 @@ _CPU = torch.device("cpu")
 T = TypeVar("T")
 
 
-class HostTier:
+class HostTier(StorageSlots):
     """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
 
     Parameters
@@ -96,14 +97,9 @@ class HostTier:
     def size(self) -> int:
         return self._size
 
-    def reserved(self) -> int:
-        """Host slots reserved (``reserve``) and not yet adopted or released."""
-        return self._reserved
-
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
-        flight = self._flight
-        return {"write": list(flight.writing.values()), "load": list(flight.loading.values())}
+        return self._flight.pending()
 
     def stats(self) -> HostStats:
         return HostStats(
@@ -118,8 +114,7 @@ class HostTier:
         )
 
     def transfer_locks(self) -> Counter[int]:
-        flight = self._flight
-        return Counter(n.id for n in (*flight.writing.values(), *flight.loading.values()))
+        return Counter(n.id for nodes in self._flight.pending().values() for n in nodes)
 
     def chain(self, node: TreeNode) -> list[TreeNode]:
         """The host-only nodes from below the deepest device node down to ``node``.
@@ -249,38 +244,6 @@ class HostTier:
             for node in written:
                 self.below.backed_up(node)
         return result
-
-    # ---- slots for a storage tier ------------------------------------------------------------
-
-    def make_room(self, num_tokens: int) -> bool:
-        """Evict host-only leaves until ``num_tokens`` host slots are free; whether they are."""
-        short = num_tokens - self.controller.mem_pool_host.available_size()
-        return short <= 0 or self.evict(short) >= short
-
-    def reserve(self, num_tokens: int) -> torch.Tensor | None:
-        """``num_tokens`` host slots (a page multiple; int64 CPU) owned by the caller until
-        ``adopt`` or ``release`` (``make_room`` first); None when the pool refuses."""
-        slots = self.controller.mem_pool_host.alloc(num_tokens)
-        if slots is not None:
-            self._reserved += num_tokens
-        return slots
-
-    def release(self, slots: torch.Tensor) -> None:
-        """Give reserved host ``slots`` back to the pool."""
-        if slots.numel():
-            self._reserved -= slots.numel()
-            self.controller.evict_host(slots)
-
-    def adopt(self, leaf: TreeNode, child_key: object) -> None:
-        """Link the new host-only leaf ``leaf`` (its ``host_slots`` reserved here, its parent
-        the root or backed up) under its parent at ``child_key``."""
-        assert leaf.host_slots is not None and leaf.slots is None
-        n = len(leaf.key)
-        self._reserved -= n
-        self._size += n
-        self.site.add_host_leaf(leaf, child_key)
-        if self.events is not None:
-            self.events.stored(leaf, HOST)
 
     # ---- freeing -----------------------------------------------------------------------------
 

@@ -61,6 +61,10 @@ class InFlight:
             self._release(self.loading, self._landed[1], loads),
         )
 
+    def pending(self) -> dict[str, list[TreeNode]]:
+        """The nodes awaiting a ``"write"`` and a ``"load"`` ack, in queueing order."""
+        return {"write": list(self.writing.values()), "load": list(self.loading.values())}
+
     def cancel_load(self, last: TreeNode) -> None:
         """Forget the load ending at ``last``: it has landed on every rank and is not served."""
         del self.loading[last.id]

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache.controller.stats import TransferStats
+
+if TYPE_CHECKING:
+    from hicache.storage.guard import StorageStats
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,23 @@ class StorageTierStats:
     write_seconds: float
     failures: int
     breaker_state: str
+
+    @classmethod
+    def of(cls, backend: StorageStats, **tier: int) -> StorageTierStats:
+        """The tier's counters ``tier`` (the fields not read from the backend's ``backend``)."""
+        return cls(
+            backend=backend.backend,
+            queries=backend.queries,
+            query_pages=backend.query_pages,
+            hit_pages=backend.hit_pages,
+            bytes_read=backend.bytes_read,
+            bytes_written=backend.bytes_written,
+            read_seconds=backend.read_seconds,
+            write_seconds=backend.write_seconds,
+            failures=backend.failures + backend.refused,
+            breaker_state=backend.breaker_state,
+            **tier,
+        )
 
     @property
     def read_gbps(self) -> float:

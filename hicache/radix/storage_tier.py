@@ -42,6 +42,7 @@ from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
 from hicache.radix.stats import StorageTierStats
 from hicache.radix.storage_backup import StorageBackups
+from hicache.radix.storage_reads import PrefetchReads
 from hicache.radix.tree import RadixTree
 from hicache.storage import StorageConfig, StorageKeys
 from hicache.storage.cost import LoadCost
@@ -103,13 +104,13 @@ class StorageTier:
         ps = self.page_size
         self.threshold = -(-config.prefetch_threshold // ps) * ps  # whole pages
         self._requests: dict[str, _Request] = {}
-        self._retiring: list[Prefetch] = []  # cancelled ops whose unadopted slots await release
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
         self.backups = StorageBackups(tree, host, io, keys)
+        self.reads = PrefetchReads(host, io, config, cost, self.threshold)
         self.tp = host.tp
-        self._prefetches = self._revoked = self._slower = self._loaded_tokens = 0
+        self._prefetches = self._loaded_tokens = 0
 
     # ---- prefetch ----------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ class StorageTier:
         if request is not None:
             self._leaders.pop(request.lead_key, None)
             request.op.cancel()
-            self._retire(request.op)
+            self.reads.retire(request.op)
 
     def _finish(self, req_id: str, request: _Request, pages: int) -> None:
         """End ``request``, adopting its first ``pages`` pages (read on every rank)."""
@@ -203,11 +204,11 @@ class StorageTier:
         adopted = self._adopt(request, pages) if pages else 0
         self._loaded[req_id] = adopted
         self._loaded_tokens += adopted
-        self._retire(request.op)
+        self.reads.retire(request.op)
 
     def _adopt(self, request: _Request, pages: int) -> int:
         """Insert the first ``pages`` prefetched pages as a host-only leaf; returns its tokens.
-        The slots of pages the tree already holds (or cannot take) stay for ``_retire``."""
+        The slots of pages the tree already holds (or cannot take) stay for ``reads.retire``."""
         ps, op = self.page_size, request.op
         assert op.host_indices is not None
         ids = request.ids[: request.start + pages * ps]
@@ -226,69 +227,13 @@ class StorageTier:
         op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
         return len(leaf.key)
 
-    def _retire(self, op: Prefetch) -> None:
-        """Release ``op``'s remaining reserved slots once its thread is done with them."""
-        self._retiring.append(op)
-        self._release_retired()
-
-    def _release_retired(self) -> None:
-        if not self._retiring:
-            return
-        done = [int(op.progress()[0] is PrefetchState.DONE) for op in self._retiring]
-        done, _ = self.tp.agree(done, where="storage prefetch release")
-        keep = []
-        for op, ok in zip(self._retiring, done, strict=True):
-            if not ok:
-                keep.append(op)
-            elif op.host_indices is not None:
-                self.host.release(op.host_indices)
-                op.host_indices = None
-        self._retiring = keep
-
     def _start_reads(self) -> None:
-        """Decide each query answered on every rank: read (host slots reserved now), or end
-        it (``cancel``: QUERIED -> DONE)."""
+        """Read or end each prefetch whose query every rank has answered (``PrefetchReads``)."""
         undecided = [r for r in self._requests.values() if not r.decided]
-        if not undecided:
-            return
-        ps, n = self.page_size, len(undecided)
-        hits = [-1 if r.op.state is PrefetchState.QUERYING else r.op.hit_pages for r in undecided]
-        worth = [int(self._worth(max(h, 1) * ps)) for h in hits]
-        agreed, _ = self.tp.agree(hits + worth, where="storage prefetch hits")
-        reading = []
-        for request, pages, good in zip(undecided, agreed[:n], agreed[n:], strict=True):
-            if pages < 0:
-                continue  # some rank's query is still running
-            request.decided = True
-            if pages * ps < self.threshold:
-                self._revoked += 1
-            elif not good:
-                self._slower += 1
-            else:
-                reading.append((request, pages))
-                continue
-            request.op.cancel()
-        if reading:
-            self._reserve_and_read(reading)
-
-    def _worth(self, tokens: int) -> bool:
-        cost_aware = self.config.cost_aware
-        return not cost_aware or self.cost.worth_loading(tokens // self.page_size, tokens)
-
-    def _reserve_and_read(self, reading: list[tuple[_Request, int]]) -> None:
-        """Reserve host slots for each ``(request, pages)`` and read, where every rank got
-        them (room made first for all, so no rank's eviction depends on another's luck)."""
-        ps = self.page_size
-        self.host.make_room(sum(pages for _, pages in reading) * ps)
-        slots = [self.host.reserve(pages * ps) for _, pages in reading]
-        got, _ = self.tp.agree([int(s is not None) for s in slots], where="storage prefetch slots")
-        for (request, pages), mine, ok in zip(reading, slots, got, strict=True):
-            if ok and mine is not None:
-                self.io.read(request.op, mine, pages)
-                continue
-            if mine is not None:
-                self.host.release(mine)
-            request.op.cancel()
+        if undecided:
+            decided = self.reads.decide([r.op for r in undecided])
+            for request, done in zip(undecided, decided, strict=True):
+                request.decided = done
 
     # ---- backup (``StorageBackups``) ---------------------------------------------------------
 
@@ -305,7 +250,7 @@ class StorageTier:
         slots (never blocks)."""
         self.backups.poll()
         self._start_reads()
-        self._release_retired()
+        self.reads.release_retired()
 
     def settle(self) -> None:
         """Block until every queued storage operation has finished; process them. (A poll
@@ -318,7 +263,7 @@ class StorageTier:
 
     def _busy(self) -> bool:
         running = (PrefetchState.QUERYING, PrefetchState.READING)
-        return bool(self.backups.pending() or self._retiring) or any(
+        return bool(self.backups.pending() or self.reads.retiring()) or any(
             r.op.progress()[0] in running for r in self._requests.values()
         )
 
@@ -335,23 +280,13 @@ class StorageTier:
         self.io.close()
 
     def stats(self) -> StorageTierStats:
-        s = self.storage.stats()
-        return StorageTierStats(
-            backend=s.backend,
-            queries=s.queries,
-            query_pages=s.query_pages,
-            hit_pages=s.hit_pages,
+        return StorageTierStats.of(
+            self.storage.stats(),
             prefetches=self._prefetches,
-            prefetch_revoked=self._revoked,
-            prefetch_skipped_slower=self._slower,
+            prefetch_revoked=self.reads.revoked,
+            prefetch_skipped_slower=self.reads.slower,
             prefetch_loaded_tokens=self._loaded_tokens,
             backup_pages=self.backups.written_pages,
             pending_prefetches=len(self._requests) + len(self._followers),
             pending_backups=self.backups.pending(),
-            bytes_read=s.bytes_read,
-            bytes_written=s.bytes_written,
-            read_seconds=s.read_seconds,
-            write_seconds=s.write_seconds,
-            failures=s.failures + s.refused,
-            breaker_state=s.breaker_state,
         )

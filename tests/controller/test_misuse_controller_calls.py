@@ -41,3 +41,35 @@ def test_indices_on_another_device_name_the_device():
     with pytest.raises(ValueError, match="host_indices must be on cpu"):
         rig.controller.load(torch.zeros(2, dtype=torch.int64, device="meta"), 1)
     assert counts(rig) == before
+
+
+def test_write_into_given_host_slots_checks_them_first():
+    rig = make_rig()
+    slots = rig.allocator.alloc(2)
+    host = rig.host_pool.alloc(4)
+    before = counts(rig)
+    with pytest.raises(ValueError, match="host_indices has 4 slots, expected 2"):
+        rig.controller.write(slots, 3, host)
+    with pytest.raises(TypeError, match="host_indices"):
+        rig.controller.write(slots, 3, host[:2].tolist())
+    assert counts(rig) == before
+    assert torch.equal(rig.controller.write(slots, 3, host[:2]), host[:2])
+    assert len(rig.controller.write_queue) == 1
+    assert counts(rig)[1] == before[1]  # nothing more taken from the host pool
+
+
+def test_unqueue_load_takes_back_only_the_last_queued_load():
+    rig = make_rig()
+    host = rig.host_pool.alloc(4)
+    free = rig.allocator.available_size()
+    assert rig.controller.load(host[:2], 1) is not None
+    assert rig.controller.load(host[2:], 2) is not None
+    with pytest.raises(ValueError, match="not node 1's"):
+        rig.controller.unqueue_load(1)
+    rig.controller.unqueue_load(2)
+    assert len(rig.controller.load_queue) == 1
+    assert rig.allocator.available_size() == free - 2
+    rig.controller.unqueue_load(1)
+    assert rig.allocator.available_size() == free and not rig.controller.load_queue
+    with pytest.raises(ValueError, match="unqueue_load"):
+        rig.controller.unqueue_load(1)
