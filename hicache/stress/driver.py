@@ -5,6 +5,8 @@ part, lock, allocate the rest, issue the loads, run the "model" (write the oracl
 chunks as they finish, then finish or abort. Around it: peeks, lock/unlock, explicit device
 and host eviction, event polling and whole-cache resets. Every request that uses a prefix first
 checks that the prefix's KV bytes are right: a node whose load failed is never served.
+Under TP each rank runs one driver over the same op stream (faults have their own rng); its
+allocations go through ``cache.tp.all_ok``; a ``TPPeerError`` is handled like a fault.
 """
 
 from __future__ import annotations
@@ -18,16 +20,20 @@ import torch
 from hicache.radix import HiRadixCache, RadixKey, Req
 from hicache.stress import checker
 from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
-from hicache.stress.faults import Faults, InjectedFault
+from hicache.stress.faults import STEP_FAULTS, Faults
 from hicache.stress.live import Live, start_request
 from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
 
 
 class Driver:
-    """Owns the cache under test, the workload and the bookkeeping of live requests and locks."""
+    """Owns the cache under test, the workload and the bookkeeping of live requests and locks.
+    ``tp_group`` goes to ``HiRadixCache``; ``faults`` (installed by the caller) defaults to
+    ``cfg``'s rates over both pools and transfers, drawn from their own seeded rng."""
 
-    def __init__(self, cfg: StressConfig) -> None:
+    def __init__(
+        self, cfg: StressConfig, *, tp_group: Any = None, faults: Faults | None = None
+    ) -> None:
         self.cfg, self.rng = cfg, random.Random(cfg.seed)
         self.stack = build_stack(cfg)
         self.all_device = self.stack.allocator.free_slots()
@@ -37,12 +43,14 @@ class Driver:
             cfg.page_size,
             config=cfg.hicache,
             eviction_policy=cfg.eviction_policy,
+            tp_group=tp_group,
         )
         self.host_pool = self.cache.cache_controller.mem_pool_host
         self.all_host = self.host_pool.free_slots()
         self.pool = self.stack.device_pool
         self.workload = Workload(self.rng, cfg.unit, cfg.max_context, cfg.conversations)
-        self.faults = Faults(self.rng, cfg.p_alloc_none, cfg.p_transfer_fail)
+        rng = random.Random(f"faults {cfg.seed}")
+        self.faults = faults or Faults(rng, cfg.p_alloc_none, cfg.p_transfer_fail)
         self.live: list[Live] = []
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()
@@ -54,8 +62,10 @@ class Driver:
             self.stack.req_pool,
             self.all_device,
             self.all_host,
+            self.cache.host_tier.reserved,
         )
-        self._install_faults()
+        if faults is None:
+            self._install_faults()
 
     def _install_faults(self) -> None:
         self.faults.flaky_alloc(self.stack.allocator, "device_alloc_none")
@@ -85,7 +95,7 @@ class Driver:
             if slots is None:
                 return self._reject(turn, node, "rejected_no_memory")
             producer = self.cache.ready_to_load_host_cache()
-        except InjectedFault:
+        except STEP_FAULTS:
             if slots is not None:
                 self.stack.allocator.free(slots)
             return self._reject(turn, node, "rejected_fault")
@@ -150,7 +160,7 @@ class Driver:
         injected write failure surfaces after it completed (the batch stays queued)."""
         try:
             call(req)
-        except InjectedFault:
+        except STEP_FAULTS:
             self.counts["write_failed_after_cache_req"] += 1
 
     def _reject(self, turn: Turn, node: Any, reason: str) -> None:
@@ -160,12 +170,21 @@ class Driver:
         self.counts[reason] += 1
 
     def _alloc(self, n: int) -> torch.Tensor | None:
-        """Like a scheduler: allocate, and on a shortfall evict the difference once and retry."""
-        slots = self.stack.allocator.alloc(n)
+        """Like a scheduler: allocate; on a shortfall (any rank's) evict it once and retry."""
+        slots = self._alloc_agreed(n, "driver alloc")
         if slots is None:
             self.counts["evicted_for_alloc"] += self.cache.evict(n)
-            slots = self.stack.allocator.alloc(n)
+            slots = self._alloc_agreed(n, "driver alloc after evict")
         return slots
+
+    def _alloc_agreed(self, n: int, where: str) -> torch.Tensor | None:
+        """``n`` device slots if every rank got them, else None (nothing held)."""
+        slots = self.stack.allocator.alloc(n)
+        if self.cache.tp.all_ok(slots is not None, where=where):
+            return slots
+        if slots is not None:
+            self.stack.allocator.free(slots)
+        return None
 
     def _ceil(self, n: int) -> int:
         page = self.cfg.page_size
@@ -274,6 +293,7 @@ class Driver:
                     requests,
                     self.all_device,
                     self.all_host,
+                    self.cache.host_tier.reserved(),
                 )
             )
             self._expect(checker.sweep(self.cache))

@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache.pools.load_plan import LayerRunner, LoadPlan
+from hicache.tp import TPPeerError
 
 
 class InjectedFault(RuntimeError):
     """Raised by an injected transfer failure (never by the code under test)."""
+
+
+# What a driver step may raise after a fault: its own, or (under TP) another rank's.
+STEP_FAULTS = (InjectedFault, TPPeerError)
 
 
 @dataclass

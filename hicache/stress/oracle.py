@@ -7,6 +7,11 @@ value it must hold. Values are small integers (exact in float32, float16 and bfl
 from the inputs channel by channel, so a slot holding another token's KV is caught with
 certainty in practice. Lookups go through a table of every (salt, token, position) seen so far
 (one gather per batch instead of a dozen int64 ops per layer).
+
+Under tensor parallelism each MHA rank process calls :func:`set_shard` with its rank first:
+rank ``r`` holding ``heads`` heads then holds channels ``r * heads * dim ..`` of the whole
+model's KV (its heads), so a slot filled with another rank's bytes (a storage key without the
+rank) shows. MLA ranks hold the same latent and keep shard 0.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ import torch
 _P = 2147483647  # Lehmer modulus (2**31 - 1)
 _G = 48271
 _TABLE_CAP = 1 << 24  # most elements a table may hold; larger lookups are computed directly
+_SHARD = [0]  # this process's TP rank (``set_shard``)
+
+
+def set_shard(rank: int) -> None:
+    """Make every value this process computes that of TP rank ``rank`` (>= 0)."""
+    if not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    _SHARD[0] = rank
+    _TABLES.clear()
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +71,9 @@ def kv_values(
         + part * 15_485_863
         + salt * 2_147_483
     )
-    channel = torch.arange(heads * dim, dtype=torch.int64).view(1, heads, dim) * 2_654_435
+    first = _SHARD[0] * heads * dim  # this rank's first channel of the whole model's
+    channel = torch.arange(first, first + heads * dim, dtype=torch.int64).view(1, heads, dim)
+    channel = channel * 2_654_435
     values = _mix(_mix(seed.view(-1, 1, 1) + 1) + channel) % 251 - 125
     return values.to(dtype)
 

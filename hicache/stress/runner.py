@@ -13,7 +13,7 @@ from hicache.controller import WRITE_POLICIES
 from hicache.pools import ROUTES
 from hicache.stress.config import StressConfig
 from hicache.stress.driver import Driver
-from hicache.stress.faults import InjectedFault
+from hicache.stress.faults import STEP_FAULTS
 
 # name -> (weight, op). Requests dominate; resets are rare but every long run sees many.
 OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
@@ -72,7 +72,7 @@ def step(driver: Driver, name: str) -> None:
         return
     try:
         OPS[name][1](driver)
-    except InjectedFault:
+    except STEP_FAULTS:
         driver.counts[f"fault_surfaced_in_{name}"] += 1
     except Exception as err:  # a crash of the cache under test is a violation too
         driver.violations.append(

@@ -49,6 +49,7 @@ class Tracker:
     ----------
     cache : the HiRadixCache under test; allocator, host_pool, req_pool : its pools.
     all_device, all_host : every slot each tier can hand out (int64 CPU).
+    host_reserved : host slots reserved outside the tree (``cache.host_tier.reserved``).
     """
 
     def __init__(
@@ -59,8 +60,9 @@ class Tracker:
         req_pool: Any,
         all_device: torch.Tensor,
         all_host: torch.Tensor,
+        host_reserved: Callable[[], int] = int,
     ) -> None:
-        self.cache, self.req_pool = cache, req_pool
+        self.cache, self.req_pool, self.host_reserved = cache, req_pool, host_reserved
         self.pools = {"device": allocator, "host": host_pool}
         self.every = {"device": all_device.numpy(), "host": all_host.numpy()}
         self.rows = req_pool.available_size()
@@ -68,7 +70,8 @@ class Tracker:
 
     def reset(self) -> None:
         """Forget everything: the next :meth:`check` treats every node as new."""
-        self.tiers = {t: TierShadow(t, self.pools[t], self.every[t]) for t in TIERS}
+        reserved: dict[str, Callable[[], int]] = {"device": int, "host": self.host_reserved}
+        self.tiers = {t: TierShadow(t, self.pools[t], self.every[t], reserved[t]) for t in TIERS}
         self.seen: dict[int, tuple[Any, ...]] = {}  # node id -> header (see ``node_rows.header``)
         self.alive: dict[int, tuple[Any, ...]] = {}  # what the header's ids name, kept alive
         self.deferred: dict[tuple[int, str], Any] = {}  # (node id, tier) -> node, in flight
