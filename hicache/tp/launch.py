@@ -3,6 +3,9 @@
 ``launch_ranks(fn, size, *args)`` spawns ``size`` processes; rank r runs
 ``fn(group, *args)`` with ``group`` the default process group (gloo, 127.0.0.1), and sends back
 what it returned or how it failed. A rank that has not finished by ``timeout_s`` is killed.
+A rank's result is pickled through a queue and the rank exits at once (``os._exit``, so gloo's
+teardown cannot block on a dead peer): return plain Python or numpy values, not torch tensors
+(their shared-memory handles die with the process).
 """
 
 from __future__ import annotations
