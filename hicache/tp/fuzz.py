@@ -93,7 +93,7 @@ def expected_outcome(cfg: FuzzConfig) -> tuple[str, ...]:
 def run_fuzz(cfgs: list[FuzzConfig], launch_timeout_s: float | None = None) -> list[FuzzReport]:
     """Run ``cfgs`` one after the other in one launch of their ``ranks`` processes (one
     spawn for many runs); a report per run. ``rank_killed`` kills a process: it runs alone.
-    A run with a storage tier's ranks share a fresh file store (a temporary directory)."""
+    The ranks of a run with a storage tier share a fresh file store (a temporary directory)."""
     ranks = {cfg.ranks for cfg in cfgs}
     if len(ranks) != 1:
         raise ValueError(f"cfgs must share one rank count, got {sorted(ranks)}")
