@@ -7,7 +7,7 @@ OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 TESTS=${GPU_TESTS:-tests}
-timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -rfE -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -rfE -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 python3 -c "import sys; from hicache.selfcheck import main; sys.exit(main(sys.argv[1:]))" --tokens 65536 --layers 8 2>&1 | tee "$OUT/selfcheck.log"
 if [ -n "${STRESS_ARGS+x}" ]; then
   timeout "${STRESS_TIMEOUT:-120}" python3 -m hicache.stress --device cuda $STRESS_ARGS 2>&1 | tee "$OUT/stress.log" | tail -8
