@@ -36,7 +36,9 @@ class InFlight:
         acks, and return ``issue``'s result with the written and the loaded nodes every rank
         has finished, in order (their locks are the caller's to drop). When ``issue`` raises,
         nothing is released: on one rank the exception propagates at once, under TP after the
-        agreement (the other ranks raise ``TPPeerError``)."""
+        agreement (the other ranks raise ``TPPeerError``). With nothing in flight (then on
+        every rank: only agreed calls add or remove nodes here) there is nothing to agree and
+        no collective is issued."""
         failed: Exception | None = None
         result: T | None = None
         try:
@@ -50,6 +52,10 @@ class InFlight:
         for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
             for ack in pop_finished_acks(queue):
                 landed.update(i for i in ack.node_ids if i in waiting)
+        if not self.writing and not self.loading:  # so on every rank: nothing to agree
+            if failed is not None:
+                raise failed
+            return result, [], []
         local = [
             self._prefix(self.writing, self._landed[0]),
             self._prefix(self.loading, self._landed[1]),
