@@ -69,7 +69,8 @@ class TPGroup:
         agree: bool = True,
         debug: bool = False,
     ) -> None:
-        if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        number = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+        if not number or not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if group is not None and not dist.is_initialized():
             raise ValueError("tp_group: torch.distributed is not initialized")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hicache.radix import RadixKey
 from hicache.storage.memory import MemoryStorage
 from tests.radix.storage_helpers import (
@@ -126,3 +128,13 @@ def test_an_mla_rank_that_does_not_write_pins_as_the_writer_does():
     del tp.peer["storage backups"]
     cache.check_hicache_events()
     assert cache.evict_host(len(ids)) == len(ids)
+
+
+def test_a_storage_shard_that_differs_from_the_group_is_refused(tmp_path):
+    cfg = storage_config(tmp_path, tp_rank=1, tp_size=2)
+    with pytest.raises(ValueError, match="tp_group"):
+        make_stack(cfg, tp_group=PeerGroup(rank=0))
+    stack = make_stack(storage_config(tmp_path, tp_rank=0, tp_size=2), tp_group=PeerGroup())
+    ids = _ids(4 * PAGE, 7)
+    write_prefix(stack, ids, seed=7)
+    assert stack.cache.stats().storage.backup_pages == 4

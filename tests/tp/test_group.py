@@ -73,7 +73,7 @@ def test_as_tp_group_rejects_a_wrong_type(bad: object) -> None:
 
 
 def test_bad_settings_are_rejected() -> None:
-    for timeout in (0, -1.0, "5"):
+    for timeout in (0, -1.0, "5", True):
         with pytest.raises(ValueError, match="timeout_s"):
             TPGroup(None, timeout_s=timeout)  # type: ignore[arg-type]
     assert not dist.is_initialized()
