@@ -93,9 +93,8 @@ class SlotBudget:
         rows = None
         if self.round_up(kv_total) - len(match.device_indices) <= self.headroom(active):
             rows = self.req_to_token_pool.alloc(1)
-        if not self.tp.all_ok(rows is not None, where="engine admission") or rows is None:
-            if rows is not None:
-                self.req_to_token_pool.free(rows)
+        rows = self.tp.keep_if_all(rows, self.req_to_token_pool.free, where="engine admission")
+        if rows is None:
             self.cache.dec_lock_ref(node)
             return None
         prefix = match.device_indices
@@ -119,11 +118,7 @@ class SlotBudget:
 
     def _agreed(self, slots: torch.Tensor | None, where: str) -> torch.Tensor | None:
         """``slots`` when every rank got its own, else None with ``slots`` freed."""
-        if self.tp.all_ok(slots is not None, where=where):
-            return slots
-        if slots is not None:
-            self.allocator.free(slots)
-        return None
+        return self.tp.keep_if_all(slots, self.allocator.free, where=where)
 
     def _evict_and_alloc(self, n: int) -> torch.Tensor | None:
         short = n - self.allocator.available_size()

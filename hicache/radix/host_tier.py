@@ -196,12 +196,13 @@ class HostTier(StorageSlots):
     def load(self, chain: list[TreeNode]) -> torch.Tensor | None:
         last = chain[-1]
         host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
-        device = self.controller.load(host, last.id)
-        if not self.tp.all_ok(device is not None, where="load-back allocation"):
-            if device is not None:
-                self.controller.unqueue_load(last.id)
+        device = self.tp.keep_if_all(
+            self.controller.load(host, last.id),
+            lambda _: self.controller.unqueue_load(last.id),
+            where="load-back allocation",
+        )
+        if device is None:
             return None
-        assert device is not None
         offset = 0
         for node in chain:
             self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))

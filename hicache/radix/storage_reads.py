@@ -39,7 +39,7 @@ class PrefetchReads:
         query every rank has answered; which ones were decided."""
         ps, n = self.page_size, len(ops)
         hits = [-1 if op.state is PrefetchState.QUERYING else op.hit_pages for op in ops]
-        worth = [int(self._worth(max(h, 1) * ps)) for h in hits]
+        worth = [int(self._worth(max(h, 1))) for h in hits]
         agreed, _ = self.host.tp.agree(hits + worth, where="storage prefetch hits")
         reading = []
         for op, pages, good in zip(ops, agreed[:n], agreed[n:], strict=True):
@@ -57,9 +57,9 @@ class PrefetchReads:
             self._reserve_and_read(reading)
         return [pages >= 0 for pages in agreed[:n]]
 
-    def _worth(self, tokens: int) -> bool:
+    def _worth(self, pages: int) -> bool:
         cost_aware = self.config.cost_aware
-        return not cost_aware or self.cost.worth_loading(tokens // self.page_size, tokens)
+        return not cost_aware or self.cost.worth_loading(pages, pages * self.page_size)
 
     def _reserve_and_read(self, reading: list[tuple[Prefetch, int]]) -> None:
         ps, host = self.page_size, self.host

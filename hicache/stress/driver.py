@@ -179,12 +179,8 @@ class Driver:
 
     def _alloc_agreed(self, n: int, where: str) -> torch.Tensor | None:
         """``n`` device slots if every rank got them, else None (nothing held)."""
-        slots = self.stack.allocator.alloc(n)
-        if self.cache.tp.all_ok(slots is not None, where=where):
-            return slots
-        if slots is not None:
-            self.stack.allocator.free(slots)
-        return None
+        allocator = self.stack.allocator
+        return self.cache.tp.keep_if_all(allocator.alloc(n), allocator.free, where=where)
 
     def _ceil(self, n: int) -> int:
         page = self.cfg.page_size

@@ -16,12 +16,14 @@ broken: every later call raises at once. A rank whose own step failed passes the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 _OK = 1 << 62  # a rank's status word when its step succeeded (larger than any rank id)
 
@@ -117,6 +119,17 @@ class TPGroup:
     def all_ok(self, ok: bool, *, where: str) -> bool:
         """Whether ``ok`` holds on every rank."""
         return bool(self.agree([int(bool(ok))], where=where)[0][0])
+
+    def keep_if_all(
+        self, got: T | None, give_back: Callable[[T], object], *, where: str
+    ) -> T | None:
+        """``got`` (this rank's allocation, None when it failed) if every rank got its own; else
+        None, after ``give_back(got)`` where this rank did get it."""
+        if self.all_ok(got is not None, where=where):
+            return got
+        if got is not None:
+            give_back(got)
+        return None
 
     def check_digest(self, digest: bytes, *, where: str) -> None:
         """``TPError`` on every rank unless every rank passed the same ``digest``."""

@@ -155,3 +155,12 @@ def test_digest_ignores_slot_ids_but_not_state():
     assert a.tree_digest() == b.tree_digest()
     a.match_prefix(RadixKey(ids))  # one more hit on a
     assert a.tree_digest() != b.tree_digest()
+
+
+def test_keep_if_all_gives_back_what_only_this_rank_got():
+    given: list[object] = []
+    tp = PeerGroup()
+    assert tp.keep_if_all("slots", given.append, where="a") == "slots" and given == []
+    assert tp.keep_if_all(None, given.append, where="a") is None and given == []
+    tp.peer["b"] = zeros_after_status  # the peer's allocation failed
+    assert tp.keep_if_all("slots", given.append, where="b") is None and given == ["slots"]
