@@ -4,9 +4,11 @@ Run: ``python3 benchmarks/bench_keys.py [--quick]``. Medians of thread CPU time 
 (interleaved, so host noise hits every variant alike).
 
 conversion : one Python list of token ids to an int32 array, 2k and 128k ids. ``to_token_array``
-    (validates: ints only, no bools, in ``[0, 2**31)``) against plain conversions that validate
-    less or nothing: ``array.array`` + range/bool checks (the previous implementation),
-    bare ``array.array``, ``np.fromiter`` and ``np.array`` (both take floats and strings).
+    (validates: ints only, no bools, in ``[0, 2**31)``) through the C pass
+    (``hicache.radix.cpack``) and through its pure-Python fallback (``native=False``: ``struct``
+    plus checks on the array), against plain conversions that validate less or nothing:
+    ``array.array``, ``np.fromiter`` and ``np.array`` (both take floats and strings), and a
+    list copy (touches every item, converts nothing: what slicing a list key costs).
 chunked prefill : the keys a request hands ``cache_unfinished_req`` while a prompt is prefilled
     in 4k-token chunks, then the finished key: rebuilt from the lists on every chunk (as
     ``kv_key`` does from ``origin_input_ids``: quadratic in the prompt length) against a
@@ -27,28 +29,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hicache.radix import RadixKey  # noqa: E402
+from hicache.radix import RadixKey, tokens  # noqa: E402
 from hicache.radix.tokens import TokenBuffer, to_token_array  # noqa: E402
 
 VOCAB = 128_000
 CHUNK = 4096
 
 
-def _old_from_list(ids: list[int]) -> np.ndarray:
-    """The previous ``RadixKey(list)`` conversion: array.array, then range and bool checks."""
-    arr = np.frombuffer(array.array("i", ids), dtype=np.int32)
-    if len(arr) and int(arr.min()) <= 1:
-        small = np.flatnonzero(arr <= 1).tolist()
-        assert bool not in set(map(type, map(ids.__getitem__, small)))
-    return arr
-
-
 CONVERSIONS: dict[str, Callable[[list[int]], object]] = {
-    "to_token_array (validated)": to_token_array,
-    "array.array + checks (before)": _old_from_list,
-    "array.array('i') only": lambda ids: array.array("i", ids),
+    "to_token_array (C pass)": to_token_array,
+    "to_token_array native=False": lambda ids: to_token_array(ids, native=False),
+    "array.array('i') (no bool check)": lambda ids: array.array("i", ids),
     "np.fromiter int32 (no checks)": lambda ids: np.fromiter(ids, np.int32, len(ids)),
     "np.array int32 (no checks)": lambda ids: np.array(ids, dtype=np.int32),
+    "list copy ids[:] (no conversion)": lambda ids: ids[:],
 }
 
 
@@ -109,12 +103,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     reps = 5 if parser.parse_args().quick else 25
-    print("List to int32 array, ns per token (median thread CPU time):")
+    native = "built" if tokens.NATIVE_PACK else "NOT built: both rows take struct"
+    print(f"List to int32 array, ns per token (median thread CPU time; cpack {native}):")
     sizes = (2048, 131_072)
     conv = {n: bench_conversion(n, reps if n > 10_000 else reps * 8) for n in sizes}
-    print(f"  {'':32}" + "".join(f"{f'{n:,} ids':>14}" for n in sizes))
+    print(f"  {'':34}" + "".join(f"{f'{n:,} ids':>14}" for n in sizes))
     for name in CONVERSIONS:
-        print(f"  {name:32}" + "".join(f"{conv[n][name]:>14.1f}" for n in sizes))
+        print(f"  {name:34}" + "".join(f"{conv[n][name]:>14.1f}" for n in sizes))
     print(f"\nKeys of a prompt prefilled in {CHUNK}-token chunks, total ms:")
     lengths = (32_768, 65_536, 131_072)
     pre = {n: bench_prefill(n, max(3, reps // 3)) for n in lengths}
