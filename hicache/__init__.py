@@ -27,7 +27,7 @@ from hicache.radix import (
 from hicache.stack import KVStack, build_kv_stack
 from hicache.storage import StorageConfig
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "HiCacheConfig",

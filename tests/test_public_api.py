@@ -70,7 +70,7 @@ def test_every_public_name_imports() -> None:
     exec("from hicache import *", star)
     assert set(hicache.__all__) <= set(star)
     assert len(set(hicache.__all__)) == len(hicache.__all__)
-    assert hicache.__version__ == "0.4.0"
+    assert hicache.__version__ == "0.5.0"
 
 
 @pytest.mark.parametrize("module", sorted(KEPT))
