@@ -1,0 +1,57 @@
+"""``io_backend="auto"``: per batch, the copy engines for long runs, the transfer kernel otherwise.
+
+A direct (copy-engine) copy costs the CPU about 0.5-1.5 us to issue whatever its size, and the
+engines reach the line rate (about 55 GB/s on an H200) once each copy is 64 KiB or more; the
+SM kernel moves any scattered batch at about 0.9 of that with one launch (benchmarks/RESULTS.md).
+So a batch goes to the engines when its mean run of consecutive slots, times the bytes of one
+slot in one layer, is at least :data:`ENGINE_MIN_RUN_BYTES`; to the kernel otherwise. Where the
+host layout has one backend only (page_first, page_head: kernel; page_first_direct: direct),
+"auto" is that backend.
+
+Runs are counted on CPU index tensors only; for indices on the GPU (which the caller cannot read
+without a device-to-host wait) the runs are taken to be one page: both sides hold whole,
+page-aligned pages, so no run is shorter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.pools.host_layouts import SUPPORTED_PAIRS
+
+AUTO = "auto"
+ENGINE_MIN_RUN_BYTES = 64 * 1024
+CONCRETE = ("kernel", "direct")
+
+
+def mean_run(host_indices: torch.Tensor, device_indices: torch.Tensor | None, page_size: int) -> float:
+    """Mean length (slots) of the runs where both index tensors step by one; ``page_size``
+    when either is missing or not on the CPU. Indices: equally long 1-D int64."""
+    if device_indices is None or host_indices.is_cuda or device_indices.is_cuda:
+        return float(page_size)
+    n = host_indices.numel()
+    if n < 2:
+        return float(max(n, 1))
+    h, d = host_indices.numpy(), device_indices.numpy()
+    breaks = int(((h[1:] != h[:-1] + 1) | (d[1:] != d[:-1] + 1)).sum())
+    return n / (breaks + 1)
+
+
+def resolve(
+    io_backend: str,
+    layout: str,
+    host_indices: torch.Tensor,
+    device_indices: torch.Tensor | None,
+    page_size: int,
+    item_size: int,
+) -> str:
+    """The concrete backend (``"kernel"`` or ``"direct"``) one batch runs with: ``io_backend``
+    itself unless it is ``"auto"``; then the rule of the module for ``layout`` and a slot of
+    ``item_size`` bytes per layer. Never waits for the GPU."""
+    if io_backend != AUTO:
+        return io_backend
+    able = [b for b in CONCRETE if layout in SUPPORTED_PAIRS[b]]
+    if len(able) == 1:
+        return able[0]
+    run_bytes = mean_run(host_indices, device_indices, page_size) * item_size
+    return "direct" if run_bytes >= ENGINE_MIN_RUN_BYTES else "kernel"
