@@ -67,9 +67,11 @@ def run_method(method: str, nbytes: int, threads: int | None) -> dict:
     else:
         buf = torch.empty(nbytes, dtype=torch.uint8)
         if method in ("chunks", "chunks_4k"):
-            chunks, times = mem.pin_buffer(
-                buf, 1 << 21, threads=threads, huge_pages=method == "chunks"
-            ) if cuda else ([], None)
+            chunks, times = (
+                mem.pin_buffer(buf, 1 << 21, threads=threads, huge_pages=method == "chunks")
+                if cuda
+                else ([], None)
+            )
             row.update(chunks=len(chunks), huge_pages=times.huge_pages if times else None)
             release = lambda: mem.unpin_chunks(chunks)  # noqa: E731
         else:
@@ -119,7 +121,11 @@ def main() -> None:
                 rows.append({"method": method, "gib": gib, "note": f"{type(e).__name__}: {e}"})
             print(rows[-1], flush=True)
     vm = psutil.virtual_memory()
-    meta = {"ram_gib": vm.total / GIB, "available_gib": vm.available / GIB, "cuda": torch.cuda.is_available()}
+    meta = {
+        "ram_gib": vm.total / GIB,
+        "available_gib": vm.available / GIB,
+        "cuda": torch.cuda.is_available(),
+    }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     header = ["GiB", "method", "seconds", "GB/s", "touch s", "chunks", "huge", "release s", "note"]

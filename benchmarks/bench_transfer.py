@@ -34,6 +34,7 @@ from _common import KIB, MIB, Clock, describe_device, import_hicache, log, parse
 from _kv_buffers import Arenas, Pools, Shape
 from _report import Row, judge, render_rows, render_sm_cost, render_targets, target_summary
 from _transfer_cases import SPECS, OpSpec, bind, direct_tokens, spec
+from _wire_cases import auto_choice, judge_auto, large_pool_shape, large_pool_specs
 from bench_sm_cost import DIRECT_TRANSFERS, NO_KNOBS, sm_cost
 
 START = time.monotonic()
@@ -75,6 +76,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tokens", type=parse_sizes, help="tokens per transfer, e.g. 1K,16K,64K")
     ap.add_argument("--layers", type=int, help="layers (default 32; 4 for --quick on CPU)")
     ap.add_argument("--pool-factor", type=int, default=2, help="pool slots per moved token")
+    ap.add_argument(
+        "--large-pool-factor",
+        type=int,
+        default=8,
+        help="per-layer kernel loads again on pools this many times the transfer (0: off)",
+    )
+    ap.add_argument(
+        "--order", choices=["sorted", "random"], default="sorted", help="pair issue order"
+    )
+    ap.add_argument("--arena", choices=["huge", "plain"], default="huge", help="host arena pinning")
+    ap.add_argument("--ops", help="only these op labels, e.g. per_layer,auto (layer_first)")
     ap.add_argument("--max-layer-mib", type=int, default=32, help="cap on tokens*item")
     ap.add_argument("--block-quota", type=_ints, default=[2], help="kernel block quotas")
     ap.add_argument("--num-warps", type=_ints, default=[DEFAULT_NW], help="warps per block")
@@ -143,7 +155,9 @@ class Runner:
         )
         self.kernels = import_hicache("kernels")
         self.devices = import_hicache("devices")
-        self.arenas = Arenas(shapes, device, d2d="d2d" in args.sections)
+        big = [b for s in shapes if (b := large_pool_shape(s, args.large_pool_factor))]
+        self.arenas = Arenas(shapes + big, device, "d2d" in args.sections, args.arena == "huge")
+        self.auto_backend = import_hicache("pools.auto_backend")
         self.refs: dict[tuple[str, int], float] = {}
         self.rows: list[Row] = []
         self.errors: list[str] = []  # failures outside a row (the SM cost section)
@@ -249,17 +263,49 @@ class Runner:
             **fields,
         )
 
+    def _pools(self, shape: Shape, d2d: bool) -> Pools:
+        sort = self.args.order == "sorted"
+        return self.arenas.pools(shape, d2d=d2d, n_sets=self.args.sets, sort=sort)
+
+    def _wanted(self, label: str) -> bool:
+        return not self.args.ops or label in self.args.ops.split(",")
+
     def run_ops(self, shape: Shape, d2d: bool) -> None:
         section = "d2d" if d2d else "h2d/d2h"
-        pools = self.arenas.pools(shape, d2d=d2d, n_sets=self.args.sets)
+        pools = self._pools(shape, d2d)
         for i, knobs in enumerate(self.knobs(d2d)):
-            for sp in SPECS:
+            cases = [(sp, sp.label) for sp in SPECS if self._wanted(sp.label)]
+            if not d2d:  # io_backend="auto": the op it picks for this shape, as its own row
+                auto = [
+                    (auto_choice(self.auto_backend, pools, k), "auto (layer_first)")
+                    for k in ("load", "backup")
+                ]
+                cases += [c for c in auto if self._wanted(c[1])]
+            for sp, label in cases:
                 if sp.direct and (i > 0 or d2d):
                     continue  # no knobs: once is enough; and direct is a host<->device path
-                tokens = direct_tokens(sp, shape, self.args.direct_max_copies)
-                row = self._row(section, sp, pools, knobs, tokens, sp.bytes_moved(shape, tokens))
-                direction = "d2d" if d2d else {"load": "h2d", "backup": "d2h"}[sp.kind]
-                self.measure(row, bind(self.kernels, sp, pools, tokens, knobs), direction)
+                self._one(section, sp, pools, knobs, label)
+
+    def _one(self, section: str, sp: OpSpec, pools: Pools, knobs: dict, label: str) -> None:
+        shape = pools.shape
+        tokens = direct_tokens(sp, shape, self.args.direct_max_copies)
+        row = self._row(
+            section, sp, pools, knobs, tokens, sp.bytes_moved(shape, tokens), label=label
+        )
+        direction = "d2d" if section == "d2d" else {"load": "h2d", "backup": "d2h"}[sp.kind]
+        self.measure(row, bind(self.kernels, sp, pools, tokens, knobs), direction)
+
+    def run_large_pool(self, shape: Shape) -> None:
+        """The per-layer kernel loads with slots from pools ``--large-pool-factor`` x larger."""
+        big = large_pool_shape(shape, self.args.large_pool_factor)
+        if big is None:
+            return
+        pools = self._pools(big, d2d=False)
+        for knobs in self.knobs(d2d=False):
+            for sp in large_pool_specs():
+                label = f"{sp.label} pool x{big.pool_factor}"
+                if self._wanted(sp.label) or self._wanted(label):
+                    self._one("h2d/d2h", sp, pools, knobs, label)
 
     def sm_cost(self, shapes: list[Shape]) -> list[dict]:
         """Kernel ops at 2 KiB / page 1, then direct ops (copy engines) at 2 KiB / page 64."""
@@ -333,6 +379,9 @@ def run(args: argparse.Namespace) -> dict:
         )
         for d2d in [False] * ("h2d" in sections) + [True] * ("d2d" in sections):
             runner.run_ops(shape, d2d)
+        if "h2d" in sections:
+            runner.run_large_pool(shape)
+    judge_auto(runner.rows)
     return {
         "rows": runner.rows,
         "sm_cost": sm,

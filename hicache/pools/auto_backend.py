@@ -24,7 +24,9 @@ ENGINE_MIN_RUN_BYTES = 64 * 1024
 CONCRETE = ("kernel", "direct")
 
 
-def mean_run(host_indices: torch.Tensor, device_indices: torch.Tensor | None, page_size: int) -> float:
+def mean_run(
+    host_indices: torch.Tensor, device_indices: torch.Tensor | None, page_size: int
+) -> float:
     """Mean length (slots) of the runs where both index tensors step by one; ``page_size``
     when either is missing or not on the CPU. Indices: equally long 1-D int64."""
     if device_indices is None or host_indices.is_cuda or device_indices.is_cuda:
