@@ -101,6 +101,47 @@ def _pool(nbytes: int):
     return pools.MHATokenToKVPoolHost(dev, 0, nbytes / 1e9, 64, "layer_first")
 
 
+def cross_registration_probe() -> dict[str, str]:
+    """Whether one copy may span two registrations: ``copy_`` and a copy-engine batch, both ways,
+    over a 2 MiB range across the boundary of two 4 MiB registrations (bytes checked)."""
+    if not torch.cuda.is_available():
+        return {"cross-registration copies": "no CUDA"}
+    devices, engine = import_hicache("devices"), import_hicache("kernels.copy_engine")
+    np = __import__("numpy")
+    host = torch.empty(8 << 20, dtype=torch.uint8)
+    halves = [host[: 4 << 20], host[4 << 20 :]]
+    for h in halves:
+        devices.pin_tensor(h)
+    out: dict[str, str] = {}
+    stream = torch.cuda.Stream()
+    try:
+        with torch.cuda.stream(stream):
+            for name in ("copy_", "engine"):
+                src = torch.randint(0, 256, (2 << 20,), dtype=torch.uint8, device="cuda")
+                back = torch.empty_like(src)
+                span = host[3 << 20 : 5 << 20]
+                try:
+                    if name == "copy_":
+                        span.copy_(src, non_blocking=True)
+                        back.copy_(span, non_blocking=True)
+                    else:
+                        n = np.array([2 << 20])
+                        engine.copy_batch(
+                            np.array([span.data_ptr()]), np.array([src.data_ptr()]), n, src.device
+                        )
+                        engine.copy_batch(
+                            np.array([back.data_ptr()]), np.array([span.data_ptr()]), n, src.device
+                        )
+                    stream.synchronize()
+                    out[name] = "ok" if torch.equal(back, src) else "WRONG BYTES"
+                except RuntimeError as e:
+                    out[name] = f"error: {e}"[:120]
+    finally:
+        for h in halves:
+            devices.unpin_tensor(h)
+    return {f"cross-registration {k}": v for k, v in out.items()}
+
+
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -143,7 +184,10 @@ def main() -> None:
         ]
         for r in rows
     ]
-    print(f"\nRAM {meta['ram_gib']:.0f} GiB, available {meta['available_gib']:.0f} GiB")
+    probe = cross_registration_probe()
+    meta.update(probe)
+    Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"\nRAM {meta['ram_gib']:.0f} GiB, available {meta['available_gib']:.0f} GiB; {probe}")
     print(format_table(header, table, "== host pool start-up (allocate + page-lock) =="))
 
 

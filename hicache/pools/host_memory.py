@@ -24,12 +24,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from hicache.devices import pin_tensor, unpin_tensor
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HUGE_PAGE = 2 << 20  # bytes: the x86-64 transparent huge page
 CHUNK_BYTES = 1 << 30  # target registration chunk; rounded to the caller's unit
@@ -96,7 +98,9 @@ def advise_huge_pages(buffer: torch.Tensor) -> bool:
         return False
 
 
-def _parallel(fn: Callable[[torch.Tensor], object], parts: Sequence[torch.Tensor], threads: int):
+def _parallel(
+    fn: Callable[[torch.Tensor], T], parts: Sequence[torch.Tensor], threads: int
+) -> list[T]:
     if threads == 1:
         return [fn(p) for p in parts]
     with ThreadPoolExecutor(threads, thread_name_prefix="hicache-pin") as pool:
@@ -107,7 +111,7 @@ def pin_buffer(
     buffer: torch.Tensor,
     unit: int,
     *,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     threads: int | None = None,
     touch: bool = True,
     huge_pages: bool = True,
@@ -115,14 +119,16 @@ def pin_buffer(
     """Page-lock a fresh contiguous CPU ``buffer`` in chunks (see the module); the chunks are
     byte views of it. Release them with :func:`unpin_chunks`.
 
-    ``unit``: bytes no copy-engine copy may cross (chunk boundaries are its multiples).
+    ``unit``: bytes no copy-engine copy may cross (chunk boundaries are its multiples);
+    ``chunk_bytes``: the target chunk (default :data:`CHUNK_BYTES`).
     ``touch`` faults the pages in first by zeroing them (so ``buffer``'s content is lost), on
     ``threads`` threads (default :func:`worker_count`). Raises ``RuntimeError`` when CUDA
     refuses a registration (the chunks registered so far are released first).
     """
     nbytes = buffer.numel() * buffer.element_size()
     flat = buffer.view(-1).view(torch.uint8)
-    chunks = [flat[lo:hi] for lo, hi in chunk_bounds(nbytes, unit, chunk_bytes)]
+    bounds = chunk_bounds(nbytes, unit, CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
+    chunks = [flat[lo:hi] for lo, hi in bounds]
     workers = worker_count(len(chunks), threads)
     logger.info(
         "host memory: page-locking %.2f GB in %d chunks on %d threads (blocks this thread)",

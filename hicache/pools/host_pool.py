@@ -29,7 +29,6 @@ from hicache.devices import is_cuda
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.device_pool import KVPool, pointer_table
-from hicache.pools.host_memory import pin_buffer, unpin_chunks
 from hicache.pools.host_layouts import (
     LAYOUTS,
     check_layout,
@@ -38,6 +37,7 @@ from hicache.pools.host_layouts import (
     host_slots,
     part_shape,
 )
+from hicache.pools.host_memory import pin_buffer, unpin_chunks
 from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
 from hicache.pools.load_plan import LoadPlan, plan_load
 
@@ -137,7 +137,7 @@ class HostKVPool:
         )
         return torch.empty((self.parts, *shape), dtype=self.store_dtype, device=_CPU)
 
-    def _pin(self) -> weakref.finalize:
+    def _pin(self) -> weakref.finalize[Any, Any]:
         """Page-lock the buffer (``host_memory.pin_buffer``, logged); the finalizer unpins it.
         Chunks break only between whole layers (layer_first) or pages (the others), where no
         engine copy crosses."""
