@@ -97,7 +97,7 @@ def run_method(method: str, nbytes: int, threads: int | None) -> dict:
 def _pool(nbytes: int):
     pools = import_hicache("pools")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = pools.MHATokenToKVPool(4096, 64, torch.bfloat16, 8, 128, 32, device)
+    dev = pools.MHATokenToKVPool(64, 64, torch.bfloat16, 8, 128, 32, device)
     return pools.MHATokenToKVPoolHost(dev, 0, nbytes / 1e9, 64, "layer_first")
 
 
