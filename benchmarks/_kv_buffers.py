@@ -154,12 +154,12 @@ class Arenas:
     """
 
     def __init__(
-        self, shapes: list[Shape], device: torch.device, d2d: bool, huge_pages: bool = True
+        self, shapes: list[Shape], device: torch.device, d2d: bool, pinning: str = "touch"
     ):
         near = max(s.near_bytes for s in shapes)
         far = max(s.far_bytes for s in shapes)
         self.near = device_arena(near, device)
-        self.far = host_arena(far, device, huge_pages)
+        self.far = host_arena(far, device, pinning)
         self.far_dev = device_arena(far, device) if d2d else None
 
     @property

@@ -30,7 +30,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from _common import KIB, MIB, Clock, describe_device, import_hicache, log, parse_sizes, pick_device
+from _common import (
+    ARENA_PINNING,
+    KIB,
+    MIB,
+    Clock,
+    describe_device,
+    import_hicache,
+    log,
+    parse_sizes,
+    pick_device,
+)
 from _kv_buffers import Arenas, Pools, Shape
 from _report import Row, judge, render_rows, render_sm_cost, render_targets, target_summary
 from _transfer_cases import SPECS, OpSpec, bind, direct_tokens, spec
@@ -85,7 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--order", choices=["sorted", "random"], default="sorted", help="pair issue order"
     )
-    ap.add_argument("--arena", choices=["huge", "plain"], default="huge", help="host arena pinning")
+    ap.add_argument(
+        "--arena", choices=ARENA_PINNING, default="touch", help="host arena pinning (_common)"
+    )
     ap.add_argument("--ops", help="only these op labels, e.g. per_layer,auto (layer_first)")
     ap.add_argument("--max-layer-mib", type=int, default=32, help="cap on tokens*item")
     ap.add_argument("--block-quota", type=_ints, default=[2], help="kernel block quotas")
@@ -156,7 +168,7 @@ class Runner:
         self.kernels = import_hicache("kernels")
         self.devices = import_hicache("devices")
         big = [b for s in shapes if (b := large_pool_shape(s, args.large_pool_factor))]
-        self.arenas = Arenas(shapes + big, device, "d2d" in args.sections, args.arena == "huge")
+        self.arenas = Arenas(shapes + big, device, "d2d" in args.sections, args.arena)
         self.auto_backend = import_hicache("pools.auto_backend")
         self.refs: dict[tuple[str, int], float] = {}
         self.rows: list[Row] = []
