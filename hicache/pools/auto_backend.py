@@ -3,10 +3,16 @@
 A direct (copy-engine) copy costs the CPU about 0.5-1.5 us to issue whatever its size, and the
 engines reach the line rate (about 55 GB/s on an H200) once each copy is 64 KiB or more; the
 SM kernel moves any scattered batch at about 0.9 of that with one launch (benchmarks/RESULTS.md).
-So a batch goes to the engines when its mean run of consecutive slots, times the bytes of one
-slot in one layer, is at least :data:`ENGINE_MIN_RUN_BYTES`; to the kernel otherwise. Where the
-host layout has one backend only (page_first, page_head: kernel; page_first_direct: direct),
-"auto" is that backend.
+A direct call also has a fixed CPU cost (about 0.2 ms per op call in ``bench_transfer.py``)
+that a small batch cannot hide. So a batch goes to the engines when its mean run of consecutive
+slots, times the bytes of one slot in one layer, is at least :data:`ENGINE_MIN_RUN_BYTES` *and*
+one layer of one part (K, V or the MLA latent) is at least :data:`ENGINE_MIN_BATCH_BYTES`; to the
+kernel otherwise. On the H200 (benchmarks/RESULTS.md, issue 15) this picks the faster of the two
+in wall time on every cell of ``bench_transfer.py``: the kernel at page 1 and for 32 KiB runs,
+and for 1k-token batches (2 MiB per part: the kernel 0.12 ms a layer, the engines 0.27 ms); the
+engines from 64 KiB runs and 4 MiB per part (0.96-1.00 of the wire against the kernel's 0.88-0.90).
+Where the host layout has one backend only (page_first, page_head: kernel; page_first_direct:
+direct), "auto" is that backend.
 
 Runs are counted on CPU index tensors only; for indices on the GPU (which the caller cannot read
 without a device-to-host wait) the runs are taken to be one page: both sides hold whole,
@@ -21,6 +27,7 @@ from hicache.pools.host_layouts import SUPPORTED_PAIRS
 
 AUTO = "auto"
 ENGINE_MIN_RUN_BYTES = 64 * 1024
+ENGINE_MIN_BATCH_BYTES = 4 * 1024 * 1024
 CONCRETE = ("kernel", "direct")
 
 
@@ -49,11 +56,13 @@ def resolve(
 ) -> str:
     """The concrete backend (``"kernel"`` or ``"direct"``) one batch runs with: ``io_backend``
     itself unless it is ``"auto"``; then the rule of the module for ``layout`` and a slot of
-    ``item_size`` bytes per layer. Never waits for the GPU."""
+    ``item_size`` bytes per layer and part. Never waits for the GPU."""
     if io_backend != AUTO:
         return io_backend
     able = [b for b in CONCRETE if layout in SUPPORTED_PAIRS[b]]
     if len(able) == 1:
         return able[0]
+    if host_indices.numel() * item_size < ENGINE_MIN_BATCH_BYTES:
+        return "kernel"
     run_bytes = mean_run(host_indices, device_indices, page_size) * item_size
     return "direct" if run_bytes >= ENGINE_MIN_RUN_BYTES else "kernel"

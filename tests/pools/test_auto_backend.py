@@ -11,8 +11,8 @@ KIB = 1024
 
 
 def _runs(n_runs: int, length: int) -> torch.Tensor:
-    """``n_runs`` runs of ``length`` consecutive slots, 1000 slots apart."""
-    starts = torch.arange(n_runs) * 1000
+    """``n_runs`` runs of ``length`` consecutive slots, far apart."""
+    starts = torch.arange(n_runs) * (length + 1000)
     return (starts[:, None] + torch.arange(length)[None, :]).reshape(-1)
 
 
@@ -41,9 +41,19 @@ def test_mean_run_without_cpu_device_indices_is_one_page() -> None:
     ],
 )
 def test_layer_first_picks_by_run_bytes(length: int, item: int, expected: str) -> None:
-    host = _runs(8, length)
+    runs = -(-auto_backend.ENGINE_MIN_BATCH_BYTES // (length * item))  # a batch of 4 MiB a part
+    host = _runs(runs, length)
     got = auto_backend.resolve("auto", "layer_first", host, host + 3, 1, item)
     assert got == expected
+
+
+def test_small_batches_stay_on_the_kernel() -> None:
+    """Long runs, but one layer of one part under ENGINE_MIN_BATCH_BYTES: the kernel."""
+    item = 2 * KIB
+    fits = auto_backend.ENGINE_MIN_BATCH_BYTES // item  # slots in exactly the floor
+    for slots, expected in ((fits - 64, "kernel"), (fits, "direct")):
+        host = torch.arange(slots)
+        assert auto_backend.resolve("auto", "layer_first", host, host, 64, item) == expected
 
 
 @pytest.mark.parametrize(
@@ -51,7 +61,7 @@ def test_layer_first_picks_by_run_bytes(length: int, item: int, expected: str) -
     [("page_first", "kernel"), ("page_head", "kernel"), ("page_first_direct", "direct")],
 )
 def test_single_backend_layouts(layout: str, expected: str) -> None:
-    host = _runs(2, 64)
+    host = _runs(64, 64)
     for item in (64, 64 * KIB):
         assert auto_backend.resolve("auto", layout, host, host, 64, item) == expected
 
@@ -63,7 +73,7 @@ def test_concrete_backends_pass_through(backend: str) -> None:
 
 
 def test_auto_takes_every_layout_and_resolves_to_a_supporting_backend() -> None:
-    host = _runs(4, 8)
+    host = _runs(64, 8)
     for layout in SUPPORTED_PAIRS["auto"]:
         check_pair(layout, "auto")
         for item in (64, 64 * KIB):
