@@ -37,9 +37,7 @@ def large_pool_specs() -> list[OpSpec]:
 def auto_choice(auto_backend: ModuleType, pools: Pools, kind: str) -> OpSpec:
     """The op ``io_backend="auto"`` runs for ``pools``' first index set (layer_first)."""
     ix, s = pools.sets[0], pools.shape
-    backend = auto_backend.resolve(
-        "auto", "layer_first", ix.far_cpu, ix.near_cpu, s.page_size, s.item
-    )
+    backend = auto_backend.resolve("auto", "layer_first", ix.far_cpu, ix.near_cpu, s.item)
     kernel_op, direct_op = AUTO_PAIRS[kind]
     return spec(kernel_op if backend == "kernel" else direct_op, kind)
 

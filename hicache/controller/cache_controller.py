@@ -341,7 +341,6 @@ class HiCacheController:
             host.layout,
             op.host_indices,
             op.device_indices if op.device_indices_cpu is None else op.device_indices_cpu,
-            self.page_size,
             host.item_size,
         )
 

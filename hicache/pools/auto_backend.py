@@ -14,9 +14,11 @@ engines from 64 KiB runs and 4 MiB per part (0.96-1.00 of the wire against the k
 Where the host layout has one backend only (page_first, page_head: kernel; page_first_direct:
 direct), "auto" is that backend.
 
-Runs are counted on CPU index tensors only; for indices on the GPU (which the caller cannot read
-without a device-to-host wait) the runs are taken to be one page: both sides hold whole,
-page-aligned pages, so no run is shorter.
+Runs are counted on CPU index tensors only. A batch whose device indices are only on the GPU
+goes to the kernel: the engines plan on the CPU, and copying the indices there would make the
+caller wait for the GPU (the direct backend's one sync per write batch). Loads carry the
+allocator's CPU copy of their slots, so they can use the engines; write batches can once they
+carry one too.
 """
 
 from __future__ import annotations
@@ -31,13 +33,9 @@ ENGINE_MIN_BATCH_BYTES = 4 * 1024 * 1024
 CONCRETE = ("kernel", "direct")
 
 
-def mean_run(
-    host_indices: torch.Tensor, device_indices: torch.Tensor | None, page_size: int
-) -> float:
-    """Mean length (slots) of the runs where both index tensors step by one; ``page_size``
-    when either is missing or not on the CPU. Indices: equally long 1-D int64."""
-    if device_indices is None or host_indices.is_cuda or device_indices.is_cuda:
-        return float(page_size)
+def mean_run(host_indices: torch.Tensor, device_indices: torch.Tensor) -> float:
+    """Mean length (slots) of the runs where both index tensors step by one. Indices: equally
+    long 1-D int64 CPU tensors."""
     n = host_indices.numel()
     if n < 2:
         return float(max(n, 1))
@@ -51,18 +49,20 @@ def resolve(
     layout: str,
     host_indices: torch.Tensor,
     device_indices: torch.Tensor | None,
-    page_size: int,
     item_size: int,
 ) -> str:
     """The concrete backend (``"kernel"`` or ``"direct"``) one batch runs with: ``io_backend``
-    itself unless it is ``"auto"``; then the rule of the module for ``layout`` and a slot of
-    ``item_size`` bytes per layer and part. Never waits for the GPU."""
+    itself unless it is ``"auto"``; then the rule of the module for ``layout``, a slot of
+    ``item_size`` bytes per layer and part, and ``device_indices`` on the CPU (None or on the GPU:
+    not readable without a wait). Never waits for the GPU."""
     if io_backend != AUTO:
         return io_backend
     able = [b for b in CONCRETE if layout in SUPPORTED_PAIRS[b]]
     if len(able) == 1:
         return able[0]
+    if device_indices is None or host_indices.is_cuda or device_indices.is_cuda:
+        return "kernel"
     if host_indices.numel() * item_size < ENGINE_MIN_BATCH_BYTES:
         return "kernel"
-    run_bytes = mean_run(host_indices, device_indices, page_size) * item_size
+    run_bytes = mean_run(host_indices, device_indices) * item_size
     return "direct" if run_bytes >= ENGINE_MIN_RUN_BYTES else "kernel"

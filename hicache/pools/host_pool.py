@@ -261,7 +261,7 @@ class HostKVPool:
                 f"({device_indices.numel()}) must be equally long"
             )
         backend = resolve_backend(
-            io_backend, self.layout, host_indices, device_indices, self.page_size, self.item_size
+            io_backend, self.layout, host_indices, device_indices, self.item_size
         )
         # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
