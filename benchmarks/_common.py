@@ -41,14 +41,24 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def host_arena(nbytes: int, device: torch.device) -> torch.Tensor:
+ARENA_PINNING = ("plain", "touch", "huge")
+
+
+def host_arena(nbytes: int, device: torch.device, pinning: str = "touch") -> torch.Tensor:
     """A uint8 host buffer of ``nbytes``, page-locked (cudaHostRegister) when ``device`` is CUDA.
 
     Registering an ordinary tensor avoids ``pin_memory=True``'s rounding up to a power of two.
+    ``pinning``: ``plain``, one ``cudaHostRegister`` of fresh memory (the driver faults it in on
+    one thread); ``touch``, pages faulted in on several threads first (``host_memory.pin_buffer``
+    in one registration, as host pools do); ``huge``, the same after huge-page advice.
     """
     buf = torch.empty(nbytes, dtype=torch.uint8)
     if device.type == "cuda":
-        import_hicache("devices").pin_tensor(buf)
+        if pinning == "plain":
+            import_hicache("devices").pin_tensor(buf)
+        else:
+            mem = import_hicache("pools.host_memory")
+            mem.pin_buffer(buf, max(nbytes, 1), huge_pages=pinning == "huge")
     return buf
 
 

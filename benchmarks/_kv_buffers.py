@@ -88,6 +88,7 @@ class Pools:
     near_region, far_region : uint8 arenas with at least ``near_bytes`` / ``far_bytes`` bytes;
         near on the GPU (or CPU), far on the host (pinned) or on the GPU for D2D runs.
     n_sets : number of index sets; call ``k`` uses set ``k % n_sets`` and layer ``k % layers``.
+    sort : issue the pairs sorted by far index, as HiCacheController does (else in random order).
     """
 
     def __init__(
@@ -97,6 +98,7 @@ class Pools:
         far_region: torch.Tensor,
         n_sets: int,
         seed: int = 0,
+        sort: bool = True,
     ):
         s, L, H = shape, shape.layers, shape.head_num
         self.shape, self.item = s, s.item
@@ -127,15 +129,15 @@ class Pools:
             "far_kv": _ptr_table(list(self.far["kv_lf"]), dev),
         }
         gen = torch.Generator().manual_seed(seed)
-        self.sets = [self._index_set(gen) for _ in range(n_sets)]
+        self.sets = [self._index_set(gen, sort) for _ in range(n_sets)]
 
-    def _index_set(self, gen: torch.Generator) -> IndexSet:
+    def _index_set(self, gen: torch.Generator, sort: bool) -> IndexSet:
         s = self.shape
         far = _scatter(s.host_slots, s.tokens, s.page_size, 0, gen)
         near = _scatter(s.host_slots, s.tokens, s.page_size, s.page_size, gen)
-        # Issue order as HiCacheController issues a batch: pairs sorted by the host (far) index.
-        far, order = torch.sort(far)
-        near = near[order]
+        if sort:  # as HiCacheController issues a batch: pairs sorted by the host (far) index
+            far, order = torch.sort(far)
+            near = near[order]
         dev = self.kernel_device
         return IndexSet(far.to(dev), near.to(dev), far, near)
 
@@ -151,11 +153,13 @@ class Arenas:
     device-to-device runs, a second arena on ``device`` (None unless ``d2d``).
     """
 
-    def __init__(self, shapes: list[Shape], device: torch.device, d2d: bool):
+    def __init__(
+        self, shapes: list[Shape], device: torch.device, d2d: bool, pinning: str = "touch"
+    ):
         near = max(s.near_bytes for s in shapes)
         far = max(s.far_bytes for s in shapes)
         self.near = device_arena(near, device)
-        self.far = host_arena(far, device)
+        self.far = host_arena(far, device, pinning)
         self.far_dev = device_arena(far, device) if d2d else None
 
     @property
@@ -163,7 +167,7 @@ class Arenas:
         parts = {"near": self.near, "far": self.far, "far_dev": self.far_dev}
         return {k: 0 if t is None else t.numel() for k, t in parts.items()}
 
-    def pools(self, shape: Shape, *, d2d: bool, n_sets: int) -> Pools:
+    def pools(self, shape: Shape, *, d2d: bool, n_sets: int, sort: bool = True) -> Pools:
         far = self.far_dev if d2d else self.far
         assert far is not None, "arenas allocated without d2d"
-        return Pools(shape, self.near, far, n_sets)
+        return Pools(shape, self.near, far, n_sets, sort=sort)

@@ -30,26 +30,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from _common import KIB, MIB, Clock, describe_device, import_hicache, log, parse_sizes, pick_device
+from _common import (
+    KIB,
+    Clock,
+    describe_device,
+    import_hicache,
+    log,
+    pick_device,
+)
 from _kv_buffers import Arenas, Pools, Shape
 from _report import Row, judge, render_rows, render_sm_cost, render_targets, target_summary
+from _transfer_args import build_grid, parse_args
 from _transfer_cases import SPECS, OpSpec, bind, direct_tokens, spec
+from _wire_cases import auto_choice, judge_auto, large_pool_shape, large_pool_specs
 from bench_sm_cost import DIRECT_TRANSFERS, NO_KNOBS, sm_cost
 
 START = time.monotonic()
-DEFAULT_NW = 16 if torch.version.hip else 32
-# item bytes -> tokens: 32 MiB per layer and side (16k slots of 2 KiB, as in the issue) + 2K/1k
-DEFAULT_GRID = (
-    (512, 65536),
-    (1024, 32768),
-    (2048, 16384),
-    (2048, 1024),
-    (4096, 8192),
-    (16384, 2048),
-)
-FULL_ITEMS = (512, 1024, 2048, 4096, 8192, 16384)
-FULL_TOKENS = (1024, 4096, 16384, 65536)
-PRIORITY = (2048, 1024, 4096, 16384, 8192, 512)  # run order when the budget is tight
 SECTIONS = {"sm", "bidir", "h2d", "d2d"}
 BIDIR_PAIRS = (
     ("per_layer", "all_layer"),
@@ -57,74 +53,6 @@ BIDIR_PAIRS = (
     ("per_layer_ph_lf", "all_layer_lf_ph"),
     ("direct", "direct"),
 )
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="smoke run: tiny grid")
-    mode.add_argument("--full", action="store_true", help="the whole grid (several minutes)")
-    ap.add_argument("--device", default="auto", help="auto, cuda or cpu")
-    ap.add_argument("--sections", default="sm,bidir,h2d,d2d", help="subset, run in this order")
-    ap.add_argument("--items", type=parse_sizes, help="item bytes, e.g. 512,1K,2K,4K,16K")
-    ap.add_argument("--page-sizes", type=_ints, help="e.g. 1,64")
-    ap.add_argument("--tokens", type=parse_sizes, help="tokens per transfer, e.g. 1K,16K,64K")
-    ap.add_argument("--layers", type=int, help="layers (default 32; 4 for --quick on CPU)")
-    ap.add_argument("--pool-factor", type=int, default=2, help="pool slots per moved token")
-    ap.add_argument("--max-layer-mib", type=int, default=32, help="cap on tokens*item")
-    ap.add_argument("--block-quota", type=_ints, default=[2], help="kernel block quotas")
-    ap.add_argument("--num-warps", type=_ints, default=[DEFAULT_NW], help="warps per block")
-    ap.add_argument("--d2d-block-quota", type=int, default=0, help="0: the GPU's SM count")
-    ap.add_argument(
-        "--bidir-items",
-        type=parse_sizes,
-        default=[2048, 16384],
-        help="item sizes of the grid that also run load+backup at once",
-    )
-    ap.add_argument("--sets", type=int, default=4, help="index sets rotated through")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed calls (compiles)")
-    ap.add_argument("--samples", type=int, default=5, help="timed samples; median")
-    ap.add_argument("--min-sample-ms", type=float, default=2.0, help="calls batch up to this")
-    ap.add_argument(
-        "--direct-max-copies",
-        type=int,
-        default=16384,
-        help="copies per direct call (page runs x tensors)",
-    )
-    ap.add_argument("--budget-s", type=float, help="wall budget (default 200; full 540)")
-    ap.add_argument("--json", default="results/bench_transfer.json", help="output path")
-    return ap.parse_args(argv)
-
-
-def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
-    """The configurations, highest priority first."""
-    cpu = device.type == "cpu"
-    layers = args.layers or (4 if args.quick and cpu else 32)
-    if args.quick:
-        pairs = [(i, t) for i in ([512, 2048] if cpu else [2048]) for t in [256 if cpu else 4096]]
-    elif args.full:
-        pairs = [(i, t) for i in FULL_ITEMS for t in FULL_TOKENS]
-    else:
-        pairs = list(DEFAULT_GRID)
-    if args.items:
-        auto = [(i, max(1024, min(65536, 32 * MIB // i))) for i in args.items]
-        pairs = [(i, t) for i, t in pairs if i in args.items] or auto
-    if args.tokens:
-        pairs = [(i, t) for i in dict.fromkeys(i for i, _ in pairs) for t in args.tokens]
-    cap = args.max_layer_mib * MIB
-    shapes = [
-        Shape(i, ps, t, layers, args.pool_factor)
-        for i, t in pairs
-        if i * t <= cap
-        for ps in args.page_sizes or [1, 64]
-        if t >= ps
-    ]
-    rank = {item: r for r, item in enumerate(PRIORITY)}
-    return sorted(shapes, key=lambda s: (rank.get(s.item, len(PRIORITY)), -s.tokens))
 
 
 def _block(arena: torch.Tensor, i: int, nbytes: int, from_end: bool) -> torch.Tensor:
@@ -143,7 +71,9 @@ class Runner:
         )
         self.kernels = import_hicache("kernels")
         self.devices = import_hicache("devices")
-        self.arenas = Arenas(shapes, device, d2d="d2d" in args.sections)
+        big = [b for s in shapes if (b := large_pool_shape(s, args.large_pool_factor))]
+        self.arenas = Arenas(shapes + big, device, "d2d" in args.sections, args.arena)
+        self.auto_backend = import_hicache("pools.auto_backend")
         self.refs: dict[tuple[str, int], float] = {}
         self.rows: list[Row] = []
         self.errors: list[str] = []  # failures outside a row (the SM cost section)
@@ -249,17 +179,49 @@ class Runner:
             **fields,
         )
 
+    def _pools(self, shape: Shape, d2d: bool) -> Pools:
+        sort = self.args.order == "sorted"
+        return self.arenas.pools(shape, d2d=d2d, n_sets=self.args.sets, sort=sort)
+
+    def _wanted(self, label: str) -> bool:
+        return not self.args.ops or label in self.args.ops.split(",")
+
     def run_ops(self, shape: Shape, d2d: bool) -> None:
         section = "d2d" if d2d else "h2d/d2h"
-        pools = self.arenas.pools(shape, d2d=d2d, n_sets=self.args.sets)
+        pools = self._pools(shape, d2d)
         for i, knobs in enumerate(self.knobs(d2d)):
-            for sp in SPECS:
+            cases = [(sp, sp.label) for sp in SPECS if self._wanted(sp.label)]
+            if not d2d:  # io_backend="auto": the op it picks for this shape, as its own row
+                auto = [
+                    (auto_choice(self.auto_backend, pools, k), "auto (layer_first)")
+                    for k in ("load", "backup")
+                ]
+                cases += [c for c in auto if self._wanted(c[1])]
+            for sp, label in cases:
                 if sp.direct and (i > 0 or d2d):
                     continue  # no knobs: once is enough; and direct is a host<->device path
-                tokens = direct_tokens(sp, shape, self.args.direct_max_copies)
-                row = self._row(section, sp, pools, knobs, tokens, sp.bytes_moved(shape, tokens))
-                direction = "d2d" if d2d else {"load": "h2d", "backup": "d2h"}[sp.kind]
-                self.measure(row, bind(self.kernels, sp, pools, tokens, knobs), direction)
+                self._one(section, sp, pools, knobs, label)
+
+    def _one(self, section: str, sp: OpSpec, pools: Pools, knobs: dict, label: str) -> None:
+        shape = pools.shape
+        tokens = direct_tokens(sp, shape, self.args.direct_max_copies)
+        row = self._row(
+            section, sp, pools, knobs, tokens, sp.bytes_moved(shape, tokens), label=label
+        )
+        direction = "d2d" if section == "d2d" else {"load": "h2d", "backup": "d2h"}[sp.kind]
+        self.measure(row, bind(self.kernels, sp, pools, tokens, knobs), direction)
+
+    def run_large_pool(self, shape: Shape) -> None:
+        """The per-layer kernel loads with slots from pools ``--large-pool-factor`` x larger."""
+        big = large_pool_shape(shape, self.args.large_pool_factor)
+        if big is None:
+            return
+        pools = self._pools(big, d2d=False)
+        for knobs in self.knobs(d2d=False):
+            for sp in large_pool_specs():
+                label = f"{sp.label} pool x{big.pool_factor}"
+                if self._wanted(sp.label) or self._wanted(label):
+                    self._one("h2d/d2h", sp, pools, knobs, label)
 
     def sm_cost(self, shapes: list[Shape]) -> list[dict]:
         """Kernel ops at 2 KiB / page 1, then direct ops (copy engines) at 2 KiB / page 64."""
@@ -333,6 +295,9 @@ def run(args: argparse.Namespace) -> dict:
         )
         for d2d in [False] * ("h2d" in sections) + [True] * ("d2d" in sections):
             runner.run_ops(shape, d2d)
+        if "h2d" in sections:
+            runner.run_large_pool(shape)
+    judge_auto(runner.rows)
     return {
         "rows": runner.rows,
         "sm_cost": sm,
@@ -385,7 +350,7 @@ def report(args: argparse.Namespace, result: dict) -> None:
 
 
 def main() -> None:
-    args = parse_args()
+    args = parse_args(__doc__.split("\n")[0])
     report(args, run(args))
 
 

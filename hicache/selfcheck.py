@@ -28,6 +28,7 @@ PAIRS = [
     ("page_head", "kernel"),
     ("layer_first", "direct"),
     ("page_first_direct", "direct"),
+    ("layer_first", "auto"),
 ]
 
 

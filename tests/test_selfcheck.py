@@ -10,8 +10,8 @@ from hicache import selfcheck
 def test_selfcheck_passes_every_pair(capsys: pytest.CaptureFixture[str]) -> None:
     assert selfcheck.main(["--tokens", "256", "--layers", "2", "--page-size", "16"]) == 0
     out = capsys.readouterr().out
-    assert "9 passed, 0 failed" in out
-    assert out.count(" ok") == 9
+    assert "11 passed, 0 failed" in out  # 5 MHA + 4 MLA pairs, and auto for each model
+    assert out.count(" ok") == 11
 
 
 def test_selfcheck_detects_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:

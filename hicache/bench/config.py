@@ -120,7 +120,7 @@ class BenchConfig:
     page_size: int = 1
     eviction_policy: str = "lru"
     write_policy: str = "write_through"
-    io_backend: str = "kernel"
+    io_backend: str = "auto"
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
     seed: int = 0

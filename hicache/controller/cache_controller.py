@@ -36,6 +36,7 @@ from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
 from hicache.devices import new_event, new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
+from hicache.pools.auto_backend import resolve as resolve_backend
 
 _CPU = torch.device("cpu")
 
@@ -59,10 +60,11 @@ class HiCacheController:
         set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
     write_policy : ``"write_through"``, ``"write_through_selective"`` or ``"write_back"``;
         recorded for the radix cache, which decides when to call :meth:`write`.
-    io_backend : ``"kernel"`` or ``"direct"``; the host layout must support it
-        (kernel: layer_first, page_first, page_head; direct: layer_first, page_first_direct).
-        The direct ops plan their copies on the CPU, so on CUDA each direct batch costs one
-        blocking device-to-host copy of its device indices.
+    io_backend : ``"auto"`` (default), ``"kernel"`` or ``"direct"``; the host layout must
+        support it (kernel: layer_first, page_first, page_head; direct: layer_first,
+        page_first_direct; auto: any, choosing per batch, see :mod:`hicache.pools.auto_backend`).
+        The direct ops plan their copies on the CPU, so on CUDA each direct write batch costs
+        one blocking device-to-host copy of its device indices.
     verify, verify_sample_period : page integrity (``"off"``, ``"sample"``, ``"all"``; see
         :mod:`hicache.controller.integrity`): backups record checksums, ``verify_load`` checks.
 
@@ -95,7 +97,7 @@ class HiCacheController:
         page_size: int,
         load_cache_event: SetLike | None = None,
         write_policy: str = "write_through",
-        io_backend: str = "kernel",
+        io_backend: str = "auto",
         verify: str = "off",
         verify_sample_period: int = 8,
     ) -> None:
@@ -194,8 +196,10 @@ class HiCacheController:
         check_indices("host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size)
         check_node_id(node_id)
         allocator, n = self.token_to_kv_pool_allocator, host_indices.numel()
-        # The direct backend plans on the CPU: take the allocator's CPU copy when it offers one.
-        alloc_pair = getattr(allocator, "alloc_pair", None) if self.io_backend == "direct" else None
+        # The direct backend plans on the CPU (and "auto" counts runs there): take the
+        # allocator's CPU copy when it offers one.
+        cpu_wanted = self.io_backend != "kernel"
+        alloc_pair = getattr(allocator, "alloc_pair", None) if cpu_wanted else None
         if alloc_pair is None:
             cpu, device_indices = None, allocator.alloc(n)
         else:
@@ -228,9 +232,10 @@ class HiCacheController:
         with stream_scope(self.write_stream):
             start.record(self.write_stream)
             mark = self.counters.d2h.begin()
-            host, device = transfer_indices(op, self.write_stream, self.io_backend, self.device)
+            backend = self._backend(op)
+            host, device = transfer_indices(op, self.write_stream, backend, self.device)
             self.mem_pool_host.backup_from_device_all_layer(
-                self.mem_pool_device, host, device, self.io_backend
+                self.mem_pool_device, host, device, backend
             )
             self.counters.d2h.end(mark, len(op))
             if self.integrity is not None:
@@ -328,12 +333,24 @@ class HiCacheController:
             0 if self.integrity is None else self.integrity.failures,
         )
 
+    def _backend(self, op: CacheOperation) -> str:
+        """The concrete io_backend of batch ``op`` (``"auto"`` resolved; never waits)."""
+        host = self.mem_pool_host
+        return resolve_backend(
+            self.io_backend,
+            host.layout,
+            op.host_indices,
+            op.device_indices if op.device_indices_cpu is None else op.device_indices_cpu,
+            host.item_size,
+        )
+
     def _issue_load(self, op: CacheOperation, batch: LayerLoadingEvent) -> None:
         with stream_scope(self.load_stream):
             batch.start_event.record(self.load_stream)
             mark = self.counters.h2d.begin()
-            host, device = transfer_indices(op, self.load_stream, self.io_backend, self.device)
-            plan = self.mem_pool_host.plan_load(self.mem_pool_device, host, device, self.io_backend)
+            backend = self._backend(op)
+            host, device = transfer_indices(op, self.load_stream, backend, self.device)
+            plan = self.mem_pool_host.plan_load(self.mem_pool_device, host, device, backend)
             for layer in range(self.layer_num):
                 plan.run(layer)
                 batch.complete(layer)

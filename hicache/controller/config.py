@@ -23,7 +23,8 @@ class ControllerConfig:
     page_size : slots per page; equal to the allocator's and the host pool's.
     write_policy : one of :data:`WRITE_POLICIES`. The controller only records it; acting on it
         (when to call ``write``) is the radix cache's job.
-    io_backend : ``"kernel"`` (Triton transfer kernels) or ``"direct"`` (``copy_`` per run).
+    io_backend : ``"kernel"`` (Triton transfer kernels), ``"direct"`` (copy engines, one copy
+        per run) or ``"auto"`` (one of the two per batch: ``hicache.pools.auto_backend``).
     host_layout : layout of the host pool; must be one of ``SUPPORTED_PAIRS[io_backend]``
         (``hicache.pools``: kernel: layer_first, page_first, page_head; direct: layer_first,
         page_first_direct).

@@ -21,18 +21,21 @@ from hicache.checks import check_choice
 from hicache.env import ENV
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-IO_BACKENDS = ("kernel", "direct")
+IO_BACKENDS = ("auto", "kernel", "direct")
 SUPPORTED_PAIRS = {
     "kernel": ("layer_first", "page_first", "page_head"),
     "direct": ("layer_first", "page_first_direct"),
+    "auto": LAYOUTS,  # per batch, one of the two above (hicache.pools.auto_backend)
 }
 # (attention kind, io_backend, layout): every route the host pools support (page_head: MHA only).
+# "auto" is listed where it can choose (layer_first); elsewhere it is the one backend listed.
 ROUTES = tuple(
     (kind, backend, layout)
     for kind in ("mha", "mla")
     for backend, layouts in SUPPORTED_PAIRS.items()
     for layout in layouts
     if not (kind == "mla" and layout == "page_head")
+    and (backend != "auto" or layout == "layer_first")
 )
 _GB = 1e9
 

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from hicache.checks import check_slot_indices
-from hicache.devices import is_cuda, pin_tensor, unpin_tensor
+from hicache.devices import is_cuda
 from hicache.pools.allocator import PageAllocator
+from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.device_pool import KVPool, pointer_table
 from hicache.pools.host_layouts import (
     LAYOUTS,
@@ -36,6 +37,7 @@ from hicache.pools.host_layouts import (
     host_slots,
     part_shape,
 )
+from hicache.pools.host_memory import pin_buffer, unpin_chunks
 from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
 from hicache.pools.load_plan import LoadPlan, plan_load
 
@@ -54,8 +56,10 @@ class HostKVPool:
     layout : one of ``layer_first``, ``page_first``, ``page_first_direct``, ``page_head`` (MHA).
     pin_memory : bool; page-lock the buffer (``cudaHostRegister``) when ``device_pool`` is on
         CUDA.
-    io_backend : optional ``"kernel"``/``"direct"``; when given, the (layout, io_backend) pair is
-        checked here instead of at the first transfer.
+    io_backend : optional ``"auto"``/``"kernel"``/``"direct"``; when given, the (layout,
+        io_backend) pair is checked here instead of at the first transfer. Each transfer call
+        takes its own ``io_backend``; ``"auto"`` picks one per call
+        (:mod:`hicache.pools.auto_backend`).
 
     Raises ``ValueError`` before allocating on a bad layout/pair, a host pool not larger than
     the device pool, or one larger than available RAM minus ``HICACHE_HOST_RAM_RESERVE_GB``.
@@ -93,8 +97,8 @@ class HostKVPool:
         check_ram(self.size * bytes_per_slot)
         self._allocator = PageAllocator(self.size // page_size, page_size)
         self._buffer = self._allocate()
-        self.pinned = pin_memory and is_cuda(device_pool.device) and pin_tensor(self._buffer)
-        self._unpin = weakref.finalize(self, unpin_tensor, self._buffer) if self.pinned else None
+        self.pinned = pin_memory and is_cuda(device_pool.device)
+        self._unpin = self._pin() if self.pinned else None
         self.closed = False
         self.host_parts = [self._buffer[i] for i in range(self.parts)]
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
@@ -132,6 +136,17 @@ class HostKVPool:
             self.layout, self.size, self.page_size, self.layer_num, self.head_num, self.head_dim
         )
         return torch.empty((self.parts, *shape), dtype=self.store_dtype, device=_CPU)
+
+    def _pin(self) -> weakref.finalize[Any, Any]:
+        """Page-lock the buffer (``host_memory.pin_buffer``, logged); the finalizer unpins it.
+        Chunks break only between whole layers (layer_first) or pages (the others), where no
+        engine copy crosses."""
+        if self.layout == "layer_first":
+            unit = self.size * self.item_size  # bytes of one layer of one part
+        else:
+            unit = self.page_size * self.layout_dim
+        chunks, _ = pin_buffer(self._buffer, unit)
+        return weakref.finalize(self, unpin_chunks, chunks)
 
     def _pointer_tables(self, device: torch.device) -> list[torch.Tensor] | None:
         # layer_first kernel backups address host layers through tables on the kernel's device.
@@ -184,9 +199,11 @@ class HostKVPool:
         Indices are equally long int64 tensors on CPU or the device pool's device; they are
         moved (non-blocking) where the op needs them. Runs on the current stream.
         """
-        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
+        backend, host_idx, dev_idx = self._prepare(
+            device_pool, host_indices, device_indices, io_backend
+        )
         device_pool.check_layer(layer_id)
-        if io_backend == "direct":
+        if backend == "direct":
             direct_load(self, device_pool, host_idx, dev_idx, layer_id)
         else:
             ops = KERNEL_OPS[(self.parts, self.layout)]
@@ -205,8 +222,10 @@ class HostKVPool:
         Runs every check of :meth:`load_to_device_per_layer` except the layer id, and moves the
         indices (non-blocking) on the current stream: plan on the stream the layers run on.
         """
-        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
-        runner = plan_load(self, device_pool, host_idx, dev_idx, io_backend)
+        backend, host_idx, dev_idx = self._prepare(
+            device_pool, host_indices, device_indices, io_backend
+        )
+        runner = plan_load(self, device_pool, host_idx, dev_idx, backend)
         return LoadPlan(self, device_pool, runner, dev_idx)
 
     def backup_from_device_all_layer(
@@ -217,15 +236,19 @@ class HostKVPool:
         io_backend: str,
     ) -> None:
         """Copy every layer of device slots ``device_indices`` to host slots ``host_indices``."""
-        host_idx, dev_idx = self._prepare(device_pool, host_indices, device_indices, io_backend)
-        if io_backend == "direct":
+        backend, host_idx, dev_idx = self._prepare(
+            device_pool, host_indices, device_indices, io_backend
+        )
+        if backend == "direct":
             direct_backup(self, device_pool, host_idx, dev_idx)
         else:
             KERNEL_OPS[(self.parts, self.layout)].backup(self, device_pool, host_idx, dev_idx)
 
     def _prepare(
         self, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: str
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[str, torch.Tensor, torch.Tensor]:
+        """Checks, then the concrete backend (``"auto"`` resolved for this batch, without
+        waiting for the GPU) and the indices where it needs them."""
         if self.closed:
             raise RuntimeError("this host pool is closed")
         check_pair(self.layout, io_backend)
@@ -237,14 +260,19 @@ class HostKVPool:
                 f"host_indices ({host_indices.numel()}) and device_indices "
                 f"({device_indices.numel()}) must be equally long"
             )
+        backend = resolve_backend(
+            io_backend, self.layout, host_indices, device_indices, self.item_size
+        )
         # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
-        if io_backend == "kernel":
+        if backend == "kernel":
             target = device_pool.device
-            return host_indices.to(target, non_blocking=True), device_indices.to(
-                target, non_blocking=True
+            return (
+                backend,
+                host_indices.to(target, non_blocking=True),
+                device_indices.to(target, non_blocking=True),
             )
-        return host_indices.to(_CPU), device_indices.to(_CPU)
+        return backend, host_indices.to(_CPU), device_indices.to(_CPU)
 
     def mismatch(self, device_pool: Any) -> list[str]:
         """How ``device_pool`` differs from the pool this host pool was built for (a query):

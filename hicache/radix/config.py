@@ -57,7 +57,8 @@ class HiCacheConfig:
     hicache_size_gb : host pool size in GB (1e9 bytes) when > 0; a finite number in ``[0, 1e9]``.
     write_policy : ``write_through`` (back up on insert), ``write_through_selective`` (back up
         on the 2nd hit) or ``write_back`` (back up when evicted from the device).
-    io_backend : ``kernel`` or ``direct``.
+    io_backend : ``auto`` (per batch: copy engines for long runs, the kernel otherwise), ``kernel``
+        or ``direct``.
     mem_layout : host layout, supported by ``io_backend`` (``hicache.pools.SUPPORTED_PAIRS``).
     load_back_threshold : host hits shorter than this many tokens are recomputed, not loaded.
     verify : page integrity, ``off`` (default), ``sample`` or ``all``: checksums taken at
@@ -71,7 +72,7 @@ class HiCacheConfig:
     hicache_ratio: float = 2.0
     hicache_size_gb: float = 0
     write_policy: str = "write_through"
-    io_backend: str = "kernel"
+    io_backend: str = "auto"
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
     verify: str = "off"

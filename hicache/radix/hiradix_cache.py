@@ -78,7 +78,7 @@ class HiRadixCache(StorageHooks, RadixCache):
         hicache_ratio: float = 2.0,
         hicache_size_gb: float = 0,
         write_policy: str = "write_through",
-        io_backend: str = "kernel",
+        io_backend: str = "auto",
         mem_layout: str = "layer_first",
         eviction_policy: str = "lru",
         load_back_threshold: int = 10,

@@ -42,7 +42,7 @@ class ReplayConfig:
     device: str = "cpu"
     eviction_policy: str = "lru"
     write_policy: str = "write_through"
-    io_backend: str = "kernel"
+    io_backend: str = "auto"
     mem_layout: str = "layer_first"
     load_back_threshold: int = 10
     block_tokens: int = BLOCK_TOKENS

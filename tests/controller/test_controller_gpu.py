@@ -25,7 +25,12 @@ LAYERS = 8
 PAGE_SIZE = 64
 SLEEP_CYCLES = 100_000_000  # ~50 ms at H200 clocks
 TRIES = 4
-GPU_ROUTES = [("kernel", "layer_first"), ("kernel", "page_first"), ("direct", "page_first_direct")]
+GPU_ROUTES = [
+    ("kernel", "layer_first"),
+    ("kernel", "page_first"),
+    ("direct", "page_first_direct"),
+    ("auto", "layer_first"),  # 256 KiB page runs: the copy engines
+]
 
 
 def big_rig(io_backend: str = "kernel", layout: str = "layer_first") -> Rig:

@@ -17,6 +17,7 @@ from hicache.pools import (
     MHATokenToKVPoolHost,
     TokenToKVPoolAllocator,
     host_layouts,
+    host_memory,
     host_pool,
 )
 from hicache.radix import HiRadixCache
@@ -91,8 +92,8 @@ def fake_pinning(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         return True
 
     monkeypatch.setattr(host_pool, "is_cuda", lambda device: True)
-    monkeypatch.setattr(host_pool, "pin_tensor", pin)
-    monkeypatch.setattr(host_pool, "unpin_tensor", lambda t: log.append(("unpin", t.data_ptr())))
+    monkeypatch.setattr(host_memory, "pin_tensor", pin)
+    monkeypatch.setattr(host_memory, "unpin_tensor", lambda t: log.append(("unpin", t.data_ptr())))
     return log
 
 
