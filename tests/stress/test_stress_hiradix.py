@@ -226,7 +226,7 @@ def test_cli_runs_a_bounded_matrix(capsys):
 
 
 def test_cli_table_columns_line_up_for_labels_over_48_characters(capsys):
-    assert main(["--ops", "20", "--only", "mla/direct/layer_first"]) == 0
+    assert main(["--ops", "20", "--only", "mha/direct/page_first_direct"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("TOTAL")]
     assert max(len(line.split(" ops=")[0]) for line in rows) > 48
     assert len({line.index(" ops=") for line in rows}) == 1

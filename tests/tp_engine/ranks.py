@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -58,10 +58,16 @@ def shard_blocks(cfg: ModelConfig, model: TinyTransformer) -> list[str]:
     return bad
 
 
-def fail_calls(fn: Callable[..., Any], calls: set[int], failed: list[int]) -> Callable[..., Any]:
+def fail_calls(
+    fn: Callable[..., Any],
+    calls: set[int],
+    failed: list[int],
+    count: Iterator[int] | None = None,
+) -> Callable[..., Any]:
     """``fn`` but returning None (out of memory) at the given 1-based call numbers, each
-    noted in ``failed``."""
-    count = itertools.count(1)
+    noted in ``failed``; ``count`` numbers the calls (shared by functions that draw on one
+    budget), a fresh counter by default."""
+    count = itertools.count(1) if count is None else count
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
         n = next(count)
@@ -100,6 +106,8 @@ def faulty_run(group: Any, shard: TPShard) -> dict[str, Any]:
     failed: list[int] = []
     if shard.rank == 1:
         allocator, rows = engine.allocator, engine.req_to_token_pool
-        allocator.alloc = fail_calls(allocator.alloc, {3, 9, 30}, failed)  # type: ignore[method-assign]
+        slots = itertools.count(1)  # loads take slots with their CPU copy (alloc_pair)
+        allocator.alloc = fail_calls(allocator.alloc, {3, 9, 30}, failed, slots)  # type: ignore[method-assign]
+        allocator.alloc_pair = fail_calls(allocator.alloc_pair, {3, 9, 30}, failed, slots)  # type: ignore[method-assign]
         rows.alloc = fail_calls(rows.alloc, {2, 5}, failed)  # type: ignore[method-assign]
     return {**run_chat(engine, seed=6), "failed": len(failed)}
