@@ -74,7 +74,9 @@ class HiCacheController:
     write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
     ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
-    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU.
+    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU; the load stream has the
+        device's highest priority (a forward pass waits on its layers), the write stream the
+        default (lowest) one.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
@@ -111,7 +113,7 @@ class HiCacheController:
         self.device = torch.device(device_pool.device)
         self.layer_num: int = device_pool.layer_num
         self.write_stream = new_stream(self.device)
-        self.load_stream = new_stream(self.device)
+        self.load_stream = new_stream(self.device, urgent=True)  # a forward pass waits on it
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
         self.integrity = PageIntegrity.build(

@@ -119,12 +119,15 @@ def _sdpa(
     """``q [n, H, D]``, ``k [S, KVH, D]``, ``v [S, KVH, Dv]`` -> ``[n, H, Dv]``.
 
     Called with 4-D ``[1, heads, len, dim]`` operands: the fused (flash / memory-efficient)
-    backends take only 4-D input, 3-D input falls back to the slow math backend.
+    backends take only 4-D input, 3-D input falls back to the slow math backend. On CUDA a
+    masked (prefill) call expands the KV heads rather than passing ``enable_gqa``: with a mask
+    torch serves ``enable_gqa`` only with the math backend, whose fp32 ``[H, n, S]`` scores
+    take 128 GiB at 32k tokens; the memory-efficient kernel takes the expanded heads.
     """
     q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
-    if group > 1 and not _HAS_GQA:
+    if group > 1 and (not _HAS_GQA or (mask is not None and q.is_cuda)):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    extra = {"enable_gqa": True} if group > 1 and _HAS_GQA else {}
+    extra = {"enable_gqa": True} if k.shape[1] < q.shape[1] else {}
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
     return out[0].transpose(0, 1)

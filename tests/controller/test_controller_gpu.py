@@ -208,3 +208,12 @@ def test_direct_start_loading_does_not_wait_for_compute():
     for layer in range(LAYERS):
         assert torch.equal(got[layer], want[layer]), f"layer {layer} read stale bytes"
     rig.host_pool.close()
+
+
+def test_load_stream_outranks_compute_and_writes():
+    """A forward pass waits on the load stream's layers: its copy kernels must not queue behind
+    the matmuls' blocks, so it has the device's highest priority; backups keep the lowest."""
+    ctrl = big_rig().controller
+    lowest = torch.cuda.current_stream().priority  # the default stream: priority 0, the lowest
+    assert ctrl.load_stream.priority < lowest  # lower numbers run first
+    assert ctrl.write_stream.priority == lowest
