@@ -12,12 +12,13 @@ given as one such dict per layer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
-from hicache.kernels import dispatch, plans
+from hicache.kernels import dispatch, plans, triton_ops
 from hicache.kernels import validate as check
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.ops import DEFAULT_NUM_WARPS
@@ -61,8 +62,20 @@ class LayerPlan:
         return replace(self.template, src=src, dst=_at(dst, self.dst_layers[layer], 0))
 
     def run(self, layer_id: int) -> None:
-        """Copy layer ``layer_id``: the only check is the layer id. Same backends as the ops."""
-        dispatch.run(self.at(layer_id), self.block_quota, self.num_warps_per_block)
+        """Copy layer ``layer_id``: the only check is the layer id. Same backends as the ops;
+        the Triton launch is prepared once, at the first run, for every layer."""
+        layer = check.check_layer_id(layer_id, self.num_layers)
+        if self.template.num_items and dispatch.backend_for(self.template) == "triton":
+            self._launcher.run(layer)
+        else:
+            dispatch.run(self.at(layer), self.block_quota, self.num_warps_per_block)
+
+    @functools.cached_property
+    def _launcher(self) -> triton_ops.Launcher:
+        layers = [triton_ops.addresses(self.at(layer)) for layer in range(self.num_layers)]
+        return triton_ops.Launcher(
+            self.template, layers, self.block_quota, self.num_warps_per_block
+        )
 
 
 def _at(side: Operand, buffers: tuple[Tensor, ...], first_layer: int) -> Operand:
