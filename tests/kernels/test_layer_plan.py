@@ -108,3 +108,40 @@ def test_a_layer_unlike_layer_0_is_refused_at_plan_time() -> None:
         K.plan_per_layer(src, dst[:2], SRC_IDX, DST_IDX, 16)
     with pytest.raises(IndexError, match="src_indices"):
         K.plan_per_layer(src, dst[:1] * LAYERS, SRC_IDX + ITEMS, DST_IDX, 16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> None:
+    """After the first layer the compiled kernel is called directly (Triton binds the
+    arguments once per plan); every layer lands its own bytes and nothing else."""
+    from hicache.kernels import triton_ops
+
+    binds: list[int] = []
+    real = triton_ops.transfer_kernel.run
+    monkeypatch.setattr(
+        triton_ops.transfer_kernel, "run", lambda *a, **k: binds.append(1) or real(*a, **k)
+    )
+    layers, items = 8, 64
+    src = [[rand(items, HEADS, DIM, seed=2 * layer + kv).cuda() for kv in range(2)]
+           for layer in range(layers)]  # fmt: skip
+    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
+            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
+    src_idx, dst_idx = torch.randperm(items)[:40].cuda(), torch.randperm(items)[:40].cuda()
+    plan = K.plan_per_layer(
+        [{"src_k": k, "src_v": v} for k, v in src],
+        [{"dst_k": k, "dst_v": v} for k, v in dst],
+        src_idx,
+        dst_idx,
+        ITEM,
+    )
+    for layer in reversed(range(layers)):
+        plan.run(layer)
+    torch.cuda.synchronize()
+    assert len(binds) == 1
+    untouched = torch.ones(items, dtype=torch.bool, device="cuda")
+    untouched[dst_idx] = False
+    for layer in range(layers):
+        for kv in range(2):
+            got = dst[layer][kv].view(torch.uint8)
+            assert torch.equal(got[dst_idx], src[layer][kv][src_idx].view(torch.uint8))
+            assert bool((got[untouched] == POISON).all())
