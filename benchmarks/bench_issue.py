@@ -44,9 +44,9 @@ def _per_layer_us(fn: Callable[[], None], sync: Callable[[], None], repeats: int
 
 
 def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: int) -> list[str]:
-    dev = pools.MHATokenToKVPool(4 * tokens, page, torch.bfloat16, HEADS, DIM, LAYERS, device)
-    alloc = pools.TokenToKVPoolAllocator(4 * tokens, page, device, kvcache=dev)
-    host = pools.MHATokenToKVPoolHost(dev, 2.0, 0, page, "layer_first")
+    dev = pools.MHATokenToKVPool(2 * tokens, page, torch.bfloat16, HEADS, DIM, LAYERS, device)
+    alloc = pools.TokenToKVPoolAllocator(2 * tokens, page, device, kvcache=dev)
+    host = pools.MHATokenToKVPoolHost(dev, 1.25, 0, page, "layer_first")  # pinning takes time
     ctrl = controller_mod.HiCacheController(alloc, host, page, io_backend=backend)
     gen = torch.Generator().manual_seed(0)
     pages = torch.randperm(host.size // page, generator=gen)[: tokens // page]
