@@ -183,8 +183,11 @@ class Launcher:
             args[slot] = address
         with _device_scope(self._device):
             if self._compiled is not None:
-                self._compiled[self._grid](*args)
-                return
+                try:
+                    self._compiled[self._grid](*args)
+                    return
+                except TypeError:  # a Triton whose launcher takes other arguments: bind each time
+                    self._compiled, self._reuse = None, False
             kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
             if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
                 self._compiled = kernel
