@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default="kernel,direct")
     parser.add_argument("--pages", default="1,64")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--host-ratio", type=float, default=1.5)
+    parser.add_argument("--host-ratio", type=float, default=1.1)  # pinning takes time
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny geometry, short pairs, 2 runs")
     parser.add_argument("--json", default=None, help="write the cells here")
