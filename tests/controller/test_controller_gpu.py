@@ -218,7 +218,7 @@ def test_load_stream_outranks_compute_and_writes():
     assert ctrl.write_stream.priority == lowest
 
 
-@pytest.mark.parametrize(("io_backend", "layout"), [("kernel", "layer_first"), *GPU_ROUTES])
+@pytest.mark.parametrize(("io_backend", "layout"), GPU_ROUTES)
 def test_writes_and_loads_never_synchronize_the_scheduler(io_backend, layout):
     """With a backup of another node in flight, queueing and issuing a write and a load (and
     polling until the write is issued) makes no device-to-CPU synchronisation: CUDA's sync
