@@ -171,7 +171,7 @@ class Launcher:
         self._layers = tuple(layers)
         classes = {tuple(map(_int_class, layer)) for layer in self._layers}
         self._reuse = len(classes) == 1
-        self._grid = (min(block_quota, work),)
+        self._grid = (min(block_quota, work), 1, 1)  # a compiled kernel reads all three
         self._num_warps = num_warps
         self._device = plan.device
         self._compiled: CompiledKernel | None = None
@@ -186,8 +186,8 @@ class Launcher:
                 try:
                     self._compiled[self._grid](*args)
                     return
-                except TypeError:  # a Triton whose launcher takes other arguments: bind each time
-                    self._compiled, self._reuse = None, False
+                except (TypeError, IndexError):  # a Triton whose compiled kernels take other
+                    self._compiled, self._reuse = None, False  # arguments: bind every launch
             kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
             if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
                 self._compiled = kernel

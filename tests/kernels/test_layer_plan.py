@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton.compiler import CompiledKernel
 
 import hicache.kernels as K
+from hicache.kernels import dispatch, triton_ops
 from tests.kernels.cases import POISON
 
 LAYERS, ITEMS, HEADS, DIM, PAGE = 3, 16, 2, 4, 4
@@ -114,8 +116,6 @@ def test_a_layer_unlike_layer_0_is_refused_at_plan_time() -> None:
 def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> None:
     """After the first layer the compiled kernel is called directly (Triton binds the
     arguments once per plan); every layer lands its own bytes and nothing else."""
-    from hicache.kernels import triton_ops
-
     binds: list[int] = []
     real = triton_ops.transfer_kernel.run
     monkeypatch.setattr(
@@ -145,3 +145,66 @@ def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> 
             got = dst[layer][kv].view(torch.uint8)
             assert torch.equal(got[dst_idx], src[layer][kv][src_idx].view(torch.uint8))
             assert bool((got[untouched] == POISON).all())
+
+
+class FakeCompiled(CompiledKernel):
+    """Stands in for Triton's compiled kernel: ``kernel[grid](*args)`` as its runner takes it
+    (every parameter in signature order; ``grid`` indexed 0, 1 and 2)."""
+
+    def __init__(self, calls: list, fail: bool) -> None:  # no super(): nothing is compiled
+        self.calls, self.fail = calls, fail
+
+    def __getitem__(self, grid):
+        def runner(*args, stream=None):
+            assert len(grid) == 3 and all(isinstance(g, int) for g in grid)
+            if self.fail:
+                raise IndexError("a launcher that takes other arguments")
+            self.calls.append(("compiled", grid, args))
+
+        return runner
+
+
+class FakeJit:
+    """Stands in for ``transfer_kernel``: ``kernel[grid](*args, num_warps=...)`` records the
+    call and returns ``compiled``."""
+
+    def __init__(self, compiled: FakeCompiled) -> None:
+        self.arg_names = triton_ops.transfer_kernel.arg_names
+        self.compiled = compiled
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            assert set(kwargs) == {"num_warps"}
+            self.compiled.calls.append(("bind", grid, args))
+            return self.compiled
+
+        return launch
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_plan_binds_once_then_calls_the_compiled_kernel_per_layer(monkeypatch, fail) -> None:
+    """Layer 0 goes through Triton's binding; later layers call its compiled kernel with the
+    same arguments but their own four buffer addresses. A compiled kernel that refuses its
+    arguments makes the plan bind every launch instead."""
+    calls: list = []
+    monkeypatch.setattr(triton_ops, "transfer_kernel", FakeJit(FakeCompiled(calls, fail)))
+    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
+    with dispatch.force_backend("triton"):
+        for layer in range(LAYERS):
+            plan.run(layer)
+    kinds = [kind for kind, _, _ in calls]
+    assert kinds == (["bind"] * LAYERS if fail else ["bind"] + ["compiled"] * (LAYERS - 1))
+    names = list(triton_ops.transfer_kernel.arg_names)
+    where = [names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")]
+    for layer, (_, grid, args) in enumerate(calls):
+        assert len(args) == len(names)
+        want = [src[layer]["src_k"], src[layer]["src_v"], dst[layer]["dst_k"], dst[layer]["dst_v"]]
+        assert [args[j] for j in where] == [t.data_ptr() for t in want]
+        rest = [a for j, a in enumerate(args) if j not in where]
+        first = [a for j, a in enumerate(calls[0][2]) if j not in where]
+        assert all(a is b for a, b in zip(rest, first, strict=True))  # nothing else per layer
+        assert grid == calls[0][1]
