@@ -70,9 +70,21 @@ class LayerPlan:
         else:
             dispatch.run(self.at(layer), self.block_quota, self.num_warps_per_block)
 
+    def addresses(self, layer: int) -> triton_ops.Addresses:
+        """Layer ``layer``'s (src K, src V, dst K, dst V) addresses: ``triton_ops.addresses``
+        of ``at(layer)``, without building its plan (no check of ``layer``)."""
+        if self.src_layers is None:  # one page_first / page_head buffer set: its layer ``layer``
+            src = self.template.src
+            offset = layer * src.geometry.layer_stride
+            k, v = src.buffers[0].data_ptr() + offset, src.buffers[-1].data_ptr() + offset
+        else:
+            k, v = self.src_layers[layer][0].data_ptr(), self.src_layers[layer][-1].data_ptr()
+        dst = self.dst_layers[layer]
+        return k, v, dst[0].data_ptr(), dst[-1].data_ptr()
+
     @functools.cached_property
     def _launcher(self) -> triton_ops.Launcher:
-        layers = [triton_ops.addresses(self.at(layer)) for layer in range(self.num_layers)]
+        layers = [self.addresses(layer) for layer in range(self.num_layers)]
         return triton_ops.Launcher(
             self.template, layers, self.block_quota, self.num_warps_per_block
         )

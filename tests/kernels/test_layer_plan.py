@@ -208,3 +208,21 @@ def test_plan_binds_once_then_calls_the_compiled_kernel_per_layer(monkeypatch, f
         first = [a for j, a in enumerate(calls[0][2]) if j not in where]
         assert all(a is b for a, b in zip(rest, first, strict=True))  # nothing else per layer
         assert grid == calls[0][1]
+
+
+def test_layer_addresses_are_those_of_the_layers_plan() -> None:
+    """What the launcher is built from equals each layer's own plan, for a layer_first and a
+    page_first source."""
+    lf = K.plan_per_layer(
+        [{"src_k": rand(ITEMS, HEADS, DIM, seed=j), "src_v": rand(ITEMS, HEADS, DIM, seed=9)}
+         for j in range(LAYERS)],  # fmt: skip
+        [{"dst_k": k, "dst_v": v}
+         for k, v in zip(poisoned_layers(), poisoned_layers(), strict=True)],
+        SRC_IDX, DST_IDX, ITEM,
+    )  # fmt: skip
+    src = {"src": rand(ITEMS, LAYERS, 1, DIM * HEADS, seed=1)}
+    dst = [{"dst": layer.view(ITEMS, 1, HEADS * DIM)} for layer in poisoned_layers()]
+    pf = K.plan_per_layer_pf_lf(src, dst, SRC_IDX, DST_IDX, ITEM, ITEM * LAYERS)
+    for plan in (lf, pf):
+        for layer in range(LAYERS):
+            assert plan.addresses(layer) == triton_ops.addresses(plan.at(layer))
