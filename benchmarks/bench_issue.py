@@ -13,6 +13,12 @@ slots, on the load stream as ``HiCacheController`` issues it, the wall time per 
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_issue.py`` (CUDA; on CPU the copies are the torch
 reference's and dominate).
+
+``TRITON_INTERPRET=1 ... --stub`` (any machine, CPU tensors): the Python cost alone, with
+Triton's kernel and the batched engine copy replaced by no-ops: per layer, a plan launched
+layer by layer with every launch prepared again (``dispatch.run(plan.at(l))``; direct:
+``Runs.copy``, the addresses again) against ``plan.run(l)`` (prepared once per batch); the plan
+itself included in both.
 """
 
 from __future__ import annotations
@@ -21,11 +27,18 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from _common import format_table, import_hicache, pick_device
+from triton.compiler import CompiledKernel
 
 pools = import_hicache("pools")
+kernels = import_hicache("kernels")
+dispatch = import_hicache("kernels.dispatch")
+triton_ops = import_hicache("kernels.triton_ops")
+copy_engine = import_hicache("kernels.copy_engine")
+direct_plan = import_hicache("kernels.direct_plan")
 controller_mod = import_hicache("controller")
 devices = import_hicache("devices")
 
@@ -108,6 +121,77 @@ def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: in
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 
 
+class _StubCompiled(CompiledKernel):
+    def __init__(self) -> None:  # nothing compiled
+        pass
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return lambda *args, stream=None: None
+
+
+class _StubJit:
+    arg_names = triton_ops.transfer_kernel.arg_names
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        return lambda *args, **kwargs: _StubCompiled()
+
+
+def _stub_row(backend: str, page: int, tokens: int, repeats: int) -> list[str]:
+    size = 4 * tokens
+    bufs = [[torch.empty(size, HEADS, DIM, dtype=torch.bfloat16) for _ in range(4)]
+            for _ in range(LAYERS)]  # fmt: skip
+    gen = torch.Generator().manual_seed(page)
+    h, d = (
+        (torch.randperm(size // page, generator=gen)[: tokens // page, None] * page
+         + torch.arange(page)).flatten()
+        for _ in range(2)
+    )  # fmt: skip
+    make: Callable[[], Any]
+    again: Callable[[Any, int], None]
+    if backend == "kernel":
+        src = [{"src_k": b[0], "src_v": b[1]} for b in bufs]
+        dst = [{"dst_k": b[2], "dst_v": b[3]} for b in bufs]
+
+        def make() -> Any:
+            return kernels.plan_per_layer(src, dst, h, d, HEADS * DIM * 2)
+
+        def again(plan: Any, layer: int) -> None:
+            dispatch.run(plan.at(layer), plan.block_quota, plan.num_warps_per_block)
+    else:
+
+        def make() -> Any:
+            return kernels.plan_direct([b[:2] for b in bufs], [b[2:] for b in bufs], h, d, page)
+
+        def again(plan: Any, layer: int) -> None:
+            plan.runs.copy(plan.layer_pairs[layer], plan.engine)
+
+    def per_layer() -> None:
+        plan = make()
+        for layer in range(LAYERS):
+            again(plan, layer)
+
+    def once() -> None:
+        plan = make()
+        for layer in range(LAYERS):
+            plan.run(layer)
+
+    with dispatch.force_backend("triton"):
+        cells = [_per_layer_us(f, lambda: None, repeats) for f in (per_layer, once)]
+    return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
+
+
+def _stub_rows(args: argparse.Namespace) -> list[list[str]]:
+    triton_ops.transfer_kernel = _StubJit()
+    copy_engine.copy_batch = lambda dst, src, nbytes, device: None
+    direct_plan.engine_device = lambda pairs: torch.device("cpu")
+    return [
+        _stub_row(backend, page, tokens, args.repeats)
+        for backend in args.backends.split(",")
+        for page in (int(p) for p in args.pages.split(","))
+        for tokens in (int(t) for t in args.tokens.split(","))
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -115,7 +199,13 @@ def main() -> None:
     parser.add_argument("--pages", default="1,64")
     parser.add_argument("--backends", default="kernel,direct")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--stub", action="store_true", help="Python cost only (see the module)")
     args = parser.parse_args()
+    if args.stub:
+        header = ["backend", "page", "tokens", "prepared per layer", "plan once"]
+        title = f"Python us per layer of a {LAYERS}-layer batch, copies stubbed out"
+        print(format_table(header, _stub_rows(args), title))
+        return
     device = pick_device(args.device)
     rows = [
         _row(backend, page, tokens, device, args.repeats)

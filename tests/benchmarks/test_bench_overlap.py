@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("cold", "dev_busy", "device", "host", "load")
 
 
 def run(script: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    env["TRITON_INTERPRET"] = "1"  # --stub forces the Triton path onto CPU tensors
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False,
@@ -47,8 +50,10 @@ def test_bench_overlap_writes_every_cell(tmp_path: Path) -> None:
     assert text.splitlines()[0].startswith("TTFT medians")  # the table comes last, on stdout
 
 
-def test_bench_issue_prints_every_row() -> None:
-    text = run("bench_issue.py", "--device", "cpu", "--tokens", "64", "--repeats", "1")
+@pytest.mark.parametrize("stub", [False, True])
+def test_bench_issue_prints_every_row(stub: bool) -> None:
+    extra = ["--stub"] if stub else []
+    text = run("bench_issue.py", "--device", "cpu", "--tokens", "64", "--repeats", "1", *extra)
     rows = [line.split() for line in text.splitlines()[3:]]
     assert {(r[0], r[1]) for r in rows} == {
         (b, p) for b in ("kernel", "direct") for p in ("1", "64")
