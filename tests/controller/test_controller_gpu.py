@@ -235,7 +235,9 @@ def test_writes_and_loads_never_synchronize_the_scheduler(io_backend, layout):
     ctrl.drain()  # warm up the copy path (first use may pin or load the runtime)
     pop_finished_acks(ctrl.ack_write_queue)
     ctrl.write(first, node_id=4)  # a long backup, in flight from here on
-    ctrl.start_writing()
+    while ctrl.write_queue:  # a direct write is issued once its indices reached the CPU
+        ctrl.start_writing()
+    assert not ctrl.ack_write_queue[-1].finish_event.query(), "the backup was not in flight"
     torch.cuda.set_sync_debug_mode("error")
     try:
         second_host = ctrl.write(second, node_id=5)
