@@ -82,9 +82,19 @@ def new_event(device: torch.device | str) -> EventLike:
     return torch.cuda.Event() if is_cuda(device) else CompletedEvent()
 
 
-def new_stream(device: torch.device | str) -> torch.cuda.Stream | None:
-    """A dedicated transfer stream on CUDA; ``None`` (synchronous) on CPU."""
-    return torch.cuda.Stream(device=torch.device(device)) if is_cuda(device) else None
+def new_stream(device: torch.device | str, urgent: bool = False) -> torch.cuda.Stream | None:
+    """A dedicated transfer stream on CUDA; ``None`` (synchronous) on CPU.
+
+    ``urgent``: the device's highest stream priority (default priority otherwise, the lowest,
+    which is also the compute stream's): the GPU then starts the stream's kernels on the next
+    free SM before more blocks of kernels from lower-priority streams, so a small copy kernel
+    is not held back behind a large matmul.
+    """
+    if not is_cuda(device):
+        return None
+    # a static method, typed as an instance one in the stubs
+    priority = torch.cuda.Stream.priority_range()[1] if urgent else 0  # type: ignore[call-arg]
+    return torch.cuda.Stream(device=torch.device(device), priority=priority)
 
 
 def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:

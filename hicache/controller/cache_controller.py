@@ -33,7 +33,12 @@ from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters, TransferStats
-from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
+from hicache.controller.transfer_indices import (
+    fetch_indices,
+    is_readable,
+    transfer_indices,
+    wait_for_compute,
+)
 from hicache.devices import new_event, new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
@@ -63,8 +68,9 @@ class HiCacheController:
     io_backend : ``"auto"`` (default), ``"kernel"`` or ``"direct"``; the host layout must
         support it (kernel: layer_first, page_first, page_head; direct: layer_first,
         page_first_direct; auto: any, choosing per batch, see :mod:`hicache.pools.auto_backend`).
-        The direct ops plan their copies on the CPU, so on CUDA each direct write batch costs
-        one blocking device-to-host copy of its device indices.
+        The direct ops plan their copies on the CPU: loads take the allocator's CPU copy of
+        their slots; a direct write's device indices are copied to pinned memory asynchronously
+        and the write is issued by the first ``start_writing`` after that copy landed (no sync).
     verify, verify_sample_period : page integrity (``"off"``, ``"sample"``, ``"all"``; see
         :mod:`hicache.controller.integrity`): backups record checksums, ``verify_load`` checks.
 
@@ -76,7 +82,9 @@ class HiCacheController:
     write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
     ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
-    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU.
+    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU; the load stream has the
+        device's highest priority (a forward pass waits on its layers), the write stream the
+        default (lowest) one.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
@@ -113,7 +121,7 @@ class HiCacheController:
         self.device = torch.device(device_pool.device)
         self.layer_num: int = device_pool.layer_num
         self.write_stream = new_stream(self.device)
-        self.load_stream = new_stream(self.device)
+        self.load_stream = new_stream(self.device, urgent=True)  # a forward pass waits on it
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
         self.integrity = PageIntegrity.build(
@@ -218,15 +226,29 @@ class HiCacheController:
         self.evict_device(self.load_queue.pop().device_indices)
 
     def start_writing(self) -> None:
-        """Issue every queued write as one batch on the write stream; append its ack.
+        """Issue the queued writes as one batch on the write stream; append its ack.
 
         The write stream first waits (GPU-side) for the current compute stream, so the backup
         sees the KV written by kernels queued before this call. Returns at once when the write
-        queue is empty. On error the queue is left as it was.
+        queue is empty. On error the queue is left as it was. Never blocks: with the direct
+        or auto backend on CUDA a write whose device indices are not yet on the CPU starts their
+        asynchronous copy and stays queued, with the writes after it, until a later call
+        finds the copy landed (``drain`` waits for it).
         """
         if not self.write_queue:
             return
-        op = CacheOperation.merge(self.write_queue)
+        if self.io_backend != "kernel" and self.write_stream is not None:
+            # direct plans on the CPU; auto counts runs there (long ones go to the engines)
+            self.write_queue[:] = [fetch_indices(op, self.device) for op in self.write_queue]
+        ready = next(
+            (j for j, op in enumerate(self.write_queue) if not is_readable(op)),
+            len(self.write_queue),
+        )
+        if ready:
+            self._issue_write(CacheOperation.merge(self.write_queue[:ready]))
+            del self.write_queue[:ready]
+
+    def _issue_write(self, op: CacheOperation) -> None:
         start, finish = new_event(self.device), new_event(self.device)
         wait_for_compute(self.write_stream, self.device)
         with stream_scope(self.write_stream):
@@ -241,7 +263,6 @@ class HiCacheController:
             if self.integrity is not None:
                 self.integrity.record(op.host_indices, op.device_indices)
             finish.record(self.write_stream)
-        self.write_queue.clear()
         self.ack_write_queue.append(HiCacheAck(start, finish, op.node_ids))
 
     def start_loading(self) -> int:
@@ -262,8 +283,9 @@ class HiCacheController:
             return -1
         counter = self.layer_done_counter
         oldest = counter.events[counter.next_producer].finish_event
-        self.counters.blocking_waits += not oldest.query()
-        oldest.synchronize()
+        if not oldest.query():
+            self.counters.blocking_waits += 1
+            oldest.synchronize()
         op = CacheOperation.merge(self.load_queue)
         wait_for_compute(self.load_stream, self.device)
         producer = counter.update_producer()
@@ -289,6 +311,10 @@ class HiCacheController:
         ``start_loading`` serves). Afterwards every ack in ``ack_write_queue`` and
         ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU.
         """
+        self.start_writing()
+        for op in self.write_queue:  # direct writes whose indices are still on their way
+            if op.cpu_ready is not None:
+                op.cpu_ready.synchronize()
         self.start_writing()
         acks = (*self.ack_write_queue, *self.ack_load_queue)
         self.counters.blocking_waits += not all(ack.finish_event.query() for ack in acks)
@@ -353,6 +379,6 @@ class HiCacheController:
             plan = self.mem_pool_host.plan_load(self.mem_pool_device, host, device, backend)
             for layer in range(self.layer_num):
                 plan.run(layer)
-                batch.complete(layer)
+                batch.complete(layer, self.load_stream)
             self.counters.h2d.end(mark, len(op))
             batch.finish_event.record(self.load_stream)

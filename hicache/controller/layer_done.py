@@ -68,14 +68,15 @@ class LayerLoadingEvent:
         self.start_event: EventLike = new_event(self.device)
         self.finish_event: EventLike = new_event(self.device)
 
-    def complete(self, layer: int) -> None:
-        """Record layer ``layer``'s event on the current stream (the load stream).
+    def complete(self, layer: int, stream: torch.cuda.Stream | None = None) -> None:
+        """Record layer ``layer``'s event on ``stream`` (default: the current stream, the load
+        stream; passing it saves looking it up on every layer).
 
         Call it right after issuing that layer's copy: the event then fires when the copy is done.
         ``TypeError`` / ``ValueError`` unless ``layer`` is an int in ``[0, num_layers)``.
         """
         event = self.load_events[check_layer("complete", layer, self.num_layers)]
-        event.record(current_stream(self.device))
+        event.record(current_stream(self.device) if stream is None else stream)
 
     def wait(self, layer: int) -> None:
         """Make the current stream (the compute stream) wait for layer ``layer``'s event.

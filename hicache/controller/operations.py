@@ -29,12 +29,16 @@ class CacheOperation:
     node_ids : ids of the radix nodes the slots belong to, in queueing order.
     device_indices_cpu : ``device_indices`` on the CPU when the queuer had them there (loads:
         the allocator's own copy), so a transfer planned on the CPU needs no device sync.
+    cpu_ready : None when ``device_indices_cpu`` (if any) can be read now; else the event
+        recorded after the asynchronous copy that fills it (a direct write's indices on their
+        way from the device): readable once the event has completed.
     """
 
     host_indices: torch.Tensor
     device_indices: torch.Tensor
     node_ids: list[int]
     device_indices_cpu: torch.Tensor | None = None
+    cpu_ready: EventLike | None = None
 
     def __post_init__(self) -> None:
         assert self.host_indices.numel() == self.device_indices.numel(), (
@@ -49,7 +53,8 @@ class CacheOperation:
     def merge(cls, ops: Sequence[CacheOperation]) -> CacheOperation:
         """One operation covering ``ops`` in order (indices concatenated, node ids joined).
 
-        A single operation is returned as is; the inputs are never modified.
+        A single operation is returned as is; the inputs are never modified. Every CPU copy
+        must be readable (``cpu_ready`` None or completed).
         """
         assert ops, "CacheOperation.merge: nothing to merge"
         if len(ops) == 1:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from hicache.controller.operations import CacheOperation
-from hicache.devices import current_stream
+from hicache.devices import current_stream, new_event
 
 
 def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
@@ -14,6 +16,24 @@ def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> 
     compute = current_stream(device)
     if stream is not None and compute is not None:
         stream.wait_stream(compute)
+
+
+def fetch_indices(op: CacheOperation, device: torch.device) -> CacheOperation:
+    """``op``, or when its device indices have no CPU copy yet, ``op`` with one on the way: a
+    non-blocking copy into pinned memory queued on ``device``'s current (compute) stream, which
+    produced the indices, and the event after it as ``cpu_ready``. Never blocks."""
+    if op.device_indices_cpu is not None:
+        return op
+    cpu = torch.empty(op.device_indices.shape, dtype=op.device_indices.dtype, pin_memory=True)
+    cpu.copy_(op.device_indices, non_blocking=True)
+    ready = new_event(device)
+    ready.record(current_stream(device))
+    return replace(op, device_indices_cpu=cpu, cpu_ready=ready)
+
+
+def is_readable(op: CacheOperation) -> bool:
+    """Whether ``op``'s CPU copy of its device indices (if any) can be read now."""
+    return op.cpu_ready is None or op.cpu_ready.query()
 
 
 def transfer_indices(
@@ -26,15 +46,16 @@ def transfer_indices(
     ``stream`` (``record_stream``). The kernel backend gets the host indices on ``device``,
     copied once, non-blocking from pinned memory, with the pairs sorted by host index. The
     direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
-    allocator's CPU copy of their slots; otherwise (writes) the device-to-host copy blocks
-    until ``stream`` reaches it (a racy non-blocking one read at once by the CPU would plan
-    with garbage).
+    allocator's CPU copy of their slots, writes the copy ``fetch_indices`` made (landed, see
+    ``is_readable``); only an operation without one (an allocator lacking ``alloc_pair``)
+    copies them here, blocking until ``stream`` reaches the copy.
     """
     if stream is None:
         return op.host_indices, op.device_indices
     op.device_indices.record_stream(stream)
     if io_backend == "direct":
         cpu = op.device_indices_cpu
+        assert is_readable(op), "direct transfer planned before its indices reached the CPU"
         return op.host_indices, op.device_indices.cpu() if cpu is None else cpu
     # Pairs in host-address order: scattered pinned reads then stay within few host pages at
     # a time (the GPU's address translation is the bottleneck; benchmarks/RESULTS.md).

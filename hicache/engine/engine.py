@@ -189,6 +189,7 @@ class Engine:
     def _forward(self, work: list[Work]) -> torch.Tensor:
         rows = [w.req.req_pool_idx for w in work]
         assert None not in rows, "a scheduled request holds a row"
+        loads = self.cache.ready_to_load_host_cache()  # first: they start while the batch builds
         batch = ForwardBatch.build(
             self.req_to_token_pool.req_to_token,
             [row for row in rows if row is not None],
@@ -197,7 +198,7 @@ class Engine:
             torch.cat([w.slots for w in work]),
             self.model.device,
         )
-        self.cache.consume_load_batch(self.cache.ready_to_load_host_cache())
+        self.cache.consume_load_batch(loads)
         self.forward_passes += 1
         return self.model(batch, self.kv_pool)
 

@@ -9,14 +9,16 @@ the copy path once; :meth:`DirectLayerPlan.run` checks only the layer id, then c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from hicache.kernels import copy_engine
 from hicache.kernels import validate as check
 from hicache.kernels.direct import check_lf_pairs, check_pf_lf_pairs, checked_runs
-from hicache.kernels.direct_runs import Pairs, Runs, Slots, engine_device
+from hicache.kernels.direct_runs import EngineBatch, Pairs, Runs, Slots, engine_device
 
 Tensor = torch.Tensor
 
@@ -42,9 +44,16 @@ class DirectLayerPlan:
 
     def run(self, layer_id: int) -> None:
         """Copy layer ``layer_id`` (``IndexError`` outside ``[0, num_layers)``), nothing else
-        checked."""
+        checked. The engine copies' addresses are computed for every layer at the first run."""
         layer = check.check_layer_id(layer_id, self.num_layers)
-        self.runs.copy(self.layer_pairs[layer], self.engine)
+        if self.engine is None or not len(self.runs.lengths):
+            self.runs.copy(self.layer_pairs[layer], self.engine)
+        else:
+            copy_engine.copy_batch(*self._batches[layer], self.engine)
+
+    @functools.cached_property
+    def _batches(self) -> list[EngineBatch]:
+        return self.runs.engine_batches(self.layer_pairs)
 
 
 def _layers(name: str, value: object) -> list[dict[str, Tensor]]:

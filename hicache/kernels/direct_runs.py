@@ -20,6 +20,7 @@ from hicache.kernels import copy_engine
 
 Run = tuple[int, int, int]  # (src_start, dst_start, length)
 Int64Array = npt.NDArray[np.int64]
+EngineBatch = tuple[np.ndarray, np.ndarray, np.ndarray]  # dst addresses, src addresses, nbytes
 
 
 class Slots(NamedTuple):
@@ -36,25 +37,39 @@ class Slots(NamedTuple):
         offset = start % page_size
         return self.tensor[start // page_size, self.layer, offset : offset + length]
 
+    def base(self) -> int:
+        """Address of slot 0 (of ``layer``)."""
+        t = self.tensor
+        return t.data_ptr() + (
+            0 if self.layer is None else self.layer * t.stride(1) * t.element_size()
+        )
+
     def geometry(self) -> tuple[int, int, int, int, int]:
         """(base, page, page stride, slot stride, slot bytes) in bytes: slot ``i`` starts at
         ``base + (i // page) * page_stride + (i % page) * slot_stride`` (contiguous tensors)."""
         t, elem = self.tensor, self.tensor.element_size()
         if self.layer is None:
-            return t.data_ptr(), 1, t.stride(0) * elem, 0, t.stride(0) * elem
-        base = t.data_ptr() + self.layer * t.stride(1) * elem
-        return base, t.shape[2], t.stride(0) * elem, t.stride(2) * elem, t.stride(2) * elem
+            return self.base(), 1, t.stride(0) * elem, 0, t.stride(0) * elem
+        return self.base(), t.shape[2], t.stride(0) * elem, t.stride(2) * elem, t.stride(2) * elem
 
 
 Pairs = Sequence[tuple[Slots, Slots]]
 
 
-def _addresses(sides: Sequence[Slots], starts: Int64Array) -> tuple[np.ndarray, Int64Array]:
-    """Byte addresses of slots ``starts`` in every side (side-major), and each side's slot bytes."""
-    geo = np.array([side.geometry() for side in sides], dtype=np.int64)
-    base, page, page_stride, slot_stride = (geo[:, j : j + 1] for j in range(4))
-    addr = base + (starts // page) * page_stride + (starts % page) * slot_stride
-    return addr.astype(np.uint64).ravel(), geo[:, 4]
+def _offsets(sides: Sequence[Slots], starts: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """``[sides, runs]`` byte offsets of slots ``starts`` from each side's base, and each side's
+    slot bytes."""
+    geo = np.array([side.geometry()[1:] for side in sides], dtype=np.int64)
+    page, page_stride, slot_stride = (geo[:, j : j + 1] for j in range(3))
+    return (starts // page) * page_stride + (starts % page) * slot_stride, geo[:, 3]
+
+
+def _addresses(layers: Sequence[Sequence[Slots]], offsets: Int64Array) -> np.ndarray:
+    """``[layers, sides * runs]`` uint64 addresses: each layer's side bases plus ``offsets``
+    (every layer's sides laid out like the first layer's)."""
+    bases = np.array([[side.base() for side in sides] for sides in layers], dtype=np.int64)
+    addr = bases[:, :, None] + offsets[None]
+    return addr.astype(np.uint64).reshape(len(layers), -1)
 
 
 def engine_device(pairs: Pairs) -> torch.device | None:
@@ -96,14 +111,23 @@ class Runs:
         arrays = (self.src.tolist(), self.dst.tolist(), self.lengths.tolist())
         return list(zip(*arrays, strict=True))
 
+    def engine_batches(self, layer_pairs: Sequence[Pairs]) -> list[EngineBatch]:
+        """The (dst, src, nbytes) arrays of one batched engine copy of every run for every
+        pair, for each entry of ``layer_pairs`` (layers laid out alike, bases apart), computed
+        together."""
+        src_off, slot_bytes = _offsets([src for src, _ in layer_pairs[0]], self.src)
+        dst_off, _ = _offsets([dst for _, dst in layer_pairs[0]], self.dst)
+        nbytes = np.outer(slot_bytes, self.lengths).astype(np.uint64).ravel()
+        src = _addresses([[s for s, _ in pairs] for pairs in layer_pairs], src_off)
+        dst = _addresses([[d for _, d in pairs] for pairs in layer_pairs], dst_off)
+        return [(dst[j], src[j], nbytes) for j in range(len(layer_pairs))]
+
     def copy(self, pairs: Pairs, engine: torch.device | None) -> None:
         """Copy every run for every (src, dst) pair; ``engine`` is ``engine_device(pairs)``."""
         if not len(self.lengths):
             return
         if engine is not None:
-            src, slot_bytes = _addresses([src for src, _ in pairs], self.src)
-            dst, _ = _addresses([dst for _, dst in pairs], self.dst)
-            copy_engine.copy_batch(dst, src, np.outer(slot_bytes, self.lengths).ravel(), engine)
+            copy_engine.copy_batch(*self.engine_batches([pairs])[0], engine)
             return
         for s, d, length in self.as_list():
             for src_slots, dst_slots in pairs:

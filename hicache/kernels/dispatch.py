@@ -38,13 +38,18 @@ def execute(plan: CopyPlan, block_quota: object, num_warps_per_block: object) ->
     run(plan, block_quota, num_warps_per_block)
 
 
-def run(plan: CopyPlan, block_quota: int, num_warps_per_block: int) -> None:
-    """Copy a validated ``plan`` whose launch arguments passed ``check_launch``: no checks."""
+def backend_for(plan: CopyPlan) -> str:
+    """The backend that runs ``plan`` here: the forced one, else Triton on CUDA."""
     backend = _forced.get() or ("triton" if plan.device.type == "cuda" else "reference")
-    if backend == "reference":
-        reference.run(plan)
-        return
-    assert plan.device.type == "cuda" or env.ENV.triton_interpret, (
+    assert backend == "reference" or plan.device.type == "cuda" or env.ENV.triton_interpret, (
         "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
     )
-    triton_ops.launch(plan, block_quota, num_warps_per_block)
+    return backend
+
+
+def run(plan: CopyPlan, block_quota: int, num_warps_per_block: int) -> None:
+    """Copy a validated ``plan`` whose launch arguments passed ``check_launch``: no checks."""
+    if backend_for(plan) == "reference":
+        reference.run(plan)
+    else:
+        triton_ops.launch(plan, block_quota, num_warps_per_block)

@@ -12,12 +12,13 @@ given as one such dict per layer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
-from hicache.kernels import dispatch, plans
+from hicache.kernels import dispatch, plans, triton_ops
 from hicache.kernels import validate as check
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.ops import DEFAULT_NUM_WARPS
@@ -61,8 +62,32 @@ class LayerPlan:
         return replace(self.template, src=src, dst=_at(dst, self.dst_layers[layer], 0))
 
     def run(self, layer_id: int) -> None:
-        """Copy layer ``layer_id``: the only check is the layer id. Same backends as the ops."""
-        dispatch.run(self.at(layer_id), self.block_quota, self.num_warps_per_block)
+        """Copy layer ``layer_id``: the only check is the layer id. Same backends as the ops;
+        the Triton launch is prepared once, at the first run, for every layer."""
+        layer = check.check_layer_id(layer_id, self.num_layers)
+        if self.template.num_items and dispatch.backend_for(self.template) == "triton":
+            self._launcher.run(layer)
+        else:
+            dispatch.run(self.at(layer), self.block_quota, self.num_warps_per_block)
+
+    def addresses(self, layer: int) -> triton_ops.Addresses:
+        """Layer ``layer``'s (src K, src V, dst K, dst V) addresses: ``triton_ops.addresses``
+        of ``at(layer)``, without building its plan (no check of ``layer``)."""
+        if self.src_layers is None:  # one page_first / page_head buffer set: its layer ``layer``
+            src = self.template.src
+            offset = layer * src.geometry.layer_stride
+            k, v = src.buffers[0].data_ptr() + offset, src.buffers[-1].data_ptr() + offset
+        else:
+            k, v = self.src_layers[layer][0].data_ptr(), self.src_layers[layer][-1].data_ptr()
+        dst = self.dst_layers[layer]
+        return k, v, dst[0].data_ptr(), dst[-1].data_ptr()
+
+    @functools.cached_property
+    def _launcher(self) -> triton_ops.Launcher:
+        layers = [self.addresses(layer) for layer in range(self.num_layers)]
+        return triton_ops.Launcher(
+            self.template, layers, self.block_quota, self.num_warps_per_block
+        )
 
 
 def _at(side: Operand, buffers: tuple[Tensor, ...], first_layer: int) -> Operand:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
+from triton.compiler import CompiledKernel
 
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.transfer_kernel import transfer_kernel
@@ -39,13 +41,23 @@ def _addresses(side: Operand) -> tuple[int, int]:
     return side.base(0), side.base(last)
 
 
-def _alignment(plan: CopyPlan, limit: int) -> int:
-    """Largest power of two dividing ``limit`` (one itself), the chunk, each stride and base."""
+Addresses = tuple[int, int, int, int]  # (src K, src V, dst K, dst V) of one launch
+
+
+def addresses(plan: CopyPlan) -> Addresses:
+    """The four buffer addresses ``plan`` launches with (tables or data at ``first_layer``)."""
+    return (*_addresses(plan.src), *_addresses(plan.dst))
+
+
+def _alignment(plan: CopyPlan, limit: int, layers: Sequence[Addresses]) -> int:
+    """Largest power of two dividing ``limit`` (one itself), the chunk, each stride and every
+    data address of ``layers`` (table entries: 8-byte aligned, validated; 16 checked in-kernel)."""
     values = [plan.chunk]
     for side in (plan.src, plan.dst):
         values += side.geometry.strides
-        if not side.is_table:  # table entries: 8-byte aligned (validated), 16 checked in-kernel
-            values += _addresses(side)
+    for first, side in ((0, plan.src), (2, plan.dst)):
+        if not side.is_table:
+            values += [a for layer in layers for a in layer[first : first + 2]]
     return math.gcd(limit, *values)
 
 
@@ -106,32 +118,44 @@ def _device_scope(device: torch.device) -> contextlib.AbstractContextManager[Non
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
-    """Run ``plan`` with the Triton kernel on ``plan.device`` (the CPU only when interpreting)."""
-    if plan.num_items == 0:
-        return
-    assert (
-        plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
-        < 2**31
-    ), "layer offset overflows"
-    word = _alignment(plan, 8)
-    align16 = _alignment(plan, 16) == 16
-    tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
-    src_idx, dst_idx = _indices(plan)
-    limits = [
-        side.num_items if side.num_items is not None else TABLE_LIMIT
-        for side in (plan.src, plan.dst)
-    ]
-    work = triton.cdiv(plan.num_items, tile["ROWS"]) * plan.num_layers * plan.num_kv
-    with _device_scope(plan.device):
-        transfer_kernel[(min(block_quota, work),)](
-            src_idx,
-            dst_idx,
-            plan.num_items,
-            plan.num_layers,
-            *_addresses(plan.src),
-            *_addresses(plan.dst),
-            *limits,
+def _int_class(value: int) -> int:
+    """Which integer type Triton gives an int argument (i32, i64 or u64)."""
+    return 0 if -(2**31) <= value < 2**31 else 1 if value < 2**63 else 2
+
+
+class Launcher:
+    """The launch of ``plan`` with each of ``layers``' buffer addresses, everything else fixed.
+
+    Built once (tile, word size, constants, the indices on the device), then ``run(j)`` launches
+    with ``layers[j]``. The addresses are not specialised on (``do_not_specialize``), so when
+    they all have one integer type the first launch's compiled kernel serves every later one,
+    called directly: Triton's argument binding and cache lookup run once, not once per layer.
+    """
+
+    def __init__(
+        self, plan: CopyPlan, layers: Sequence[Addresses], block_quota: int, num_warps: int
+    ) -> None:
+        assert plan.num_items > 0 and layers
+        assert (
+            plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
+            < 2**31
+        ), "layer offset overflows"
+        word = _alignment(plan, 8, layers)
+        align16 = _alignment(plan, 16, layers) == 16
+        tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
+        src_idx, dst_idx = _indices(plan)
+        src_limit, dst_limit = (
+            side.num_items if side.num_items is not None else TABLE_LIMIT
+            for side in (plan.src, plan.dst)
+        )
+        work = triton.cdiv(plan.num_items, tile["ROWS"]) * plan.num_layers * plan.num_kv
+        named: dict[str, object] = dict(
+            src_idx=src_idx,
+            dst_idx=dst_idx,
+            n_rows=plan.num_items,
+            num_layers=plan.num_layers,
+            src_limit=src_limit,
+            dst_limit=dst_limit,
             NUM_KV=plan.num_kv,
             WORD_TY=_WORD_TYPES[word],
             ALIGN16=align16,
@@ -139,5 +163,38 @@ def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
             **tile,
             **_side_constexprs("S", plan.src, word),
             **_side_constexprs("D", plan.dst, word),
-            num_warps=num_warps,
         )
+        names = transfer_kernel.arg_names
+        self._slots = [names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")]
+        named.update(src_k=0, src_v=0, dst_k=0, dst_v=0)
+        self._args = [named[n] for n in names]
+        self._layers = tuple(layers)
+        classes = {tuple(map(_int_class, layer)) for layer in self._layers}
+        self._reuse = len(classes) == 1
+        self._grid = (min(block_quota, work), 1, 1)  # a compiled kernel reads all three
+        self._num_warps = num_warps
+        self._device = plan.device
+        self._compiled: CompiledKernel | None = None
+
+    def run(self, j: int) -> None:
+        """Launch with ``layers[j]`` on the current stream."""
+        args = list(self._args)
+        for slot, address in zip(self._slots, self._layers[j], strict=True):
+            args[slot] = address
+        with _device_scope(self._device):
+            if self._compiled is not None:
+                try:
+                    self._compiled[self._grid](*args)
+                    return
+                except (TypeError, IndexError):  # a Triton whose compiled kernels take other
+                    self._compiled, self._reuse = None, False  # arguments: bind every launch
+            kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
+            if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
+                self._compiled = kernel
+
+
+def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
+    """Run ``plan`` with the Triton kernel on ``plan.device`` (the CPU only when interpreting)."""
+    if plan.num_items == 0:
+        return
+    Launcher(plan, [addresses(plan)], block_quota, num_warps).run(0)

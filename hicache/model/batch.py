@@ -20,13 +20,16 @@ class Segment:
 
     ``kv_slots``: ``[S]`` int64 slots of the request's whole context (prefix + new tokens).
     ``mask``: ``[end - start, S]`` bool, key ``j`` visible to a query at position ``p`` iff
-    ``j <= p``; None for a single query at the end of its context (decode sees everything).
+    ``j <= p``; None for a single query at the end of its context (decode sees everything) and
+    for new tokens with no prefix, where ``causal`` says the same (the fused kernels then skip
+    the masked half).
     """
 
     start: int
     end: int
     kv_slots: torch.Tensor
     mask: torch.Tensor | None
+    causal: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class ForwardBatch:
         outs = []
         for seg in self.segments:
             k, v = gather(seg.kv_slots)
-            outs.append(_sdpa(q[seg.start : seg.end], k, v, seg.mask, scale))
+            outs.append(_sdpa(q[seg.start : seg.end], k, v, seg.mask, scale, seg.causal))
         return torch.cat(outs)
 
 
@@ -107,24 +110,35 @@ def _segment(
 ) -> Segment:
     seq = prefix + n
     mask = None
-    if n > 1:
-        mask = torch.arange(seq)[None, :] <= torch.arange(prefix, seq)[:, None]
-        mask = mask.to(device, non_blocking=True)
-    return Segment(end - n, end, table[row, :seq].to(device, torch.int64), mask)
+    if n > 1 and prefix:  # built where it is used (a 32k-token prompt's would be 1 GiB)
+        keys, queries = torch.arange(seq, device=device), torch.arange(prefix, seq, device=device)
+        mask = keys[None, :] <= queries[:, None]
+    slots = table[row, :seq].to(device, torch.int64)
+    return Segment(end - n, end, slots, mask, causal=n > 1 and not prefix)
 
 
 def _sdpa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    causal: bool = False,
 ) -> torch.Tensor:
     """``q [n, H, D]``, ``k [S, KVH, D]``, ``v [S, KVH, Dv]`` -> ``[n, H, Dv]``.
 
     Called with 4-D ``[1, heads, len, dim]`` operands: the fused (flash / memory-efficient)
-    backends take only 4-D input, 3-D input falls back to the slow math backend.
+    backends take only 4-D input, 3-D input falls back to the slow math backend. On CUDA a
+    masked (prefill) call expands the KV heads rather than passing ``enable_gqa``: with a mask
+    torch serves ``enable_gqa`` only with the math backend, whose fp32 ``[H, n, S]`` scores
+    take 128 GiB at 32k tokens; the memory-efficient kernel takes the expanded heads.
     """
     q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
-    if group > 1 and not _HAS_GQA:
+    if group > 1 and (not _HAS_GQA or (mask is not None and q.is_cuda)):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    extra = {"enable_gqa": True} if group > 1 and _HAS_GQA else {}
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **extra)
+    extra = {"enable_gqa": True} if k.shape[1] < q.shape[1] else {}
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scale, **extra
+    )
     return out[0].transpose(0, 1)

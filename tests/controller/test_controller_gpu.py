@@ -48,9 +48,8 @@ def offloaded(rig: Rig) -> tuple[torch.Tensor, list[torch.Tensor]]:
     fill_random(rig.device_pool, slots, seed=0)
     want = read_bytes(rig.device_pool, slots)
     host_indices = ctrl.write(slots, node_id=1)
-    ctrl.start_writing()
-    ctrl.ack_write_queue[-1].finish_event.synchronize()
-    pop_finished_acks(ctrl.ack_write_queue)
+    ctrl.drain()  # a direct write may wait for its indices to reach the CPU: drain issues it
+    assert len(pop_finished_acks(ctrl.ack_write_queue)) == 1
     ctrl.evict_device(slots)
     warm_up_loads(rig, host_indices[:PAGE_SIZE])
     return host_indices, want
@@ -212,4 +211,60 @@ def test_direct_start_loading_does_not_wait_for_compute():
     finish_trial(rig, device_indices)
     for layer in range(LAYERS):
         assert torch.equal(got[layer], want[layer]), f"layer {layer} read stale bytes"
+    rig.host_pool.close()
+
+
+def test_load_stream_outranks_compute_and_writes():
+    """A forward pass waits on the load stream's layers: its copy kernels must not queue behind
+    the matmuls' blocks, so it has the device's highest priority; backups keep the lowest."""
+    ctrl = big_rig().controller
+    lowest = torch.cuda.current_stream().priority  # the default stream: priority 0, the lowest
+    assert ctrl.load_stream.priority < lowest  # lower numbers run first
+    assert ctrl.write_stream.priority == lowest
+
+
+@pytest.mark.parametrize(("io_backend", "layout"), GPU_ROUTES)
+def test_writes_and_loads_never_synchronize_the_scheduler(io_backend, layout):
+    """With a backup of another node in flight, queueing and issuing a write and a load (and
+    polling until the write is issued) makes no device-to-CPU synchronisation: CUDA's sync
+    debug mode turns any into an error. The bytes then land where they should."""
+    rig = big_rig(io_backend, layout)
+    ctrl = rig.controller
+    host_indices, want = offloaded(rig)  # on the host, device slots freed
+    first = rig.allocator.alloc(TOKENS // 4)
+    fill_random(rig.device_pool, first, seed=1)
+    second = rig.allocator.alloc(PAGE_SIZE * 4)
+    fill_random(rig.device_pool, second, seed=2)
+    want_second = read_bytes(rig.device_pool, second)
+    ctrl.write(first, node_id=3)
+    ctrl.drain()  # warm up the copy path (first use may pin or load the runtime)
+    pop_finished_acks(ctrl.ack_write_queue)
+    ctrl.write(first, node_id=4)  # a long backup, in flight from here on
+    while ctrl.write_queue:  # a direct write is issued once its indices reached the CPU
+        ctrl.start_writing()
+    assert not ctrl.ack_write_queue[-1].finish_event.query(), "the backup was not in flight"
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        second_host = ctrl.write(second, node_id=5)
+        ctrl.start_writing()
+        loaded = ctrl.load(host_indices[: TOKENS // 2], node_id=6)
+        ctrl.layer_done_counter.set_consumer(ctrl.start_loading())
+        for _ in range(10_000):
+            if not ctrl.write_queue:
+                break
+            ctrl.start_writing()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert not ctrl.write_queue, "the write was never issued"
+    got = read_bytes(rig.device_pool, loaded)
+    ctrl.drain()
+    for layer in range(LAYERS):
+        assert torch.equal(got[layer], want[layer][: TOKENS // 2]), f"layer {layer}: stale bytes"
+    ctrl.evict_device(second)
+    back = ctrl.load(second_host, node_id=7)
+    ctrl.layer_done_counter.set_consumer(ctrl.start_loading())
+    got_second = read_bytes(rig.device_pool, back)
+    ctrl.drain()
+    for layer in range(LAYERS):
+        assert torch.equal(got_second[layer], want_second[layer]), f"layer {layer}: backup lost"
     rig.host_pool.close()

@@ -123,7 +123,9 @@ def test_load_issues_each_layer_then_records_its_event(monkeypatch):
 
     monkeypatch.setattr(LoadPlan, "run", spy_run)
     monkeypatch.setattr(
-        LayerLoadingEvent, "complete", lambda self, layer: calls.append(("done", layer))
+        LayerLoadingEvent,
+        "complete",
+        lambda self, layer, stream=None: calls.append(("done", layer)),
     )
     ctrl.load(host_indices, node_id=1)
     ctrl.start_loading()

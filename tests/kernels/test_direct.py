@@ -174,3 +174,55 @@ def test_engine_is_unavailable_without_a_cuda_runtime(monkeypatch):
             assert copy_engine.runtime_load_attempts() == loads
     finally:  # later tests (on a GPU machine) must see the real runtime again
         copy_engine.clear_caches()
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_plans_on_the_engine_copy_every_layer(monkeypatch, page_size):
+    """A direct plan computes every layer's engine addresses at once (layer 0's offsets plus
+    each layer's bases): each layer's batch copies that layer's runs and nothing else."""
+    from hicache.kernels import direct_plan
+
+    layers, slots, n = 3, 32, 16
+    gen = torch.Generator().manual_seed(page_size)
+    src_lf = [[random_bytes((slots, *SLOT), torch.float16, gen) for _ in range(2)]
+              for _ in range(layers)]  # fmt: skip
+    src_pf = [random_bytes((slots // page_size, layers, page_size, *SLOT), torch.float16, gen)
+              for _ in range(2)]  # fmt: skip
+    tensors = [t for layer in src_lf for t in layer] + src_pf
+    dst = {name: [[poisoned((slots, *SLOT), torch.float16) for _ in range(2)]
+                  for _ in range(layers)] for name in ("lf", "pf")}  # fmt: skip
+    tensors += [t for name in dst for layer in dst[name] for t in layer]
+    spans = [(t.data_ptr(), t.data_ptr() + t.nbytes) for t in tensors]
+    sizes: list[int] = []
+
+    def memmove_batch(d_addr, s_addr, nbytes, device):
+        sizes.append(len(d_addr))
+        for d, s, size in zip(d_addr.tolist(), s_addr.tolist(), nbytes.tolist(), strict=True):
+            for addr in (d, s):
+                assert any(lo <= addr and addr + size <= hi for lo, hi in spans), "out of bounds"
+            ctypes.memmove(d, s, size)
+
+    monkeypatch.setattr(direct_plan, "engine_device", lambda pairs: torch.device("cpu"))
+    monkeypatch.setattr(copy_engine, "copy_batch", memmove_batch)
+    src_idx = paged_indices(slots, n, page_size, gen)
+    dst_idx = paged_indices(slots, n, page_size, gen)
+    lf = K.plan_direct(src_lf, dst["lf"], src_idx, dst_idx, page_size)
+    pf = K.plan_direct_pf_lf(src_pf, dst["pf"], src_idx, dst_idx, page_size)
+    for layer in reversed(range(layers)):  # any order: the addresses are per layer
+        lf.run(layer)
+        pf.run(layer)
+    assert len(sizes) == 2 * layers
+    for layer in range(layers):
+        for kv in range(2):
+            want_lf = src_lf[layer][kv][src_idx]
+            want_pf = src_pf[kv][src_idx // page_size, layer, src_idx % page_size]
+            assert torch.equal(
+                dst["lf"][layer][kv][dst_idx].view(torch.uint8), want_lf.view(torch.uint8)
+            )
+            assert torch.equal(
+                dst["pf"][layer][kv][dst_idx].view(torch.uint8), want_pf.view(torch.uint8)
+            )
+            untouched = torch.ones(slots, dtype=torch.bool)
+            untouched[dst_idx] = False
+            for name in dst:
+                assert bool((dst[name][layer][kv][untouched].view(torch.uint8) == POISON).all())

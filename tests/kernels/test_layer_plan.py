@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton.compiler import CompiledKernel
 
 import hicache.kernels as K
+from hicache.kernels import dispatch, triton_ops
 from tests.kernels.cases import POISON
 
 LAYERS, ITEMS, HEADS, DIM, PAGE = 3, 16, 2, 4, 4
@@ -108,3 +110,119 @@ def test_a_layer_unlike_layer_0_is_refused_at_plan_time() -> None:
         K.plan_per_layer(src, dst[:2], SRC_IDX, DST_IDX, 16)
     with pytest.raises(IndexError, match="src_indices"):
         K.plan_per_layer(src, dst[:1] * LAYERS, SRC_IDX + ITEMS, DST_IDX, 16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> None:
+    """After the first layer the compiled kernel is called directly (Triton binds the
+    arguments once per plan); every layer lands its own bytes and nothing else."""
+    binds: list[int] = []
+    real = triton_ops.transfer_kernel.run
+    monkeypatch.setattr(
+        triton_ops.transfer_kernel, "run", lambda *a, **k: binds.append(1) or real(*a, **k)
+    )
+    layers, items = 8, 64
+    src = [[rand(items, HEADS, DIM, seed=2 * layer + kv).cuda() for kv in range(2)]
+           for layer in range(layers)]  # fmt: skip
+    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
+            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
+    src_idx, dst_idx = torch.randperm(items)[:40].cuda(), torch.randperm(items)[:40].cuda()
+    plan = K.plan_per_layer(
+        [{"src_k": k, "src_v": v} for k, v in src],
+        [{"dst_k": k, "dst_v": v} for k, v in dst],
+        src_idx,
+        dst_idx,
+        ITEM,
+    )
+    for layer in reversed(range(layers)):
+        plan.run(layer)
+    torch.cuda.synchronize()
+    assert len(binds) == 1
+    untouched = torch.ones(items, dtype=torch.bool, device="cuda")
+    untouched[dst_idx] = False
+    for layer in range(layers):
+        for kv in range(2):
+            got = dst[layer][kv].view(torch.uint8)
+            assert torch.equal(got[dst_idx], src[layer][kv][src_idx].view(torch.uint8))
+            assert bool((got[untouched] == POISON).all())
+
+
+class FakeCompiled(CompiledKernel):
+    """Stands in for Triton's compiled kernel: ``kernel[grid](*args)`` as its runner takes it
+    (every parameter in signature order; ``grid`` indexed 0, 1 and 2)."""
+
+    def __init__(self, calls: list, fail: bool) -> None:  # no super(): nothing is compiled
+        self.calls, self.fail = calls, fail
+
+    def __getitem__(self, grid):
+        def runner(*args, stream=None):
+            assert len(grid) == 3 and all(isinstance(g, int) for g in grid)
+            if self.fail:
+                raise IndexError("a launcher that takes other arguments")
+            self.calls.append(("compiled", grid, args))
+
+        return runner
+
+
+class FakeJit:
+    """Stands in for ``transfer_kernel``: ``kernel[grid](*args, num_warps=...)`` records the
+    call and returns ``compiled``."""
+
+    def __init__(self, compiled: FakeCompiled) -> None:
+        self.arg_names = triton_ops.transfer_kernel.arg_names
+        self.compiled = compiled
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            assert set(kwargs) == {"num_warps"}
+            self.compiled.calls.append(("bind", grid, args))
+            return self.compiled
+
+        return launch
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_plan_binds_once_then_calls_the_compiled_kernel_per_layer(monkeypatch, fail) -> None:
+    """Layer 0 goes through Triton's binding; later layers call its compiled kernel with the
+    same arguments but their own four buffer addresses. A compiled kernel that refuses its
+    arguments makes the plan bind every launch instead."""
+    calls: list = []
+    monkeypatch.setattr(triton_ops, "transfer_kernel", FakeJit(FakeCompiled(calls, fail)))
+    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
+    with dispatch.force_backend("triton"):
+        for layer in range(LAYERS):
+            plan.run(layer)
+    kinds = [kind for kind, _, _ in calls]
+    assert kinds == (["bind"] * LAYERS if fail else ["bind"] + ["compiled"] * (LAYERS - 1))
+    names = list(triton_ops.transfer_kernel.arg_names)
+    where = [names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")]
+    for layer, (_, grid, args) in enumerate(calls):
+        assert len(args) == len(names)
+        want = [src[layer]["src_k"], src[layer]["src_v"], dst[layer]["dst_k"], dst[layer]["dst_v"]]
+        assert [args[j] for j in where] == [t.data_ptr() for t in want]
+        rest = [a for j, a in enumerate(args) if j not in where]
+        first = [a for j, a in enumerate(calls[0][2]) if j not in where]
+        assert all(a is b for a, b in zip(rest, first, strict=True))  # nothing else per layer
+        assert grid == calls[0][1]
+
+
+def test_layer_addresses_are_those_of_the_layers_plan() -> None:
+    """What the launcher is built from equals each layer's own plan, for a layer_first and a
+    page_first source."""
+    lf = K.plan_per_layer(
+        [{"src_k": rand(ITEMS, HEADS, DIM, seed=j), "src_v": rand(ITEMS, HEADS, DIM, seed=9)}
+         for j in range(LAYERS)],  # fmt: skip
+        [{"dst_k": k, "dst_v": v}
+         for k, v in zip(poisoned_layers(), poisoned_layers(), strict=True)],
+        SRC_IDX, DST_IDX, ITEM,
+    )  # fmt: skip
+    src = {"src": rand(ITEMS, LAYERS, 1, DIM * HEADS, seed=1)}
+    dst = [{"dst": layer.view(ITEMS, 1, HEADS * DIM)} for layer in poisoned_layers()]
+    pf = K.plan_per_layer_pf_lf(src, dst, SRC_IDX, DST_IDX, ITEM, ITEM * LAYERS)
+    for plan in (lf, pf):
+        for layer in range(LAYERS):
+            assert plan.addresses(layer) == triton_ops.addresses(plan.at(layer))
