@@ -8,6 +8,7 @@ import torch
 from triton.compiler import CompiledKernel
 
 import hicache.kernels as K
+from hicache import env
 from hicache.kernels import dispatch, triton_ops
 from tests.kernels.cases import POISON
 
@@ -181,6 +182,11 @@ class FakeJit:
         return launch
 
 
+@pytest.mark.skipif(
+    not env.ENV.triton_interpret,
+    reason="fakes the compiled kernel on CPU tensors (TRITON_INTERPRET=1, set without a GPU); "
+    "test_cuda_plan_binds_the_kernel_once_and_copies_every_layer covers CUDA",
+)
 @pytest.mark.parametrize("fail", [False, True])
 def test_plan_binds_once_then_calls_the_compiled_kernel_per_layer(monkeypatch, fail) -> None:
     """Layer 0 goes through Triton's binding; later layers call its compiled kernel with the
