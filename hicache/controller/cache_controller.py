@@ -30,18 +30,13 @@ from hicache.controller.config import (
     check_pools,
 )
 from hicache.controller.integrity import PageIntegrity
-from hicache.controller.layer_done import LayerDoneCounter, LayerLoadingEvent
+from hicache.controller.issue import issue_load, issue_write, load_op, write_op
+from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters, TransferStats
-from hicache.controller.transfer_indices import (
-    fetch_indices,
-    is_readable,
-    transfer_indices,
-    wait_for_compute,
-)
-from hicache.devices import new_event, new_stream, stream_scope
+from hicache.controller.transfer_indices import fetch_indices, is_readable, wait_for_compute
+from hicache.devices import new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
-from hicache.pools.auto_backend import resolve as resolve_backend
 
 _CPU = torch.device("cpu")
 
@@ -165,27 +160,13 @@ class HiCacheController:
         has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
         the next :meth:`start_writing`.
         """
-        check_indices(
-            "device_indices",
-            device_indices,
-            self.page_size,
-            self.device,
-            self.mem_pool_device.num_slots,
+        op = write_op(
+            (self.mem_pool_device, self.mem_pool_host), device_indices, node_id, host_indices
         )
-        check_node_id(node_id)
-        n = device_indices.numel()
-        if host_indices is None:
-            host_indices = self.mem_pool_host.alloc(n)
-        else:
-            check_indices(
-                "host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size
-            )
-            if host_indices.numel() != n:
-                raise ValueError(f"host_indices has {host_indices.numel()} slots, expected {n}")
-        if host_indices is None:
+        if op is None:
             return None
-        self.write_queue.append(CacheOperation(host_indices, device_indices, [node_id]))
-        return host_indices
+        self.write_queue.append(op)
+        return op.host_indices
 
     def load(self, host_indices: torch.Tensor, node_id: int) -> torch.Tensor | None:
         """Allocate device slots for ``host_indices`` and queue their load (layer by layer).
@@ -203,19 +184,11 @@ class HiCacheController:
         """
         check_indices("host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size)
         check_node_id(node_id)
-        allocator, n = self.token_to_kv_pool_allocator, host_indices.numel()
-        # The direct backend plans on the CPU (and "auto" counts runs there): take the
-        # allocator's CPU copy when it offers one.
-        cpu_wanted = self.io_backend != "kernel"
-        alloc_pair = getattr(allocator, "alloc_pair", None) if cpu_wanted else None
-        if alloc_pair is None:
-            cpu, device_indices = None, allocator.alloc(n)
-        else:
-            cpu, device_indices = alloc_pair(n) or (None, None)
-        if device_indices is None:
+        op = load_op(self.token_to_kv_pool_allocator, self.io_backend, host_indices, node_id)
+        if op is None:
             return None
-        self.load_queue.append(CacheOperation(host_indices, device_indices, [node_id], cpu))
-        return device_indices
+        self.load_queue.append(op)
+        return op.device_indices
 
     def unqueue_load(self, node_id: int) -> None:
         """Take back the load :meth:`load` queued last, for ``node_id``, before it is issued:
@@ -245,25 +218,14 @@ class HiCacheController:
             len(self.write_queue),
         )
         if ready:
-            self._issue_write(CacheOperation.merge(self.write_queue[:ready]))
-            del self.write_queue[:ready]
-
-    def _issue_write(self, op: CacheOperation) -> None:
-        start, finish = new_event(self.device), new_event(self.device)
-        wait_for_compute(self.write_stream, self.device)
-        with stream_scope(self.write_stream):
-            start.record(self.write_stream)
-            mark = self.counters.d2h.begin()
-            backend = self._backend(op)
-            host, device = transfer_indices(op, self.write_stream, backend, self.device)
-            self.mem_pool_host.backup_from_device_all_layer(
-                self.mem_pool_device, host, device, backend
+            op = CacheOperation.merge(self.write_queue[:ready])
+            pools = (self.mem_pool_device, self.mem_pool_host)
+            self.ack_write_queue.append(
+                issue_write(
+                    op, self.write_stream, pools, self.io_backend, self.counters, self.integrity
+                )
             )
-            self.counters.d2h.end(mark, len(op))
-            if self.integrity is not None:
-                self.integrity.record(op.host_indices, op.device_indices)
-            finish.record(self.write_stream)
-        self.ack_write_queue.append(HiCacheAck(start, finish, op.node_ids))
+            del self.write_queue[:ready]
 
     def start_loading(self) -> int:
         """Issue every queued load as one batch on the load stream, layer by layer.
@@ -289,7 +251,10 @@ class HiCacheController:
         op = CacheOperation.merge(self.load_queue)
         wait_for_compute(self.load_stream, self.device)
         producer = counter.update_producer()
-        self._issue_load(op, counter.events[producer])
+        pools = (self.mem_pool_device, self.mem_pool_host)
+        issue_load(
+            op, counter.events[producer], self.load_stream, pools, self.io_backend, self.counters
+        )
         self.load_queue.clear()
         batch = counter.events[producer]
         self.ack_load_queue.append(HiCacheAck(batch.start_event, batch.finish_event, op.node_ids))
@@ -358,27 +323,3 @@ class HiCacheController:
             self.layer_done_counter.waits,
             0 if self.integrity is None else self.integrity.failures,
         )
-
-    def _backend(self, op: CacheOperation) -> str:
-        """The concrete io_backend of batch ``op`` (``"auto"`` resolved; never waits)."""
-        host = self.mem_pool_host
-        return resolve_backend(
-            self.io_backend,
-            host.layout,
-            op.host_indices,
-            op.device_indices if op.device_indices_cpu is None else op.device_indices_cpu,
-            host.item_size,
-        )
-
-    def _issue_load(self, op: CacheOperation, batch: LayerLoadingEvent) -> None:
-        with stream_scope(self.load_stream):
-            batch.start_event.record(self.load_stream)
-            mark = self.counters.h2d.begin()
-            backend = self._backend(op)
-            host, device = transfer_indices(op, self.load_stream, backend, self.device)
-            plan = self.mem_pool_host.plan_load(self.mem_pool_device, host, device, backend)
-            for layer in range(self.layer_num):
-                plan.run(layer)
-                batch.complete(layer, self.load_stream)
-            self.counters.h2d.end(mark, len(op))
-            batch.finish_event.record(self.load_stream)

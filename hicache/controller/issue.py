@@ -1,0 +1,121 @@
+"""Issuing one merged batch of transfers on its stream: its backend, its copies, its events.
+
+The controller (``cache_controller.py``) owns the queues, the streams and the counters; these
+functions run one batch with what it passes them and own no state.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.controller.config import check_indices, check_node_id
+from hicache.controller.integrity import PageIntegrity
+from hicache.controller.layer_done import LayerLoadingEvent
+from hicache.controller.operations import CacheOperation, HiCacheAck
+from hicache.controller.stats import TransferCounters
+from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
+from hicache.devices import new_event, stream_scope
+from hicache.pools import HostKVPool, KVPool, SlotAllocator
+from hicache.pools.auto_backend import resolve as resolve_backend
+
+_CPU = torch.device("cpu")
+
+
+def batch_backend(io_backend: str, host_pool: HostKVPool, op: CacheOperation) -> str:
+    """The concrete io_backend of batch ``op`` (``"auto"`` resolved on the CPU copy of its
+    device indices when it has one; never waits)."""
+    cpu = op.device_indices if op.device_indices_cpu is None else op.device_indices_cpu
+    return resolve_backend(io_backend, host_pool.layout, op.host_indices, cpu, host_pool.item_size)
+
+
+def write_op(
+    pools: tuple[KVPool, HostKVPool],
+    device_indices: torch.Tensor,
+    node_id: int,
+    host_indices: torch.Tensor | None,
+) -> CacheOperation | None:
+    """A backup of ``device_indices`` (checked) into ``host_indices`` (checked), or into host
+    slots allocated here; None when the host pool is short (nothing allocated)."""
+    device_pool, host_pool = pools
+    page = host_pool.page_size
+    device = torch.device(device_pool.device)
+    check_indices("device_indices", device_indices, page, device, device_pool.num_slots)
+    check_node_id(node_id)
+    n = device_indices.numel()
+    if host_indices is None:
+        host_indices = host_pool.alloc(n)
+    else:
+        check_indices("host_indices", host_indices, page, _CPU, host_pool.size)
+        if host_indices.numel() != n:
+            raise ValueError(f"host_indices has {host_indices.numel()} slots, expected {n}")
+    if host_indices is None:
+        return None
+    return CacheOperation(host_indices, device_indices, [node_id])
+
+
+def load_op(
+    allocator: SlotAllocator, io_backend: str, host_indices: torch.Tensor, node_id: int
+) -> CacheOperation | None:
+    """A load of ``host_indices`` into freshly allocated device slots, or None when the
+    allocator is short. The direct backend plans on the CPU (and "auto" counts runs there), so
+    those take the allocator's CPU copy of the slots when it offers one (``alloc_pair``)."""
+    n = host_indices.numel()
+    alloc_pair = getattr(allocator, "alloc_pair", None) if io_backend != "kernel" else None
+    if alloc_pair is None:
+        cpu, device_indices = None, allocator.alloc(n)
+    else:
+        cpu, device_indices = alloc_pair(n) or (None, None)
+    if device_indices is None:
+        return None
+    return CacheOperation(host_indices, device_indices, [node_id], cpu)
+
+
+def issue_write(
+    op: CacheOperation,
+    stream: torch.cuda.Stream | None,
+    pools: tuple[KVPool, HostKVPool],
+    io_backend: str,
+    counters: TransferCounters,
+    integrity: PageIntegrity | None,
+) -> HiCacheAck:
+    """Back ``op`` up (every layer) on ``stream`` after the compute stream; its ack."""
+    device_pool, host_pool = pools
+    device = torch.device(device_pool.device)
+    start, finish = new_event(device), new_event(device)
+    wait_for_compute(stream, device)
+    with stream_scope(stream):
+        start.record(stream)
+        mark = counters.d2h.begin()
+        backend = batch_backend(io_backend, host_pool, op)
+        host, dev = transfer_indices(op, stream, backend, device)
+        host_pool.backup_from_device_all_layer(device_pool, host, dev, backend)
+        counters.d2h.end(mark, len(op))
+        if integrity is not None:
+            integrity.record(op.host_indices, op.device_indices)
+        finish.record(stream)
+    return HiCacheAck(start, finish, op.node_ids)
+
+
+def issue_load(
+    op: CacheOperation,
+    batch: LayerLoadingEvent,
+    stream: torch.cuda.Stream | None,
+    pools: tuple[KVPool, HostKVPool],
+    io_backend: str,
+    counters: TransferCounters,
+) -> None:
+    """Load ``op`` on ``stream`` layer by layer, recording ``batch``'s event after each layer
+    (planned once for every layer of the batch)."""
+    device_pool, host_pool = pools
+    device = torch.device(device_pool.device)
+    with stream_scope(stream):
+        batch.start_event.record(stream)
+        mark = counters.h2d.begin()
+        backend = batch_backend(io_backend, host_pool, op)
+        host, dev = transfer_indices(op, stream, backend, device)
+        plan = host_pool.plan_load(device_pool, host, dev, backend)
+        for layer in range(device_pool.layer_num):
+            plan.run(layer)
+            batch.complete(layer, stream)
+        counters.h2d.end(mark, len(op))
+        batch.finish_event.record(stream)
