@@ -14,9 +14,8 @@ Kernels compile lazily per geometry and Triton caches them.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import triton
@@ -114,10 +113,6 @@ def _layer_major(plan: CopyPlan) -> bool:
     return plan.src.geometry.layer_stride == 0 and plan.dst.geometry.layer_stride == 0
 
 
-def _device_scope(device: torch.device) -> contextlib.AbstractContextManager[None]:
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def _int_class(value: int) -> int:
     """Which integer type Triton gives an int argument (i32, i64 or u64)."""
     return 0 if -(2**31) <= value < 2**31 else 1 if value < 2**63 else 2
@@ -174,23 +169,31 @@ class Launcher:
         self._grid = (min(block_quota, work), 1, 1)  # a compiled kernel reads all three
         self._num_warps = num_warps
         self._device = plan.device
-        self._compiled: CompiledKernel | None = None
+        self._compiled: Callable[..., object] | None = None  # the compiled kernel's runner
 
     def run(self, j: int) -> None:
-        """Launch with ``layers[j]`` on the current stream."""
+        """Launch with ``layers[j]`` on the current stream (of ``plan.device``: the device is
+        made current only for the launch, and only when another one is)."""
         args = list(self._args)
         for slot, address in zip(self._slots, self._layers[j], strict=True):
             args[slot] = address
-        with _device_scope(self._device):
-            if self._compiled is not None:
-                try:
-                    self._compiled[self._grid](*args)
-                    return
-                except (TypeError, IndexError):  # a Triton whose compiled kernels take other
-                    self._compiled, self._reuse = None, False  # arguments: bind every launch
-            kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
-            if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
-                self._compiled = kernel
+        device = self._device
+        if device.type != "cuda" or device.index in (None, torch.cuda.current_device()):
+            self._launch(args)
+        else:
+            with torch.cuda.device(device):
+                self._launch(args)
+
+    def _launch(self, args: list[object]) -> None:
+        if self._compiled is not None:
+            try:
+                self._compiled(*args)
+                return
+            except (TypeError, IndexError):  # a Triton whose compiled kernels take other
+                self._compiled, self._reuse = None, False  # arguments: bind every launch
+        kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
+        if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
+            self._compiled = kernel[self._grid]
 
 
 def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
