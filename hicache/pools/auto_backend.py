@@ -16,7 +16,7 @@ direct), "auto" is that backend.
 
 Runs are counted on CPU index tensors only. A batch whose device indices are only on the GPU
 goes to the kernel: the engines plan on the CPU, and copying the indices there would make the
-caller wait for the GPU (the direct backend's one sync per write batch). Loads carry the
+caller wait for the GPU. Loads carry the
 allocator's CPU copy of their slots, and write batches the pinned copy the controller stages
 without waiting (``transfer_indices.fetch_indices``), so both can use the engines.
 """
