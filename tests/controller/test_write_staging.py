@@ -1,5 +1,5 @@
-"""Direct-backend writes never wait for the device: a write whose device indices are still on
-their way to the CPU stays queued (with the writes after it) and is issued by the first
+"""Direct- and auto-backend writes never wait for the device: a write whose device indices are
+still on their way to the CPU stays queued (with the writes after it) and is issued by the first
 ``start_writing`` that finds the copy landed; ``drain`` waits for it.
 
 On CPU the indices are already on the CPU, so the copy ``fetch_indices`` starts on CUDA is
@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from hicache.controller.operations import CacheOperation
 from tests.controller.helpers import assert_same_bytes, fill_random, make_rig, read_bytes
+
+BACKENDS = pytest.mark.parametrize("io_backend", ["direct", "auto"])
 
 
 class Pending:
@@ -44,9 +47,9 @@ def host_bytes(rig, host_indices: torch.Tensor) -> list[torch.Tensor]:
     ]
 
 
-def queued_rig():
-    """Two queued direct writes, the first still fetching its indices: (rig, pending, ops)."""
-    rig = make_rig("mha", "direct", "layer_first", page_size=1, pages=8)
+def queued_rig(io_backend: str):
+    """Two queued writes, the first still fetching its indices: (rig, pending, ops)."""
+    rig = make_rig("mha", io_backend, "layer_first", page_size=1, pages=8)
     ctrl = rig.controller
     slots = [rig.allocator.alloc(2), rig.allocator.alloc(2)]
     for j, s in enumerate(slots):
@@ -60,8 +63,9 @@ def queued_rig():
     return rig, pending, slots, host
 
 
-def test_a_write_waits_in_the_queue_until_its_indices_landed():
-    rig, pending, slots, host = queued_rig()
+@BACKENDS
+def test_a_write_waits_in_the_queue_until_its_indices_landed(io_backend):
+    rig, pending, slots, host = queued_rig(io_backend)
     ctrl = rig.controller
     before = [host_bytes(rig, h) for h in host]
     ctrl.start_writing()
@@ -80,8 +84,9 @@ def test_a_write_waits_in_the_queue_until_its_indices_landed():
         assert_same_bytes(host_bytes(rig, h), read_bytes(rig.device_pool, s))
 
 
-def test_drain_waits_for_the_indices_then_issues_and_lands_the_writes():
-    rig, pending, slots, host = queued_rig()
+@BACKENDS
+def test_drain_waits_for_the_indices_then_issues_and_lands_the_writes(io_backend):
+    rig, pending, slots, host = queued_rig(io_backend)
     ctrl = rig.controller
     ctrl.drain()
     assert pending.waited
@@ -90,8 +95,9 @@ def test_drain_waits_for_the_indices_then_issues_and_lands_the_writes():
         assert_same_bytes(host_bytes(rig, h), read_bytes(rig.device_pool, s))
 
 
-def test_merged_writes_carry_the_cpu_copies():
-    rig, pending, _, _ = queued_rig()
+@BACKENDS
+def test_merged_writes_carry_the_cpu_copies(io_backend):
+    rig, pending, _, _ = queued_rig(io_backend)
     pending.done = True
     ops = [replace(op, cpu_ready=None) for op in rig.controller.write_queue]
     ops[1] = replace(ops[1], device_indices_cpu=ops[1].device_indices.clone())
