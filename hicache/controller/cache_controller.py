@@ -25,8 +25,6 @@ import torch
 from hicache.controller.config import (
     ControllerConfig,
     check_host_pool,
-    check_indices,
-    check_node_id,
     check_pools,
 )
 from hicache.controller.integrity import PageIntegrity
@@ -37,8 +35,6 @@ from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import fetch_indices, is_readable, wait_for_compute
 from hicache.devices import new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
-
-_CPU = torch.device("cpu")
 
 
 class SetLike(Protocol):
@@ -182,9 +178,8 @@ class HiCacheController:
         the allocator is short (nothing allocated, nothing queued). Their content is valid for a
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
-        check_indices("host_indices", host_indices, self.page_size, _CPU, self.mem_pool_host.size)
-        check_node_id(node_id)
-        op = load_op(self.token_to_kv_pool_allocator, self.io_backend, host_indices, node_id)
+        allocator = self.token_to_kv_pool_allocator
+        op = load_op(self.mem_pool_host, allocator, self.io_backend, host_indices, node_id)
         if op is None:
             return None
         self.load_queue.append(op)

@@ -54,11 +54,17 @@ def write_op(
 
 
 def load_op(
-    allocator: SlotAllocator, io_backend: str, host_indices: torch.Tensor, node_id: int
+    host_pool: HostKVPool,
+    allocator: SlotAllocator,
+    io_backend: str,
+    host_indices: torch.Tensor,
+    node_id: int,
 ) -> CacheOperation | None:
-    """A load of ``host_indices`` into freshly allocated device slots, or None when the
-    allocator is short. The direct backend plans on the CPU (and "auto" counts runs there), so
-    those take the allocator's CPU copy of the slots when it offers one (``alloc_pair``)."""
+    """A load of ``host_indices`` (checked) into freshly allocated device slots, or None when
+    the allocator is short. The direct backend plans on the CPU (and "auto" counts runs there),
+    so those take the allocator's CPU copy of the slots when it offers one (``alloc_pair``)."""
+    check_indices("host_indices", host_indices, host_pool.page_size, _CPU, host_pool.size)
+    check_node_id(node_id)
     n = host_indices.numel()
     alloc_pair = getattr(allocator, "alloc_pair", None) if io_backend != "kernel" else None
     if alloc_pair is None:
