@@ -66,6 +66,7 @@ def parse_pairs(text: str) -> list[tuple[int, int]]:
 @dataclass
 class Cell:
     backend: str
+    ahead: int | None  # the cache's layers_ahead (None: a load batch issued whole)
     page: int
     prefix: int
     suffix: int
@@ -73,6 +74,11 @@ class Cell:
     issue_us: list[float]  # CPU time per layer of issuing the host hit's load batch
     host_cpu_ms: list[float]  # match_prefix + init_load_back CPU time of the host hit
     hits: dict[str, list[int]]  # phase -> tokens served from the expected tier
+
+    @classmethod
+    def empty(cls, backend: str, ahead: int | None, page: int, prefix: int, suffix: int) -> Cell:
+        return cls(backend, ahead, page, prefix, suffix, {p: [] for p in PHASES}, [], [],
+                   {p: [] for p in PHASES})  # fmt: skip
 
     def median(self, phase: str) -> float:
         return statistics.median(self.times[phase])
@@ -86,6 +92,7 @@ class Cell:
         med = {f"{p}_ms": self.median(p) * 1e3 for p in PHASES}
         return {
             "backend": self.backend,
+            "layers_ahead": self.ahead,
             "page": self.page,
             "prefix": self.prefix,
             "suffix": self.suffix,
@@ -123,11 +130,15 @@ class Timed:
 class Bench:
     """One engine (one io_backend and page size) and the measurements on it."""
 
-    def __init__(self, model: Any, backend: str, page: int, args: argparse.Namespace) -> None:
+    def __init__(
+        self, model: Any, backend: str, ahead: int | None, page: int, args: argparse.Namespace
+    ) -> None:
         longest = max(p + s for p, s in args.pairs)
         # a round holds P + 4 suffixes at most on the device (then everything is evicted)
         tokens = -(-(5 * (longest + 4 * max(s for _, s in args.pairs)) // 4) // page) * page
-        hicache = radix_mod.HiCacheConfig(hicache_ratio=args.host_ratio, io_backend=backend)
+        hicache = radix_mod.HiCacheConfig(
+            hicache_ratio=args.host_ratio, io_backend=backend, layers_ahead=ahead
+        )
         spec = engine_mod.CacheSpec("hiradix", tokens, page, longest + 64, 8, hicache=hicache)
         config = engine_mod.EngineConfig(max_prefill_tokens=longest + 64, stall_timeout_s=600.0)
         self.engine = engine_mod.build_engine(model, spec, config)
@@ -168,17 +179,14 @@ class Bench:
         match = self.cache.match_prefix(key)
         device, _ = self.cache.init_load_back(match.last_host_node, match.host_hit_length)
         self.cache.ready_to_load_host_cache()
+        self.cache.drain_transfers()  # issues the layers a forward pass would have (layers_ahead)
         self.sync()
-        seconds = time.perf_counter() - t0
-        self.cache.drain_transfers()
-        return seconds, len(device)
+        return time.perf_counter() - t0, len(device)
 
-    def run_cell(
-        self, backend: str, page: int, prefix_len: int, suffix_len: int, rounds: range
-    ) -> Cell:
-        """``rounds``: those numbered 0 warm up (kernels, allocator) and are not recorded."""
-        times: dict[str, list[float]] = {p: [] for p in PHASES}
-        cell = Cell(backend, page, prefix_len, suffix_len, times, [], [], {p: [] for p in PHASES})
+    def run_cell(self, cell: Cell, rounds: range) -> Cell:
+        """Fill ``cell`` (its times empty); ``rounds`` numbered 0 warm up (kernels,
+        allocator) and are not recorded."""
+        prefix_len, suffix_len = cell.prefix, cell.suffix
         for round_ in rounds:
             gc.collect()
             prefix = self.tokens(prefix_len)
@@ -222,14 +230,15 @@ def build_model(geometry: str, device: torch.device) -> Any:
 
 def table(cells: list[Cell]) -> str:
     header = [
-        "backend", "page", "prefix/suffix", *PHASES, "host/dev", "busy/dev", "overlap",
+        "backend", "ahead", "page", "prefix/suffix", *PHASES, "host/dev", "busy/dev", "overlap",
         "issue us/layer", "host cpu ms", "target",
     ]  # fmt: skip
     rows = []
     for c in cells:
         d = c.as_dict()
         rows.append([
-            c.backend, str(c.page), f"{c.prefix}/{c.suffix}",
+            c.backend, "all" if c.ahead is None else str(c.ahead), str(c.page),
+            f"{c.prefix}/{c.suffix}",
             *(f"{d[f'{p}_ms']:.1f}" for p in PHASES),
             f"{d['host_over_device']:.3f}", f"{d['busy_over_device']:.3f}", f"{d['overlap']:.2f}",
             f"{d['issue_us_per_layer']:.0f}", f"{d['host_cpu_ms']:.2f}",
@@ -246,6 +255,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", default=None, help="prefix/suffix pairs, e.g. 8k/256,16k/1k")
     parser.add_argument("--backends", default="kernel,direct")
     parser.add_argument("--pages", default="1,64")
+    parser.add_argument(
+        "--layers-ahead",
+        default="all,2",
+        help="the cache's layers_ahead values; all: each load batch issued whole",
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--host-ratio", type=float, default=1.1)  # pinning takes time
     parser.add_argument("--seed", type=int, default=0)
@@ -259,26 +273,29 @@ def main(argv: list[str] | None = None) -> None:
     repeats = args.repeats or (2 if args.quick else 3)
     model = build_model(geometry, device)
     cells: list[Cell] = []
-    for backend in args.backends.split(","):
-        for page in (int(p) for p in args.pages.split(",")):
-            t0 = time.perf_counter()
-            bench = Bench(model, backend, page, args)
-            log(f"{backend} page {page}: engine built in {time.perf_counter() - t0:.1f} s")
-            bench_cells: list[Cell] = []
-            for prefix, suffix in args.pairs:
-                first = not bench_cells  # the engine's first cell warms it up
-                rounds = range(0 if first else 1, repeats + 1)
-                gc.disable()  # no collection pauses inside a timed request (one per round)
-                try:
-                    cell = bench.run_cell(backend, page, prefix, suffix, rounds)
-                finally:
-                    gc.enable()
-                bench_cells.append(cell)
-                cells.append(cell)
-                log(table([cell]).splitlines()[-1])
-            bench.close()
-            del bench
-            gc.collect()
+    aheads = [None if a == "all" else int(a) for a in args.layers_ahead.split(",")]
+    engines = [(b, a, int(p)) for b in args.backends.split(",") for a in aheads
+               for p in args.pages.split(",")]  # fmt: skip
+    for backend, ahead, page in engines:
+        t0 = time.perf_counter()
+        bench = Bench(model, backend, ahead, page, args)
+        log(f"{backend} ahead {ahead} page {page}: engine built in "
+                f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+        bench_cells: list[Cell] = []
+        for prefix, suffix in args.pairs:
+            first = not bench_cells  # the engine's first cell warms it up
+            rounds = range(0 if first else 1, repeats + 1)
+            gc.disable()  # no collection pauses inside a timed request (one per round)
+            try:
+                cell = bench.run_cell(Cell.empty(backend, ahead, page, prefix, suffix), rounds)
+            finally:
+                gc.enable()
+            bench_cells.append(cell)
+            cells.append(cell)
+            log(table([cell]).splitlines()[-1])
+        bench.close()
+        del bench
+        gc.collect()
     if args.json:
         report = {
             "geometry": geometry,

@@ -22,17 +22,14 @@ from typing import Protocol
 
 import torch
 
-from hicache.controller.config import (
-    ControllerConfig,
-    check_host_pool,
-    check_pools,
-)
+from hicache.controller.config import ControllerConfig, check_host_pool, check_pools
 from hicache.controller.integrity import PageIntegrity
-from hicache.controller.issue import issue_load, issue_write, load_op, write_op
+from hicache.controller.issue import issue_load, issue_write, load_op, ready_writes, write_op
 from hicache.controller.layer_done import LayerDoneCounter
+from hicache.controller.layer_issue import LayerIssue
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters, TransferStats
-from hicache.controller.transfer_indices import fetch_indices, is_readable, wait_for_compute
+from hicache.controller.transfer_indices import wait_for_compute
 from hicache.devices import new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
 
@@ -54,14 +51,11 @@ class HiCacheController:
     page_size : slots per page; must equal the allocator's and the host pool's.
     load_cache_event : optional object with a ``set()`` method (e.g. ``threading.Event``); it is
         set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
-    write_policy : ``"write_through"``, ``"write_through_selective"`` or ``"write_back"``;
-        recorded for the radix cache, which decides when to call :meth:`write`.
-    io_backend : ``"auto"`` (default), ``"kernel"`` or ``"direct"``; the host layout must
-        support it (kernel: layer_first, page_first, page_head; direct: layer_first,
-        page_first_direct; auto: any, choosing per batch, see :mod:`hicache.pools.auto_backend`).
-        The direct ops plan their copies on the CPU: loads take the allocator's CPU copy of
-        their slots; a direct write's device indices are copied to pinned memory asynchronously
-        and the write is issued by the first ``start_writing`` after that copy landed (no sync).
+    write_policy, io_backend, layers_ahead : see :class:`ControllerConfig` (``io_backend``
+        ``"auto"`` by default; the radix cache acts on ``write_policy``). The direct ops plan on
+        the CPU: loads take the allocator's CPU copy of their slots; a direct write's device
+        indices are copied to pinned memory asynchronously and the write is issued by the
+        first ``start_writing`` after that copy landed (no sync).
     verify, verify_sample_period : page integrity (``"off"``, ``"sample"``, ``"all"``; see
         :mod:`hicache.controller.integrity`): backups record checksums, ``verify_load`` checks.
 
@@ -79,14 +73,9 @@ class HiCacheController:
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
-    Raises
-    ------
-    ValueError / TypeError
-        Unknown ``write_policy`` or ``io_backend``, a host layout that does not support
-        ``io_backend``, a ``page_size`` that disagrees with the pools, a host pool built for
-        another device pool geometry (kind, layers, heads, dims, dtype, device: the message
-        names each difference), an allocator without a device pool, or a ``load_cache_event``
-        without ``set()``.
+    Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a
+    ``page_size`` or host pool geometry (named in the message) that disagrees with the device
+    pool, an allocator without a device pool, or a ``load_cache_event`` without ``set()``.
     """
 
     def __init__(
@@ -99,9 +88,12 @@ class HiCacheController:
         io_backend: str = "auto",
         verify: str = "off",
         verify_sample_period: int = 8,
+        layers_ahead: int | None = None,
     ) -> None:
         check_host_pool(mem_pool_host)
-        self.config = ControllerConfig(page_size, write_policy, io_backend, mem_pool_host.layout)
+        self.config = ControllerConfig(
+            page_size, write_policy, io_backend, mem_pool_host.layout, layers_ahead
+        )
         device_pool = check_pools(token_to_kv_pool_allocator, mem_pool_host, page_size)
         if load_cache_event is not None and not callable(getattr(load_cache_event, "set", None)):
             raise TypeError("load_cache_event must be None or have a set() method")
@@ -123,6 +115,7 @@ class HiCacheController:
         self.ack_write_queue: list[HiCacheAck] = []
         self.ack_load_queue: list[HiCacheAck] = []
         self.counters = TransferCounters(self.device, mem_pool_host)
+        self._pending: LayerIssue | None = None  # the last load batch, while not fully issued
 
     @property
     def page_size(self) -> int:
@@ -135,6 +128,13 @@ class HiCacheController:
     @property
     def io_backend(self) -> str:
         return self.config.io_backend
+
+    def issue_pending(self) -> None:
+        """Issue the layers of the last load batch that ``layers_ahead`` left for the forward
+        pass (a no-op when none are left). Every other transfer call does this first."""
+        if self._pending is not None:
+            self._pending.finish()
+            self._pending = None
 
     def write(
         self, device_indices: torch.Tensor, node_id: int, host_indices: torch.Tensor | None = None
@@ -203,15 +203,8 @@ class HiCacheController:
         asynchronous copy and stays queued, with the writes after it, until a later call
         finds the copy landed (``drain`` waits for it).
         """
-        if not self.write_queue:
-            return
-        if self.io_backend != "kernel" and self.write_stream is not None:
-            # direct plans on the CPU; auto counts runs there (long ones go to the engines)
-            self.write_queue[:] = [fetch_indices(op, self.device) for op in self.write_queue]
-        ready = next(
-            (j for j, op in enumerate(self.write_queue) if not is_readable(op)),
-            len(self.write_queue),
-        )
+        self.issue_pending()
+        ready = ready_writes(self.write_queue, self.io_backend, self.write_stream, self.device)
         if ready:
             op = CacheOperation.merge(self.write_queue[:ready])
             pools = (self.mem_pool_device, self.mem_pool_host)
@@ -236,6 +229,7 @@ class HiCacheController:
         The producer index (ring slot) of the batch, to pass to ``set_consumer``; -1 when the
         load queue was empty (nothing issued).
         """
+        self.issue_pending()
         if not self.load_queue:
             return -1
         counter = self.layer_done_counter
@@ -247,11 +241,10 @@ class HiCacheController:
         wait_for_compute(self.load_stream, self.device)
         producer = counter.update_producer()
         pools = (self.mem_pool_device, self.mem_pool_host)
-        issue_load(
-            op, counter.events[producer], self.load_stream, pools, self.io_backend, self.counters
-        )
-        self.load_queue.clear()
         batch = counter.events[producer]
+        issue = issue_load(op, batch, self.load_stream, pools, self.config, self.counters)
+        self._pending = None if issue.done else issue
+        self.load_queue.clear()
         self.ack_load_queue.append(HiCacheAck(batch.start_event, batch.finish_event, op.node_ids))
         if self.load_cache_event is not None:
             self.load_cache_event.set()
@@ -261,6 +254,7 @@ class HiCacheController:
         """Check issued loads against their backup checksums (``PageIntegrity.first_mismatch``)
         on the load stream, after everything issued on it; blocks until the result is read."""
         assert self.integrity is not None, "verify_load needs verify='sample' or 'all'"
+        self.issue_pending()
         with stream_scope(self.load_stream):
             return self.integrity.first_mismatch(host_indices, device_indices)
 
@@ -301,6 +295,7 @@ class HiCacheController:
         after the caller reuses the slots. Slots held by queued or acked operations are NOT
         freed here: they belong to the radix cache, whose ``reset()`` clears both pools.
         """
+        self.issue_pending()
         for stream in (self.write_stream, self.load_stream):
             if stream is not None:
                 stream.synchronize()

@@ -28,17 +28,22 @@ class ControllerConfig:
     host_layout : layout of the host pool; must be one of ``SUPPORTED_PAIRS[io_backend]``
         (``hicache.pools``: kernel: layer_first, page_first, page_head; direct: layer_first,
         page_first_direct).
+    layers_ahead : None (every layer of a load batch issued by ``start_loading``) or an int
+        ``>= 1`` (layers issued there; the rest as the forward pass reaches them).
     """
 
     page_size: int
     write_policy: str
     io_backend: str
     host_layout: str
+    layers_ahead: int | None = None
 
     def __post_init__(self) -> None:
         check_write_policy(self.write_policy)
         check_pair(self.host_layout, self.io_backend, name="mem_pool_host.layout")
         check_int("page_size", self.page_size, minimum=1)
+        if self.layers_ahead is not None:
+            check_int("layers_ahead", self.layers_ahead, minimum=1)
 
 
 def check_write_policy(write_policy: object) -> str:

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import torch
 
-from hicache.controller.config import check_indices, check_node_id
+from hicache.controller.config import ControllerConfig, check_indices, check_node_id
 from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerLoadingEvent
+from hicache.controller.layer_issue import LayerIssue
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters
-from hicache.controller.transfer_indices import transfer_indices, wait_for_compute
+from hicache.controller.transfer_indices import (
+    fetch_indices,
+    is_readable,
+    transfer_indices,
+    wait_for_compute,
+)
 from hicache.devices import new_event, stream_scope
 from hicache.pools import HostKVPool, KVPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
@@ -76,6 +82,21 @@ def load_op(
     return CacheOperation(host_indices, device_indices, [node_id], cpu)
 
 
+def ready_writes(
+    queue: list[CacheOperation],
+    io_backend: str,
+    stream: torch.cuda.Stream | None,
+    device: torch.device,
+) -> int:
+    """How many writes at the front of ``queue`` can be issued now. Backends that plan on the
+    CPU (direct; auto counts runs there) need each write's device indices there: a write
+    without a CPU copy gets one started (``fetch_indices``, replaced in ``queue``) and waits,
+    with the writes after it, until the copy has landed. Never blocks."""
+    if io_backend != "kernel" and stream is not None:
+        queue[:] = [fetch_indices(op, device) for op in queue]
+    return next((j for j, op in enumerate(queue) if not is_readable(op)), len(queue))
+
+
 def issue_write(
     op: CacheOperation,
     stream: torch.cuda.Stream | None,
@@ -107,21 +128,31 @@ def issue_load(
     batch: LayerLoadingEvent,
     stream: torch.cuda.Stream | None,
     pools: tuple[KVPool, HostKVPool],
-    io_backend: str,
+    config: ControllerConfig,
     counters: TransferCounters,
-) -> None:
+) -> LayerIssue:
     """Load ``op`` on ``stream`` layer by layer, recording ``batch``'s event after each layer
-    (planned once for every layer of the batch)."""
+    (planned once for every layer of the batch). Every layer is issued here when
+    ``config.layers_ahead`` is None, else that many and the rest deferred to ``batch``
+    (``LayerLoadingEvent.defer``). Returns the batch's issue (``done`` when whole)."""
     device_pool, host_pool = pools
     device = torch.device(device_pool.device)
+    finish = batch.finish_event
     with stream_scope(stream):
         batch.start_event.record(stream)
         mark = counters.h2d.begin()
-        backend = batch_backend(io_backend, host_pool, op)
+        backend = batch_backend(config.io_backend, host_pool, op)
         host, dev = transfer_indices(op, stream, backend, device)
         plan = host_pool.plan_load(device_pool, host, dev, backend)
-        for layer in range(device_pool.layer_num):
-            plan.run(layer)
-            batch.complete(layer, stream)
+
+    def on_done() -> None:
         counters.h2d.end(mark, len(op))
-        batch.finish_event.record(stream)
+        finish.record(stream)
+
+    layers = device_pool.layer_num
+    ahead = layers if config.layers_ahead is None else config.layers_ahead
+    issue = LayerIssue(plan, layers, stream, batch.complete, on_done, ahead)
+    issue.through(ahead - 1)
+    if not issue.done:
+        batch.defer(issue)
+    return issue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from hicache.controller.layer_issue import DeferredFinish, LayerIssue
 from hicache.devices import EventLike, canonical_device, current_stream, new_event
 
 RING_SIZE = 3
@@ -58,7 +59,10 @@ class LayerLoadingEvent:
         has been issued on the load stream.
     start_event, finish_event : recorded on the load stream before the first and after the last
         layer. ``finish_event.query()`` tells whether the whole batch has landed (an event never
-        recorded counts as complete).
+        recorded counts as complete; a deferred batch's is a ``DeferredFinish``, see
+        :meth:`defer`).
+    issue : the :class:`~hicache.controller.layer_issue.LayerIssue` issuing the batch's later
+        layers (:meth:`defer`), or None when every layer is issued up front.
     """
 
     def __init__(self, num_layers: int, device: torch.device | str) -> None:
@@ -67,6 +71,22 @@ class LayerLoadingEvent:
         self.load_events: list[EventLike] = [new_event(self.device) for _ in range(num_layers)]
         self.start_event: EventLike = new_event(self.device)
         self.finish_event: EventLike = new_event(self.device)
+        self.issue: LayerIssue | None = None
+
+    def defer(self, issue: LayerIssue) -> None:
+        """Leave the layers ``issue`` has not issued yet to it: :meth:`reach` (and so
+        :meth:`wait`) issues them as a forward pass gets there, and ``finish_event`` becomes
+        a :class:`~hicache.controller.layer_issue.DeferredFinish` (not done before the last
+        layer is issued; its waits issue the rest first)."""
+        self.issue = issue
+        self.finish_event = DeferredFinish(self.finish_event, issue)
+
+    def reach(self, layer: int) -> None:
+        """Issue what a forward pass about to read ``layer`` needs of a deferred batch
+        (``issue.reach``); nothing otherwise. Checks ``layer`` as :meth:`complete`."""
+        check_layer("reach", layer, self.num_layers)
+        if self.issue is not None:
+            self.issue.reach(layer)
 
     def complete(self, layer: int, stream: torch.cuda.Stream | None = None) -> None:
         """Record layer ``layer``'s event on ``stream`` (default: the current stream, the load
@@ -82,10 +102,13 @@ class LayerLoadingEvent:
         """Make the current stream (the compute stream) wait for layer ``layer``'s event.
 
         GPU-side only: the CPU returns at once and work queued afterwards on the current stream
-        runs after the layer has landed. A no-op on CPU. Checks ``layer`` as :meth:`complete`.
+        runs after the layer has landed. A no-op on CPU (after :meth:`reach`, which issues the
+        layer first when the batch is deferred). Checks ``layer`` as :meth:`complete`.
         """
-        event = self.load_events[check_layer("wait", layer, self.num_layers)]
-        event.wait(current_stream(self.device))
+        check_layer("wait", layer, self.num_layers)
+        if self.issue is not None:
+            self.issue.reach(layer)
+        self.load_events[layer].wait(current_stream(self.device))
 
 
 class LayerDoneCounter:
@@ -186,7 +209,8 @@ class LayerDoneCounter:
         """Make the current (compute) stream wait for layer ``layer`` of the consumer batch.
 
         GPU-side wait (``event.wait(stream)``); never blocks the CPU. Returns at once when no
-        consumer is set, on CPU, or when ``skip_wait_for_testing`` is set.
+        consumer is set, on CPU, or when ``skip_wait_for_testing`` is set; a consumer batch
+        whose later layers are deferred (``LayerLoadingEvent.defer``) has them issued first.
 
         Raises
         ------
@@ -194,10 +218,14 @@ class LayerDoneCounter:
             ``layer`` is not an int (bools and floats included) in ``[0, num_layers)``.
         """
         check_layer("wait_until", layer, self.num_layers)
-        if self._consumer == NO_CONSUMER or self.skip_wait_for_testing:
+        if self._consumer == NO_CONSUMER:
+            return
+        batch = self.events[self._consumer]
+        if self.skip_wait_for_testing:
+            batch.reach(layer)
             return
         self.waits += 1
-        self.events[self._consumer].wait(layer)
+        batch.wait(layer)
 
     def reset(self) -> None:
         """Forget every produced batch and the consumer (the events themselves are kept).

@@ -67,6 +67,9 @@ class HiCacheConfig:
     verify_sample_period : under ``sample``, one load-back in this many is verified.
     storage : the storage tier (L3) below the host tier, or None (none); see
         ``hicache.storage.StorageConfig``.
+    layers_ahead : None (default): a load batch is issued whole by
+        ``ready_to_load_host_cache``; an int ``n >= 1``: its first ``n`` layers there, the rest
+        as the forward pass reads them (``HiCacheController``'s ``layers_ahead``).
     """
 
     hicache_ratio: float = 2.0
@@ -78,6 +81,7 @@ class HiCacheConfig:
     verify: str = "off"
     verify_sample_period: int = 8
     storage: StorageConfig | None = None
+    layers_ahead: int | None = None
 
     def __post_init__(self) -> None:
         if self.storage is not None and not isinstance(self.storage, StorageConfig):
@@ -90,6 +94,8 @@ class HiCacheConfig:
         check_pair(self.mem_layout, self.io_backend, name="mem_layout")
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
         check_verify(self.verify, self.verify_sample_period)
+        if self.layers_ahead is not None:
+            check_int("layers_ahead", self.layers_ahead, minimum=1)
 
     @property
     def backup_hits(self) -> int | None:

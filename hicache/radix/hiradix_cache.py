@@ -51,7 +51,8 @@ class HiRadixCache(StorageHooks, RadixCache):
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
     config : the host-tier settings as one ``HiCacheConfig``; or, SGLang-style, the keywords
     hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold,
-    verify, verify_sample_period : see ``HiCacheConfig`` (page integrity: ``verified_load``).
+    verify, verify_sample_period, layers_ahead : see ``HiCacheConfig`` (page integrity:
+        ``verified_load``).
         Passing ``config`` with any of these keywords set raises ``ValueError``.
     hicache_storage_backend, hicache_storage_prefetch_policy, model_name,
     storage_backend_extra_config : SGLang's storage keywords (``storage_from_keywords``);
@@ -91,6 +92,7 @@ class HiRadixCache(StorageHooks, RadixCache):
         model_name: str | None = None,
         storage_backend_extra_config: dict[str, Any] | None = None,
         tp_group: Any = None,
+        layers_ahead: int | None = None,
     ) -> None:
         storage = storage_from_keywords(
             hicache_storage_backend,
@@ -108,6 +110,7 @@ class HiRadixCache(StorageHooks, RadixCache):
             verify,
             verify_sample_period,
             storage,
+            layers_ahead,
         )
         self.hi_config = settings if config is None else check_config(config, settings)
         super().__init__(

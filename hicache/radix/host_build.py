@@ -58,4 +58,5 @@ def build_controller(allocator: Any, page_size: int, config: HiCacheConfig) -> H
         io_backend=config.io_backend,
         verify=config.verify,
         verify_sample_period=config.verify_sample_period,
+        layers_ahead=config.layers_ahead,
     )

@@ -32,14 +32,18 @@ def test_bench_overlap_writes_every_cell(tmp_path: Path) -> None:
     text = run("bench_overlap.py", "--device", "cpu", "--quick", "--pairs", "64/16,128/32",
                "--repeats", "1", "--json", str(out))  # fmt: skip
     report = json.loads(out.read_text())
-    cells = {(c["backend"], c["page"], c["prefix"], c["suffix"]): c for c in report["cells"]}
+    cells = {
+        (c["backend"], c["layers_ahead"], c["page"], c["prefix"], c["suffix"]): c
+        for c in report["cells"]
+    }
     assert set(cells) == {
-        (backend, page, prefix, suffix)
+        (backend, ahead, page, prefix, suffix)
         for backend in ("kernel", "direct")
+        for ahead in (None, 2)
         for page in (1, 64)
         for prefix, suffix in ((64, 16), (128, 32))
     }
-    for (_, _, prefix, _), cell in cells.items():
+    for (_, _, _, prefix, _), cell in cells.items():
         for phase in PHASES:
             assert cell[f"{phase}_ms"] > 0 and len(cell["samples_ms"][phase]) == 1
         assert cell["hits"]["cold"] == [0]  # nothing cached: every token computed

@@ -33,11 +33,13 @@ GPU_ROUTES = [
 ]
 
 
-def big_rig(io_backend: str = "kernel", layout: str = "layer_first") -> Rig:
+def big_rig(
+    io_backend: str = "kernel", layout: str = "layer_first", layers_ahead: int | None = None
+) -> Rig:
     """MHA fp32, 8 heads x 128: 4 KiB of K and 4 KiB of V per token per layer."""
     return make_rig(
         "mha", io_backend, layout, PAGE_SIZE, TOKENS // PAGE_SIZE,
-        device="cuda", layers=LAYERS, heads=8, dim=128,
+        device="cuda", layers=LAYERS, heads=8, dim=128, layers_ahead=layers_ahead,
     )  # fmt: skip
 
 
@@ -74,10 +76,14 @@ def finish_trial(rig: Rig, device_indices: torch.Tensor) -> None:
     rig.controller.evict_device(device_indices)
 
 
+@pytest.mark.parametrize("layers_ahead", [None, 1], ids=["whole", "ahead1"])
 @pytest.mark.parametrize("delay_load_stream", [False, True])
 @pytest.mark.parametrize(("io_backend", "layout"), GPU_ROUTES)
-def test_reading_layer_after_its_wait_sees_loaded_bytes(io_backend, layout, delay_load_stream):
-    rig = big_rig(io_backend, layout)
+def test_reading_layer_after_its_wait_sees_loaded_bytes(
+    io_backend, layout, delay_load_stream, layers_ahead
+):
+    """Also with the later layers issued by the reads themselves (``layers_ahead``)."""
+    rig = big_rig(io_backend, layout, layers_ahead)
     ctrl = rig.controller
     host_indices, want = offloaded(rig)
     in_flight = 0
@@ -223,12 +229,13 @@ def test_load_stream_outranks_compute_and_writes():
     assert ctrl.write_stream.priority == lowest
 
 
+@pytest.mark.parametrize("layers_ahead", [None, 1], ids=["whole", "ahead1"])
 @pytest.mark.parametrize(("io_backend", "layout"), GPU_ROUTES)
-def test_writes_and_loads_never_synchronize_the_scheduler(io_backend, layout):
+def test_writes_and_loads_never_synchronize_the_scheduler(io_backend, layout, layers_ahead):
     """With a backup of another node in flight, queueing and issuing a write and a load (and
     polling until the write is issued) makes no device-to-CPU synchronisation: CUDA's sync
     debug mode turns any into an error. The bytes then land where they should."""
-    rig = big_rig(io_backend, layout)
+    rig = big_rig(io_backend, layout, layers_ahead)
     ctrl = rig.controller
     host_indices, want = offloaded(rig)  # on the host, device slots freed
     first = rig.allocator.alloc(TOKENS // 4)

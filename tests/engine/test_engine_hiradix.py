@@ -39,8 +39,12 @@ def host_hits(reqs: list) -> int:
 
 @pytest.mark.parametrize("cfg", [MHA, MLA], ids=["mha", "mla"])
 @pytest.mark.parametrize("page_size", [1, 4])
-def test_host_hits_load_back_and_match_reference(cfg: ModelConfig, page_size: int) -> None:
-    engine, spy = hi_engine(cfg, page_size=page_size)
+@pytest.mark.parametrize("layers_ahead", [None, 1], ids=["whole", "ahead1"])
+def test_host_hits_load_back_and_match_reference(
+    cfg: ModelConfig, page_size: int, layers_ahead: int | None
+) -> None:
+    """Also with the later layers of each load batch issued by the forward pass itself."""
+    engine, spy = hi_engine(cfg, page_size=page_size, layers_ahead=layers_ahead)
     reqs = chat(engine, users=4, rounds=3, seed=2)
     assert host_hits(reqs) > 0, "memory pressure should have sent prefixes to the host"
     spy.assert_layer_wise(cfg.num_layers)
@@ -132,7 +136,10 @@ def test_alloc_retires_backups_in_flight_before_giving_up() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("attention", ["mha", "mla"])
-def test_bf16_cuda_matches_reference_within_bf16_noise(attention: str) -> None:
+@pytest.mark.parametrize("layers_ahead", [None, 1], ids=["whole", "ahead1"])
+def test_bf16_cuda_matches_reference_within_bf16_noise(
+    attention: str, layers_ahead: int | None
+) -> None:
     """bf16 tolerance: the cached run computes a prefix's K/V in other GEMM shapes (and
     attention over other query blocks) than the from-scratch prefill, so values may round
     differently by one bf16 ulp (2^-8 relative); the bf16 residual stream carries that to
@@ -148,7 +155,7 @@ def test_bf16_cuda_matches_reference_within_bf16_noise(attention: str) -> None:
         num_kv_heads=2 if attention == "mha" else 1,
         dtype=torch.bfloat16,
     )
-    engine, spy = hi_engine(cfg, "cuda", device_tokens=256)
+    engine, spy = hi_engine(cfg, "cuda", device_tokens=256, layers_ahead=layers_ahead)
     reqs = chat(engine, users=4, rounds=3, seed=4, system_len=64, turn_len=(16, 40))
     assert host_hits(reqs) > 0
     spy.assert_layer_wise(cfg.num_layers)
