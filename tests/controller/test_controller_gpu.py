@@ -70,6 +70,7 @@ def delay(stream: torch.cuda.Stream | None) -> None:
 
 
 def finish_trial(rig: Rig, device_indices: torch.Tensor) -> None:
+    rig.controller.issue_pending()  # layers no read issued (layers_ahead), as the next step would
     torch.cuda.synchronize()
     rig.controller.layer_done_counter.set_consumer(-1)
     assert len(pop_finished_acks(rig.controller.ack_load_queue)) == 1
