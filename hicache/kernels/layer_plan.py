@@ -50,6 +50,7 @@ class LayerPlan:
     dst_layers: Layers
     block_quota: int
     num_warps_per_block: int
+    launcher_of: Callable[[LayerPlan], triton_ops.Launcher] | None = None  # see LayerPlanner
 
     @property
     def num_layers(self) -> int:
@@ -88,6 +89,12 @@ class LayerPlan:
 
     @functools.cached_property
     def _launcher(self) -> triton_ops.Launcher:
+        if self.launcher_of is not None:
+            return self.launcher_of(self)
+        return self.new_launcher()
+
+    def new_launcher(self) -> triton_ops.Launcher:
+        """The Triton launch of every layer, prepared from scratch."""
         layers = [self.addresses(layer) for layer in range(self.num_layers)]
         return triton_ops.Launcher(
             self.template, layers, self.block_quota, self.num_warps_per_block
@@ -136,6 +143,7 @@ class LayerPlanner:
         self._template_of = template_of
         self._layers = (src, dst)
         self._launch = (block_quota, num_warps_per_block)
+        self._launcher: triton_ops.Launcher | None = None  # of the first plan launched
 
     def plan(self, src_indices: Tensor, dst_indices: Tensor) -> LayerPlan:
         """The plan of every layer for ``src_indices`` -> ``dst_indices`` (checked as the op
@@ -147,7 +155,14 @@ class LayerPlanner:
             src_indices=template.src_indices.to(device, non_blocking=True).contiguous(),
             dst_indices=template.dst_indices.to(device, non_blocking=True).contiguous(),
         )
-        return LayerPlan(template, *self._layers, *self._launch)
+        return LayerPlan(template, *self._layers, *self._launch, self._launcher_of)
+
+    def _launcher_of(self, plan: LayerPlan) -> triton_ops.Launcher:
+        """``plan``'s launcher: the first one prepared, with ``plan``'s indices."""
+        if self._launcher is None:
+            self._launcher = plan.new_launcher()
+            return self._launcher
+        return self._launcher.with_indices(plan.template)
 
 
 def _first(name: str, layers: Sequence[Named]) -> Named:

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import hicache.kernels.validate as kernel_checks
+from hicache import env
+from hicache.kernels.dispatch import force_backend
 from tests.pools.helpers import POISON, as_bytes
 from tests.pools.test_host_transfer import PAIRS
 from tests.pools.test_load_plan import LAYERS, device_bytes, expected, rig, same, slots
@@ -70,3 +72,26 @@ def test_planners_do_not_keep_a_device_pool_alive(backend: str) -> None:
     gc.collect()
     assert gone() is None
     assert isinstance(host.plan_load(dev, h, d, backend).device_indices, torch.Tensor)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or not env.ENV.triton_interpret,
+    reason="the Triton interpreter runs on CPU-only machines (TRITON_INTERPRET=1)",
+)
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_head"])
+def test_later_batches_reuse_the_launch_with_their_own_indices(layout: str) -> None:
+    """Through the Triton kernel (the interpreter on CPU), a second and a shorter third batch,
+    launched with the first batch's prepared launch, each land their own slots."""
+    dev, host = rig("mha", layout, 4)
+    h, d = slots(4)
+    with force_backend("triton"):
+        for hb, db in ((h, d), (h.flip(0), d.roll(4)), (h[:4], d[4:8])):
+            plan = host.plan_load(dev, hb, db, "kernel")
+            for layer in range(LAYERS):
+                plan.run(layer)
+            want = expected(host, hb, db)
+            got = device_bytes(dev)
+            assert all(
+                torch.equal(g[db], w[db]) for gp, wp in zip(got, want, strict=True)
+                for g, w in zip(gp, wp, strict=True)
+            )  # fmt: skip
