@@ -17,8 +17,10 @@ reference's and dominate).
 ``TRITON_INTERPRET=1 ... --stub`` (any machine, CPU tensors): the Python cost alone, with
 Triton's kernel and the batched engine copy replaced by no-ops: per layer, a plan launched
 layer by layer with every launch prepared again (``dispatch.run(plan.at(l))``; direct:
-``Runs.copy``, the addresses again) against ``plan.run(l)`` (prepared once per batch); the plan
-itself included in both.
+``Runs.copy``, the addresses again) against ``plan.run(l)`` (prepared once per batch), the plan
+itself included in both; then, on CPU pools of ``STUB_DIMS``, ``plan`` (``HostKVPool.plan_load``)
+and ``batch`` (load + start_loading), as above. On CPU the controller neither sorts nor moves
+the indices (no stream) and every index range is checked (CUDA indices are not).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ controller_mod = import_hicache("controller")
 devices = import_hicache("devices")
 
 LAYERS, HEADS, DIM = 32, 8, 128
+STUB_DIMS = (8, 8)  # the stubbed pools' (heads, head dim): small, their Python cost is the same
 
 
 def _per_layer_us(fn: Callable[[], None], sync: Callable[[], None], repeats: int) -> float:
@@ -56,14 +59,39 @@ def _per_layer_us(fn: Callable[[], None], sync: Callable[[], None], repeats: int
     return statistics.median(samples)
 
 
-def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: int) -> list[str]:
-    dev = pools.MHATokenToKVPool(2 * tokens, page, torch.bfloat16, HEADS, DIM, LAYERS, device)
+def _setup(backend: str, page: int, tokens: int, device: torch.device, dims: tuple[int, int]):
+    """A 32-layer MHA pool pair of ``dims`` (heads, head dim) for ``tokens`` slots, its
+    controller, and ``tokens`` scattered host slots, whole pages."""
+    dev = pools.MHATokenToKVPool(2 * tokens, page, torch.bfloat16, *dims, LAYERS, device)
     alloc = pools.TokenToKVPoolAllocator(2 * tokens, page, device, kvcache=dev)
     host = pools.MHATokenToKVPoolHost(dev, 1.25, 0, page, "layer_first")  # pinning takes time
     ctrl = controller_mod.HiCacheController(alloc, host, page, io_backend=backend)
     gen = torch.Generator().manual_seed(0)
     pages = torch.randperm(host.size // page, generator=gen)[: tokens // page]
     h = (pages[:, None] * page + torch.arange(page)).flatten()
+    return dev, alloc, host, ctrl, h
+
+
+def _batch_us(
+    ctrl: Any, alloc: Any, h: torch.Tensor, sync: Callable[[], None], repeats: int
+) -> float:
+    """``HiCacheController.load`` + ``start_loading`` of one batch of ``h``, per layer."""
+    samples = []
+    for _ in range(repeats + 1):  # the first one warms up
+        sync()
+        t0 = time.perf_counter()
+        slots = ctrl.load(h, 0)
+        ctrl.start_loading()
+        samples.append((time.perf_counter() - t0) / LAYERS * 1e6)
+        sync()
+        ctrl.ack_load_queue.clear()
+        assert slots is not None
+        alloc.free(slots)
+    return statistics.median(samples[1:])
+
+
+def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: int) -> list[str]:
+    dev, alloc, host, ctrl, h = _setup(backend, page, tokens, device, (HEADS, DIM))
     d = alloc.alloc(tokens)
     assert d is not None
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -95,28 +123,8 @@ def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: in
 
         runs_events()  # warm up: compile, load the runtime
         cells = [_per_layer_us(f, sync, repeats) for f in (plan_only, runs, runs_events, events)]
-
-    def batch() -> None:
-        slots = ctrl.load(h, 0)
-        assert slots is not None
-        ctrl.start_loading()
-        sync()
-        ctrl.ack_load_queue.clear()
-        alloc.free(slots)
-
-    batch()
-    samples = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        slots = ctrl.load(h, 0)
-        ctrl.start_loading()
-        samples.append((time.perf_counter() - t0) / LAYERS * 1e6)
-        sync()
-        ctrl.ack_load_queue.clear()
-        assert slots is not None
-        alloc.free(slots)
-    cells.append(statistics.median(samples))
+    alloc.free(d)
+    cells.append(_batch_us(ctrl, alloc, h, sync, repeats))
     host.close()
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 
@@ -175,8 +183,18 @@ def _stub_row(backend: str, page: int, tokens: int, repeats: int) -> list[str]:
         for layer in range(LAYERS):
             plan.run(layer)
 
+    cpu = torch.device("cpu")
+    dev, alloc, host, ctrl, hp = _setup(backend, page, tokens, cpu, STUB_DIMS)
+    dp = alloc.alloc(tokens)
+    assert dp is not None
+
+    def pool_plan() -> None:
+        host.plan_load(dev, hp, dp, backend)
+
     with dispatch.force_backend("triton"):
-        cells = [_per_layer_us(f, lambda: None, repeats) for f in (per_layer, once)]
+        cells = [_per_layer_us(f, lambda: None, repeats) for f in (per_layer, once, pool_plan)]
+        alloc.free(dp)
+        cells.append(_batch_us(ctrl, alloc, hp, lambda: None, repeats))
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 
 
@@ -202,7 +220,7 @@ def main() -> None:
     parser.add_argument("--stub", action="store_true", help="Python cost only (see the module)")
     args = parser.parse_args()
     if args.stub:
-        header = ["backend", "page", "tokens", "prepared per layer", "plan once"]
+        header = ["backend", "page", "tokens", "prepared per layer", "plan once", "plan", "batch"]
         title = f"Python us per layer of a {LAYERS}-layer batch, copies stubbed out"
         print(format_table(header, _stub_rows(args), title))
         return

@@ -4,7 +4,9 @@
 (``transfer_kv_per_layer_direct_pf_lf`` once per layer) run every check of the op once: on
 layer 0 (the last layer of a page_first_direct source), and that every other layer's tensors are
 laid out like layer 0's. They compute the runs once (one copy of the indices to the CPU) and pick
-the copy path once; :meth:`DirectLayerPlan.run` checks only the layer id, then copies.
+the copy path once; :meth:`DirectLayerPlan.run` checks only the layer id, then copies. A
+:class:`DirectPlanner` (``direct_planner``, ``direct_pf_lf_planner``) keeps the checked tensors of
+every layer for many batches: its ``plan`` checks the indices and computes the runs only.
 """
 
 from __future__ import annotations
@@ -70,17 +72,28 @@ def _is_cuda(pairs: Pairs) -> bool:
     return any(side.tensor.is_cuda for pair in pairs for side in pair)
 
 
-def plan_direct(
-    src_layers: Sequence[list[Tensor]],
-    dst_layers: Sequence[list[Tensor]],
-    src_indices: Tensor,
-    dst_indices: Tensor,
-    page_size: int,
-) -> DirectLayerPlan:
-    """``transfer_kv_direct(src_layers[l], dst_layers[l], ...)`` for every layer ``l``."""
+@dataclass(frozen=True)
+class DirectPlanner:
+    """Every layer's tensors of a per-layer direct copy, validated once (``direct_planner``,
+    ``direct_pf_lf_planner``); :meth:`plan` then checks one batch's indices and computes its runs.
+    Valid while those tensors are the same, unchanged ones."""
+
+    pairs: Pairs  # the checked template layer's pairs (they bound the indices)
+    page: int
+    layer_pairs: tuple[Pairs, ...]
+    engine: torch.device | None
+
+    def plan(self, src_indices: Tensor, dst_indices: Tensor) -> DirectLayerPlan:
+        runs = checked_runs(self.pairs, src_indices, dst_indices, self.page)
+        return DirectLayerPlan(self.layer_pairs, runs, self.engine)
+
+
+def direct_planner(
+    src_layers: Sequence[list[Tensor]], dst_layers: Sequence[list[Tensor]], page_size: int
+) -> DirectPlanner:
+    """The planner of :func:`plan_direct` for these tensors."""
     src, dst = _layers("src_layers", src_layers), _layers("dst_layers", dst_layers)
     pairs, page = check_lf_pairs(src_layers[0], dst_layers[0], page_size)
-    runs = checked_runs(pairs, src_indices, dst_indices, page)
     if len(src) != len(dst):
         raise ValueError(f"src_layers and dst_layers differ in length: {len(src)} != {len(dst)}")
     cuda = _is_cuda(pairs)
@@ -93,7 +106,38 @@ def plan_direct(
         tuple((Slots(s), Slots(d)) for s, d in zip(srcs, dsts, strict=True))
         for srcs, dsts in layers
     )
-    return DirectLayerPlan(layer_pairs, runs, engine_device(pairs))
+    return DirectPlanner(pairs, page, layer_pairs, engine_device(pairs))
+
+
+def plan_direct(
+    src_layers: Sequence[list[Tensor]],
+    dst_layers: Sequence[list[Tensor]],
+    src_indices: Tensor,
+    dst_indices: Tensor,
+    page_size: int,
+) -> DirectLayerPlan:
+    """``transfer_kv_direct(src_layers[l], dst_layers[l], ...)`` for every layer ``l``."""
+    return direct_planner(src_layers, dst_layers, page_size).plan(src_indices, dst_indices)
+
+
+def direct_pf_lf_planner(
+    src_ptrs: list[Tensor], dst_layers: Sequence[list[Tensor]], page_size: int
+) -> DirectPlanner:
+    """The planner of :func:`plan_direct_pf_lf` for these tensors."""
+    dst = _layers("dst_layers", dst_layers)
+    last = len(dst) - 1
+    pairs, page = check_pf_lf_pairs(src_ptrs, dst_layers[last], last, page_size)
+    if len(pairs) != len(src_ptrs):  # the op could take several layers per call; a plan one
+        raise ValueError(
+            f"dst_layers[l] must hold one tensor per src_ptrs buffer ({len(src_ptrs)}), "
+            f"got {len(pairs)}"
+        )
+    dsts = check.check_layer_buffers("dst_layers", dst, _is_cuda(pairs))
+    layer_pairs = tuple(
+        tuple((Slots(src.tensor, layer), Slots(d)) for (src, _), d in zip(pairs, ds, strict=True))
+        for layer, ds in enumerate(dsts)
+    )
+    return DirectPlanner(pairs, page, layer_pairs, engine_device(pairs))
 
 
 def plan_direct_pf_lf(
@@ -105,18 +149,5 @@ def plan_direct_pf_lf(
 ) -> DirectLayerPlan:
     """``transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_layers[l], ..., l, page_size)`` for
     layers ``0 .. len(dst_layers) - 1`` of the page_first_direct ``src_ptrs``."""
-    dst = _layers("dst_layers", dst_layers)
-    last = len(dst) - 1
-    pairs, page = check_pf_lf_pairs(src_ptrs, dst_layers[last], last, page_size)
-    if len(pairs) != len(src_ptrs):  # the op could take several layers per call; a plan one
-        raise ValueError(
-            f"dst_layers[l] must hold one tensor per src_ptrs buffer ({len(src_ptrs)}), "
-            f"got {len(pairs)}"
-        )
-    runs = checked_runs(pairs, src_indices, dst_indices, page)
-    dsts = check.check_layer_buffers("dst_layers", dst, _is_cuda(pairs))
-    layer_pairs = tuple(
-        tuple((Slots(src.tensor, layer), Slots(d)) for (src, _), d in zip(pairs, ds, strict=True))
-        for layer, ds in enumerate(dsts)
-    )
-    return DirectLayerPlan(layer_pairs, runs, engine_device(pairs))
+    planner = direct_pf_lf_planner(src_ptrs, dst_layers, page_size)
+    return planner.plan(src_indices, dst_indices)

@@ -8,12 +8,16 @@ device once, and return a :class:`LayerPlan` whose :meth:`~LayerPlan.run` checks
 id and launches. Arguments are those of the matching op, with MHA passing ``{"src_k": ...,
 "src_v": ...}`` and MLA ``{"src": ...}`` (names as the op's parameters), and a layer_first side
 given as one such dict per layer.
+
+Many batches over the same buffers: a :class:`LayerPlanner` (``*_planner``) validates the buffers
+of every layer once, and its ``plan(src_indices, dst_indices)`` then checks only what depends on
+the indices (with the template layer's op checks); ``plan_per_layer*`` build one and plan once.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,6 +50,7 @@ class LayerPlan:
     dst_layers: Layers
     block_quota: int
     num_warps_per_block: int
+    launcher_of: Callable[[LayerPlan], triton_ops.Launcher] | None = None  # see LayerPlanner
 
     @property
     def num_layers(self) -> int:
@@ -84,6 +89,12 @@ class LayerPlan:
 
     @functools.cached_property
     def _launcher(self) -> triton_ops.Launcher:
+        if self.launcher_of is not None:
+            return self.launcher_of(self)
+        return self.new_launcher()
+
+    def new_launcher(self) -> triton_ops.Launcher:
+        """The Triton launch of every layer, prepared from scratch."""
         layers = [self.addresses(layer) for layer in range(self.num_layers)]
         return triton_ops.Launcher(
             self.template, layers, self.block_quota, self.num_warps_per_block
@@ -94,33 +105,86 @@ def _at(side: Operand, buffers: tuple[Tensor, ...], first_layer: int) -> Operand
     return Operand(side.names, buffers, False, side.geometry, side.num_items, first_layer)
 
 
-def _finish(
-    template: CopyPlan,
-    src_layers: Sequence[Named] | None,
-    dst_layers: Sequence[Named],
-    block_quota: object,
-    num_warps_per_block: object,
-) -> LayerPlan:
-    check.check_launch(block_quota, num_warps_per_block)
-    assert isinstance(block_quota, int) and isinstance(num_warps_per_block, int)
-    device = template.device
-    cuda = device.type == "cuda"
-    src = None if src_layers is None else check.check_layer_buffers("src_layers", src_layers, cuda)
-    dst = check.check_layer_buffers("dst_layers", dst_layers, cuda)
-    if src is not None and len(src) != len(dst):
-        raise ValueError(f"src_layers and dst_layers differ in length: {len(src)} != {len(dst)}")
-    template = replace(
-        template,
-        src_indices=template.src_indices.to(device, non_blocking=True).contiguous(),
-        dst_indices=template.dst_indices.to(device, non_blocking=True).contiguous(),
-    )
-    return LayerPlan(template, src, dst, block_quota, num_warps_per_block)
+TemplateOf = Callable[[Tensor, Tensor], CopyPlan]  # the op's checked plan of layer 0 (or last)
+
+
+class LayerPlanner:
+    """Every layer's buffers of a per-layer copy, validated once; :meth:`plan` then plans one
+    batch of indices. Build it with a ``*_planner`` function below.
+
+    ``template_of(src_indices, dst_indices)`` runs the op's checks on the template layer;
+    construction runs it with no indices, then checks every layer against it. A planner stays
+    valid while the buffers it was given are the same, unchanged tensors: keep one per buffer set
+    (a host pool keeps one per device pool) to plan each batch with its index checks only.
+    """
+
+    def __init__(
+        self,
+        template_of: TemplateOf,
+        src_layers: Sequence[Named] | None,
+        dst_layers: Sequence[Named],
+        block_quota: object,
+        num_warps_per_block: object,
+    ) -> None:
+        check.check_launch(block_quota, num_warps_per_block)
+        assert isinstance(block_quota, int) and isinstance(num_warps_per_block, int)
+        empty = torch.empty(0, dtype=torch.int64)
+        cuda = template_of(empty, empty).device.type == "cuda"
+        src = (
+            None
+            if src_layers is None
+            else check.check_layer_buffers("src_layers", src_layers, cuda)
+        )
+        dst = check.check_layer_buffers("dst_layers", dst_layers, cuda)
+        if src is not None and len(src) != len(dst):
+            raise ValueError(
+                f"src_layers and dst_layers differ in length: {len(src)} != {len(dst)}"
+            )
+        self._template_of = template_of
+        self._layers = (src, dst)
+        self._launch = (block_quota, num_warps_per_block)
+        self._launcher: triton_ops.Launcher | None = None  # of the first plan launched
+
+    def plan(self, src_indices: Tensor, dst_indices: Tensor) -> LayerPlan:
+        """The plan of every layer for ``src_indices`` -> ``dst_indices`` (checked as the op
+        checks them), the indices moved (non-blocking) to the copy's device."""
+        template = self._template_of(src_indices, dst_indices)
+        device = template.device
+        template = replace(
+            template,
+            src_indices=template.src_indices.to(device, non_blocking=True).contiguous(),
+            dst_indices=template.dst_indices.to(device, non_blocking=True).contiguous(),
+        )
+        return LayerPlan(template, *self._layers, *self._launch, self._launcher_of)
+
+    def _launcher_of(self, plan: LayerPlan) -> triton_ops.Launcher:
+        """``plan``'s launcher: the first one prepared, with ``plan``'s indices."""
+        if self._launcher is None:
+            self._launcher = plan.new_launcher()
+            return self._launcher
+        return self._launcher.with_indices(plan.template)
 
 
 def _first(name: str, layers: Sequence[Named]) -> Named:
     if not isinstance(layers, Sequence) or not layers:
         raise TypeError(f"{name} must be a non-empty sequence of per-layer buffer dicts")
     return layers[0]
+
+
+def per_layer_planner(
+    src_layers: Sequence[Named],
+    dst_layers: Sequence[Named],
+    item_size: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlanner:
+    """The planner of :func:`plan_per_layer` for these buffers."""
+    src, dst = _first("src_layers", src_layers), _first("dst_layers", dst_layers)
+
+    def template_of(src_indices: Tensor, dst_indices: Tensor) -> CopyPlan:
+        return plans.per_layer(src, dst, src_indices, dst_indices, item_size)
+
+    return LayerPlanner(template_of, src_layers, dst_layers, block_quota, num_warps_per_block)
 
 
 def plan_per_layer(
@@ -134,14 +198,28 @@ def plan_per_layer(
 ) -> LayerPlan:
     """``transfer_kv_per_layer`` (``_mla``) for every layer: layer ``l`` copies
     ``src_layers[l]`` into ``dst_layers[l]`` (``[items, ...]`` tensors)."""
-    template = plans.per_layer(
-        _first("src_layers", src_layers),
-        _first("dst_layers", dst_layers),
-        src_indices,
-        dst_indices,
-        item_size,
-    )
-    return _finish(template, src_layers, dst_layers, block_quota, num_warps_per_block)
+    planner = per_layer_planner(src_layers, dst_layers, item_size, block_quota, num_warps_per_block)
+    return planner.plan(src_indices, dst_indices)
+
+
+def per_layer_pf_lf_planner(
+    src: Named,
+    dst_layers: Sequence[Named],
+    item_size: int,
+    src_layout_dim: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlanner:
+    """The planner of :func:`plan_per_layer_pf_lf` for these buffers."""
+    _first("dst_layers", dst_layers)
+    last = len(dst_layers) - 1
+
+    def template_of(src_indices: Tensor, dst_indices: Tensor) -> CopyPlan:
+        return plans.per_layer_pf_lf(
+            src, dst_layers[last], src_indices, dst_indices, last, item_size, src_layout_dim
+        )
+
+    return LayerPlanner(template_of, None, dst_layers, block_quota, num_warps_per_block)
 
 
 def plan_per_layer_pf_lf(
@@ -156,12 +234,31 @@ def plan_per_layer_pf_lf(
 ) -> LayerPlan:
     """``transfer_kv_per_layer_pf_lf`` (``_mla_pf_lf``) for layers ``0 .. len(dst_layers) - 1``
     of the page_first ``src`` (each must be one of its layers)."""
+    planner = per_layer_pf_lf_planner(
+        src, dst_layers, item_size, src_layout_dim, block_quota, num_warps_per_block
+    )
+    return planner.plan(src_indices, dst_indices)
+
+
+def per_layer_ph_lf_planner(
+    src: Named,
+    dst_layers: Sequence[Named],
+    item_size: int,
+    src_layout_dim: int,
+    page_size: int,
+    head_num: int,
+    block_quota: int = 2,
+    num_warps_per_block: int = DEFAULT_NUM_WARPS,
+) -> LayerPlanner:
+    """The planner of :func:`plan_per_layer_ph_lf` for these buffers."""
     _first("dst_layers", dst_layers)
     last = len(dst_layers) - 1
-    template = plans.per_layer_pf_lf(
-        src, dst_layers[last], src_indices, dst_indices, last, item_size, src_layout_dim
-    )
-    return _finish(template, None, dst_layers, block_quota, num_warps_per_block)
+    dims = (item_size, src_layout_dim, page_size, head_num)
+
+    def template_of(src_indices: Tensor, dst_indices: Tensor) -> CopyPlan:
+        return plans.per_layer_ph_lf(src, dst_layers[last], src_indices, dst_indices, last, *dims)
+
+    return LayerPlanner(template_of, None, dst_layers, block_quota, num_warps_per_block)
 
 
 def plan_per_layer_ph_lf(
@@ -178,17 +275,6 @@ def plan_per_layer_ph_lf(
 ) -> LayerPlan:
     """``transfer_kv_per_layer_ph_lf`` for layers ``0 .. len(dst_layers) - 1`` of the
     page_head ``src``."""
-    _first("dst_layers", dst_layers)
-    last = len(dst_layers) - 1
-    template = plans.per_layer_ph_lf(
-        src,
-        dst_layers[last],
-        src_indices,
-        dst_indices,
-        last,
-        item_size,
-        src_layout_dim,
-        page_size,
-        head_num,
-    )
-    return _finish(template, None, dst_layers, block_quota, num_warps_per_block)
+    dims = (item_size, src_layout_dim, page_size, head_num)
+    planner = per_layer_ph_lf_planner(src, dst_layers, *dims, block_quota, num_warps_per_block)
+    return planner.plan(src_indices, dst_indices)

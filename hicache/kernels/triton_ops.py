@@ -14,6 +14,7 @@ Kernels compile lazily per geometry and Triton caches them.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 
@@ -122,15 +123,16 @@ class Launcher:
     """The launch of ``plan`` with each of ``layers``' buffer addresses, everything else fixed.
 
     Built once (tile, word size, constants, the indices on the device), then ``run(j)`` launches
-    with ``layers[j]``. The addresses are not specialised on (``do_not_specialize``), so when
-    they all have one integer type the first launch's compiled kernel serves every later one,
-    called directly: Triton's argument binding and cache lookup run once, not once per layer.
+    with ``layers[j]``; ``with_indices`` keeps all but the indices for another batch. The
+    addresses are not specialised on (``do_not_specialize``), so when they all have one integer
+    type the first launch's compiled kernel serves every later one, called directly: Triton's
+    argument binding and cache lookup run once, not once per layer.
     """
 
     def __init__(
         self, plan: CopyPlan, layers: Sequence[Addresses], block_quota: int, num_warps: int
     ) -> None:
-        assert plan.num_items > 0 and layers
+        assert layers
         assert (
             plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
             < 2**31
@@ -138,16 +140,11 @@ class Launcher:
         word = _alignment(plan, 8, layers)
         align16 = _alignment(plan, 16, layers) == 16
         tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
-        src_idx, dst_idx = _indices(plan)
         src_limit, dst_limit = (
             side.num_items if side.num_items is not None else TABLE_LIMIT
             for side in (plan.src, plan.dst)
         )
-        work = triton.cdiv(plan.num_items, tile["ROWS"]) * plan.num_layers * plan.num_kv
         named: dict[str, object] = dict(
-            src_idx=src_idx,
-            dst_idx=dst_idx,
-            n_rows=plan.num_items,
             num_layers=plan.num_layers,
             src_limit=src_limit,
             dst_limit=dst_limit,
@@ -161,14 +158,32 @@ class Launcher:
         )
         names = transfer_kernel.arg_names
         self._slots = [names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")]
-        named.update(src_k=0, src_v=0, dst_k=0, dst_v=0)
+        self._batch_slots = [names.index(n) for n in ("src_idx", "dst_idx", "n_rows")]
+        named.update(src_k=0, src_v=0, dst_k=0, dst_v=0, src_idx=None, dst_idx=None, n_rows=0)
         self._args = [named[n] for n in names]
         self._layers = tuple(layers)
         classes = {tuple(map(_int_class, layer)) for layer in self._layers}
         self._reuse = len(classes) == 1
-        self._grid = (min(block_quota, work), 1, 1)  # a compiled kernel reads all three
+        self._rows, self._block_quota = tile["ROWS"], block_quota
         self._num_warps = num_warps
         self._device = plan.device
+        self._set_indices(plan)
+
+    def with_indices(self, plan: CopyPlan) -> Launcher:
+        """This launcher for ``plan``: a plan of the same buffers and geometry (of one
+        ``LayerPlanner``) with other indices; only the indices and the grid are set again."""
+        launcher = copy.copy(self)
+        launcher._set_indices(plan)
+        return launcher
+
+    def _set_indices(self, plan: CopyPlan) -> None:
+        assert plan.num_items > 0
+        args = list(self._args)
+        for slot, value in zip(self._batch_slots, (*_indices(plan), plan.num_items), strict=True):
+            args[slot] = value
+        self._args = args
+        work = triton.cdiv(plan.num_items, self._rows) * plan.num_layers * plan.num_kv
+        self._grid = (min(self._block_quota, work), 1, 1)  # a compiled kernel reads all three
         self._compiled: Callable[..., object] | None = None  # the compiled kernel's runner
 
     def run(self, j: int) -> None:

@@ -39,7 +39,7 @@ from hicache.pools.host_layouts import (
 )
 from hicache.pools.host_memory import pin_buffer, unpin_chunks
 from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
-from hicache.pools.load_plan import LoadPlan, plan_load
+from hicache.pools.load_plan import LoadPlan, LoadPlanners
 
 _CPU = torch.device("cpu")
 
@@ -102,6 +102,7 @@ class HostKVPool:
         self.closed = False
         self.host_parts = [self._buffer[i] for i in range(self.parts)]
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
+        self._planners = LoadPlanners()
 
     def _head_dim(self) -> int:
         raise NotImplementedError
@@ -221,11 +222,12 @@ class HostKVPool:
 
         Runs every check of :meth:`load_to_device_per_layer` except the layer id, and moves the
         indices (non-blocking) on the current stream: plan on the stream the layers run on.
+        Layer buffers are validated once per device pool and backend (``LoadPlanners``).
         """
         backend, host_idx, dev_idx = self._prepare(
             device_pool, host_indices, device_indices, io_backend
         )
-        runner = plan_load(self, device_pool, host_idx, dev_idx, backend)
+        runner = self._planners.plan(self, device_pool, host_idx, dev_idx, backend)
         return LoadPlan(self, device_pool, runner, dev_idx)
 
     def backup_from_device_all_layer(

@@ -9,13 +9,21 @@ kernel plan (:mod:`hicache.kernels.layer_plan`, :mod:`hicache.kernels.direct_pla
 
 from __future__ import annotations
 
+import operator
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from hicache import kernels
+from hicache.kernels.direct_plan import DirectPlanner, direct_pf_lf_planner, direct_planner
+from hicache.kernels.layer_plan import (
+    LayerPlanner,
+    per_layer_pf_lf_planner,
+    per_layer_ph_lf_planner,
+    per_layer_planner,
+)
 from hicache.pools.device_pool import KVPool
 from hicache.pools.layer_ops import HostBuffers
 
@@ -70,22 +78,77 @@ def _layer(parts: Sequence[Sequence[Tensor]] | Sequence[Tensor], layer: int) -> 
     return [part[layer] for part in parts]
 
 
-def plan_load(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, io_backend: str) -> LayerRunner:
-    """Validate and plan the load of every layer of ``h`` -> ``d`` (a ``kernels`` plan)."""
-    layers = range(dev.layer_num)
-    dst = [_layer(dev.part_buffers, layer) for layer in layers]
-    if io_backend == "direct":
-        if host.layout == "layer_first":
-            src = [_layer(host.host_parts, layer) for layer in layers]
-            return kernels.plan_direct(src, dst, h, d, host.page_size)
-        return kernels.plan_direct_pf_lf(host.host_parts, dst, h, d, host.page_size)
-    dst_named = [_named("dst", parts) for parts in dst]
+def _layer_buffers(dev: KVPool) -> list[Tensor]:
+    return [buffer for part in dev.part_buffers for buffer in part]
+
+
+class LoadPlanner:
+    """The load routes of one (host pool, device pool) pair, every layer's buffers validated
+    once per io_backend (at its first plan): ``plan`` then checks only a batch's indices.
+
+    A host pool keeps one per device pool (it holds their buffers, not the pools);
+    ``fits(dev)`` tells whether ``dev`` still holds the layer buffers it was built with (the
+    same tensors), else it must be built again.
+    """
+
+    def __init__(self, dev: KVPool) -> None:
+        self._buffers = _layer_buffers(dev)
+        self._planners: dict[str, LayerPlanner | DirectPlanner] = {}
+
+    def fits(self, dev: KVPool) -> bool:
+        buffers = _layer_buffers(dev)
+        return len(buffers) == len(self._buffers) and all(map(operator.is_, buffers, self._buffers))
+
+    def plan(
+        self, host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, io_backend: str
+    ) -> LayerRunner:
+        """Plan the load of every layer of ``h`` -> ``d`` (a ``kernels`` plan) for the pools
+        this planner was built for (``fits(dev)``)."""
+        kind = "direct" if io_backend == "direct" else "kernel"
+        planner = self._planners.get(kind)
+        if planner is None:
+            build = _direct_planner if kind == "direct" else _kernel_planner
+            planner = self._planners[kind] = build(host, dev)
+        return planner.plan(h, d)
+
+
+class LoadPlanners:
+    """A host pool's :class:`LoadPlanner` of each device pool it loads into (weakly keyed: the
+    planners do not keep the device pools alive)."""
+
+    def __init__(self) -> None:
+        self._of = weakref.WeakKeyDictionary[KVPool, LoadPlanner]()
+
+    def plan(
+        self, host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, io_backend: str
+    ) -> LayerRunner:
+        """``LoadPlanner.plan`` of ``dev``'s planner, built first when it has none or its
+        buffers are other tensors."""
+        planner = self._of.get(dev)
+        if planner is None or not planner.fits(dev):
+            planner = self._of[dev] = LoadPlanner(dev)
+        return planner.plan(host, dev, h, d, io_backend)
+
+
+def _dst(dev: KVPool) -> list[list[Tensor]]:
+    return [_layer(dev.part_buffers, layer) for layer in range(dev.layer_num)]
+
+
+def _direct_planner(host: HostBuffers, dev: KVPool) -> DirectPlanner:
+    dst = _dst(dev)
     if host.layout == "layer_first":
-        src_named = [_named("src", _layer(host.host_parts, layer)) for layer in layers]
-        return kernels.plan_per_layer(src_named, dst_named, h, d, host.item_size)
+        src = [_layer(host.host_parts, layer) for layer in range(len(dst))]
+        return direct_planner(src, dst, host.page_size)
+    return direct_pf_lf_planner(host.host_parts, dst, host.page_size)
+
+
+def _kernel_planner(host: HostBuffers, dev: KVPool) -> LayerPlanner:
+    dst = [_named("dst", parts) for parts in _dst(dev)]
+    if host.layout == "layer_first":
+        src = [_named("src", _layer(host.host_parts, layer)) for layer in range(len(dst))]
+        return per_layer_planner(src, dst, host.item_size)
     whole = _named("src", host.host_parts)
     if host.layout == "page_first":
-        return kernels.plan_per_layer_pf_lf(whole, dst_named, h, d, host.item_size, host.layout_dim)
-    return kernels.plan_per_layer_ph_lf(
-        whole, dst_named, h, d, host.item_size, host.layout_dim, host.page_size, host.head_num
-    )
+        return per_layer_pf_lf_planner(whole, dst, host.item_size, host.layout_dim)
+    dims = (host.item_size, host.layout_dim, host.page_size, host.head_num)
+    return per_layer_ph_lf_planner(whole, dst, *dims)

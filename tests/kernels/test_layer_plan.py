@@ -9,7 +9,7 @@ from triton.compiler import CompiledKernel
 
 import hicache.kernels as K
 from hicache import env
-from hicache.kernels import dispatch, triton_ops
+from hicache.kernels import direct_plan, dispatch, layer_plan, triton_ops
 from tests.kernels.cases import POISON
 
 LAYERS, ITEMS, HEADS, DIM, PAGE = 3, 16, 2, 4, 4
@@ -232,3 +232,31 @@ def test_layer_addresses_are_those_of_the_layers_plan() -> None:
     for plan in (lf, pf):
         for layer in range(LAYERS):
             assert plan.addresses(layer) == triton_ops.addresses(plan.at(layer))
+
+
+def test_a_planner_plans_many_batches_checking_only_their_indices(monkeypatch) -> None:
+    """Buffers validated once; each plan is the op for its own indices, and bad indices raise
+    naming the argument before anything is copied."""
+    calls: list[str] = []
+    original = K.validate.check_layer_buffers
+    monkeypatch.setattr(
+        K.validate, "check_layer_buffers", lambda name, *a: calls.append(name) or original(name, *a)
+    )
+    src = [{"src": rand(ITEMS, 1, 8, seed=layer)} for layer in range(LAYERS)]
+    dst = [{"dst": layer.view(ITEMS, 1, 8)} for layer in poisoned_layers()]
+    kernel = layer_plan.per_layer_planner(src, dst, 16)
+    direct = direct_plan.direct_planner([[t["src"]] for t in src], [[t["dst"]] for t in dst], 1)
+    checked = len(calls)
+    for planner in (kernel, direct):
+        with pytest.raises(IndexError, match="src_indices"):
+            planner.plan(SRC_IDX + ITEMS, DST_IDX)
+        with pytest.raises(TypeError, match="dst_indices"):
+            planner.plan(SRC_IDX, DST_IDX.int())
+    assert all((t["dst"].view(torch.uint8) == POISON).all() for t in dst)
+    for planner, idx in ((kernel, SRC_IDX), (direct, SRC_IDX.flip(0)), (kernel, DST_IDX)):
+        plan = planner.plan(idx, DST_IDX)
+        for layer in range(LAYERS):
+            plan.run(layer)
+            got, want = dst[layer]["dst"][DST_IDX], src[layer]["src"][idx]
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert len(calls) == checked
