@@ -167,16 +167,17 @@ class Launcher:
         self._rows, self._block_quota = tile["ROWS"], block_quota
         self._num_warps = num_warps
         self._device = plan.device
-        self._set_indices(plan)
+        self.set_indices(plan)
 
     def with_indices(self, plan: CopyPlan) -> Launcher:
         """This launcher for ``plan``: a plan of the same buffers and geometry (of one
         ``LayerPlanner``) with other indices; only the indices and the grid are set again."""
         launcher = copy.copy(self)
-        launcher._set_indices(plan)
+        launcher.set_indices(plan)
         return launcher
 
-    def _set_indices(self, plan: CopyPlan) -> None:
+    def set_indices(self, plan: CopyPlan) -> None:
+        """Take ``plan``'s indices, item count and grid (the buffers and geometry stay)."""
         assert plan.num_items > 0
         args = list(self._args)
         for slot, value in zip(self._batch_slots, (*_indices(plan), plan.num_items), strict=True):
