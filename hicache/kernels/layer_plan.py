@@ -96,9 +96,10 @@ class LayerPlan:
     def new_launcher(self) -> triton_ops.Launcher:
         """The Triton launch of every layer, prepared from scratch."""
         layers = [self.addresses(layer) for layer in range(self.num_layers)]
-        return triton_ops.Launcher(
+        prepared = triton_ops.prepare(
             self.template, layers, self.block_quota, self.num_warps_per_block
         )
+        return triton_ops.Launcher(self.template, prepared)
 
 
 def _at(side: Operand, buffers: tuple[Tensor, ...], first_layer: int) -> Operand:
@@ -143,7 +144,7 @@ class LayerPlanner:
         self._template_of = template_of
         self._layers = (src, dst)
         self._launch = (block_quota, num_warps_per_block)
-        self._launcher: triton_ops.Launcher | None = None  # of the first plan launched
+        self._prepared: triton_ops.Prepared | None = None  # the launch of the first plan run
 
     def plan(self, src_indices: Tensor, dst_indices: Tensor) -> LayerPlan:
         """The plan of every layer for ``src_indices`` -> ``dst_indices`` (checked as the op
@@ -158,11 +159,12 @@ class LayerPlanner:
         return LayerPlan(template, *self._layers, *self._launch, self._launcher_of)
 
     def _launcher_of(self, plan: LayerPlan) -> triton_ops.Launcher:
-        """``plan``'s launcher: the first one prepared, with ``plan``'s indices."""
-        if self._launcher is None:
-            self._launcher = plan.new_launcher()
-            return self._launcher
-        return self._launcher.with_indices(plan.template)
+        """``plan``'s launcher: prepared once, for the first plan launched, then reused."""
+        if self._prepared is None:
+            launcher = plan.new_launcher()
+            self._prepared = launcher.prepared
+            return launcher
+        return triton_ops.Launcher(plan.template, self._prepared)
 
 
 def _first(name: str, layers: Sequence[Named]) -> Named:

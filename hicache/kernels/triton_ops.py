@@ -14,9 +14,9 @@ Kernels compile lazily per geometry and Triton caches them.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 import triton
@@ -119,81 +119,96 @@ def _int_class(value: int) -> int:
     return 0 if -(2**31) <= value < 2**31 else 1 if value < 2**63 else 2
 
 
-class Launcher:
-    """The launch of ``plan`` with each of ``layers``' buffer addresses, everything else fixed.
+class Prepared(NamedTuple):
+    """Everything of a launch but its indices (:func:`prepare`): the kernel's arguments with
+    placeholders, where the addresses and the indices go, each layer's addresses."""
 
-    Built once (tile, word size, constants, the indices on the device), then ``run(j)`` launches
-    with ``layers[j]``; ``with_indices`` keeps all but the indices for another batch. The
-    addresses are not specialised on (``do_not_specialize``), so when they all have one integer
-    type the first launch's compiled kernel serves every later one, called directly: Triton's
-    argument binding and cache lookup run once, not once per layer.
+    args: tuple[object, ...]
+    address_slots: tuple[int, ...]
+    index_slots: tuple[int, ...]  # src_idx, dst_idx, n_rows
+    layers: tuple[Addresses, ...]
+    reuse: bool  # every layer's addresses of one integer type
+    rows: int
+    block_quota: int
+    num_warps: int
+    device: torch.device
+
+
+def prepare(
+    plan: CopyPlan, layers: Sequence[Addresses], block_quota: int, num_warps: int
+) -> Prepared:
+    """The launch of ``plan`` with each of ``layers``' addresses, its indices aside: tile, word
+    size, constants. It holds for any plan of the same buffers and geometry."""
+    assert layers
+    assert (
+        plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
+        < 2**31
+    ), "layer offset overflows"
+    word = _alignment(plan, 8, layers)
+    align16 = _alignment(plan, 16, layers) == 16
+    tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
+    src_limit, dst_limit = (
+        side.num_items if side.num_items is not None else TABLE_LIMIT
+        for side in (plan.src, plan.dst)
+    )
+    named: dict[str, object] = dict(
+        num_layers=plan.num_layers,
+        src_limit=src_limit,
+        dst_limit=dst_limit,
+        NUM_KV=plan.num_kv,
+        WORD_TY=_WORD_TYPES[word],
+        ALIGN16=align16,
+        LAYER_MAJOR=_layer_major(plan),
+        **tile,
+        **_side_constexprs("S", plan.src, word),
+        **_side_constexprs("D", plan.dst, word),
+    )
+    named.update(src_k=0, src_v=0, dst_k=0, dst_v=0, src_idx=None, dst_idx=None, n_rows=0)
+    names = transfer_kernel.arg_names
+    classes = {tuple(map(_int_class, layer)) for layer in layers}
+    return Prepared(
+        tuple(named[n] for n in names),
+        tuple(names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")),
+        tuple(names.index(n) for n in ("src_idx", "dst_idx", "n_rows")),
+        tuple(layers),
+        len(classes) == 1,
+        tile["ROWS"],
+        block_quota,
+        num_warps,
+        plan.device,
+    )
+
+
+class Launcher:
+    """The launch of ``plan`` as ``prepared``, with ``plan``'s indices (moved to the device).
+
+    ``run(j)`` launches with layer ``j``'s addresses. The addresses are not specialised on
+    (``do_not_specialize``), so when they all have one integer type the first launch's compiled
+    kernel serves every later one, called directly: Triton's argument binding and cache lookup
+    run once per launcher, not once per layer. Another batch of the same buffers reuses
+    ``prepared`` (``Launcher(its_plan, prepared)``).
     """
 
-    def __init__(
-        self, plan: CopyPlan, layers: Sequence[Addresses], block_quota: int, num_warps: int
-    ) -> None:
-        assert layers
-        assert (
-            plan.num_layers * max(plan.src.geometry.layer_stride, plan.dst.geometry.layer_stride)
-            < 2**31
-        ), "layer offset overflows"
-        word = _alignment(plan, 8, layers)
-        align16 = _alignment(plan, 16, layers) == 16
-        tile = _tile(plan.chunk // word, plan.heads, word, 16 if align16 else word, num_warps)
-        src_limit, dst_limit = (
-            side.num_items if side.num_items is not None else TABLE_LIMIT
-            for side in (plan.src, plan.dst)
-        )
-        named: dict[str, object] = dict(
-            num_layers=plan.num_layers,
-            src_limit=src_limit,
-            dst_limit=dst_limit,
-            NUM_KV=plan.num_kv,
-            WORD_TY=_WORD_TYPES[word],
-            ALIGN16=align16,
-            LAYER_MAJOR=_layer_major(plan),
-            **tile,
-            **_side_constexprs("S", plan.src, word),
-            **_side_constexprs("D", plan.dst, word),
-        )
-        names = transfer_kernel.arg_names
-        self._slots = [names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")]
-        self._batch_slots = [names.index(n) for n in ("src_idx", "dst_idx", "n_rows")]
-        named.update(src_k=0, src_v=0, dst_k=0, dst_v=0, src_idx=None, dst_idx=None, n_rows=0)
-        self._args = [named[n] for n in names]
-        self._layers = tuple(layers)
-        classes = {tuple(map(_int_class, layer)) for layer in self._layers}
-        self._reuse = len(classes) == 1
-        self._rows, self._block_quota = tile["ROWS"], block_quota
-        self._num_warps = num_warps
-        self._device = plan.device
-        self.set_indices(plan)
-
-    def with_indices(self, plan: CopyPlan) -> Launcher:
-        """This launcher for ``plan``: a plan of the same buffers and geometry (of one
-        ``LayerPlanner``) with other indices; only the indices and the grid are set again."""
-        launcher = copy.copy(self)
-        launcher.set_indices(plan)
-        return launcher
-
-    def set_indices(self, plan: CopyPlan) -> None:
-        """Take ``plan``'s indices, item count and grid (the buffers and geometry stay)."""
+    def __init__(self, plan: CopyPlan, prepared: Prepared) -> None:
         assert plan.num_items > 0
-        args = list(self._args)
-        for slot, value in zip(self._batch_slots, (*_indices(plan), plan.num_items), strict=True):
+        self.prepared = prepared
+        args = list(prepared.args)
+        values = (*_indices(plan), plan.num_items)
+        for slot, value in zip(prepared.index_slots, values, strict=True):
             args[slot] = value
         self._args = args
-        work = triton.cdiv(plan.num_items, self._rows) * plan.num_layers * plan.num_kv
-        self._grid = (min(self._block_quota, work), 1, 1)  # a compiled kernel reads all three
+        work = triton.cdiv(plan.num_items, prepared.rows) * plan.num_layers * plan.num_kv
+        self._grid = (min(prepared.block_quota, work), 1, 1)  # a compiled kernel reads all three
+        self._reuse = prepared.reuse
         self._compiled: Callable[..., object] | None = None  # the compiled kernel's runner
 
     def run(self, j: int) -> None:
         """Launch with ``layers[j]`` on the current stream (of ``plan.device``: the device is
         made current only for the launch, and only when another one is)."""
         args = list(self._args)
-        for slot, address in zip(self._slots, self._layers[j], strict=True):
+        for slot, address in zip(self.prepared.address_slots, self.prepared.layers[j], strict=True):
             args[slot] = address
-        device = self._device
+        device = self.prepared.device
         if device.type != "cuda" or device.index in (None, torch.cuda.current_device()):
             self._launch(args)
         else:
@@ -207,7 +222,7 @@ class Launcher:
                 return
             except (TypeError, IndexError):  # a Triton whose compiled kernels take other
                 self._compiled, self._reuse = None, False  # arguments: bind every launch
-        kernel = transfer_kernel[self._grid](*args, num_warps=self._num_warps)
+        kernel = transfer_kernel[self._grid](*args, num_warps=self.prepared.num_warps)
         if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
             self._compiled = kernel[self._grid]
 
@@ -216,4 +231,4 @@ def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
     """Run ``plan`` with the Triton kernel on ``plan.device`` (the CPU only when interpreting)."""
     if plan.num_items == 0:
         return
-    Launcher(plan, [addresses(plan)], block_quota, num_warps).run(0)
+    Launcher(plan, prepare(plan, [addresses(plan)], block_quota, num_warps)).run(0)
