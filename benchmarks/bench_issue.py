@@ -12,7 +12,8 @@ slots, on the load stream as ``HiCacheController`` issues it, the wall time per 
 * ``batch``: ``HiCacheController.load`` + ``start_loading`` of the whole batch, per layer.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_issue.py`` (CUDA; on CPU the copies are the torch
-reference's and dominate).
+reference's and dominate). ``--profile N`` also prints cProfile's top functions (own time) of
+``N`` per-layer loops and ``N`` whole batches of each row.
 
 ``TRITON_INTERPRET=1 ... --stub`` (any machine, CPU tensors): the Python cost alone, with
 Triton's kernel and the batched engine copy replaced by no-ops: per layer, a plan launched
@@ -26,6 +27,8 @@ the indices (no stream) and every index range is checked (CUDA indices are not).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -90,7 +93,22 @@ def _batch_us(
     return statistics.median(samples[1:])
 
 
-def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: int) -> list[str]:
+def _profile(label: str, fn: Callable[[], None], sync: Callable[[], None], times: int) -> None:
+    """Print the top functions (own time) of ``times`` calls of ``fn`` under cProfile."""
+    prof = cProfile.Profile()
+    for _ in range(times):
+        sync()
+        prof.enable()
+        fn()
+        prof.disable()
+    sync()
+    print(f"--- profile: {label}, {times} calls")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+def _row(
+    backend: str, page: int, tokens: int, device: torch.device, repeats: int, profile: int = 0
+) -> list[str]:
     dev, alloc, host, ctrl, h = _setup(backend, page, tokens, device, (HEADS, DIM))
     d = alloc.alloc(tokens)
     assert d is not None
@@ -123,8 +141,20 @@ def _row(backend: str, page: int, tokens: int, device: torch.device, repeats: in
 
         runs_events()  # warm up: compile, load the runtime
         cells = [_per_layer_us(f, sync, repeats) for f in (plan_only, runs, runs_events, events)]
+        if profile:
+            _profile(f"{backend} p{page} {tokens}: run+event", runs_events, sync, profile)
     alloc.free(d)
     cells.append(_batch_us(ctrl, alloc, h, sync, repeats))
+    if profile:
+
+        def batch() -> None:
+            slots = ctrl.load(h, 0)
+            ctrl.start_loading()
+            sync()
+            ctrl.ack_load_queue.clear()
+            alloc.free(slots)
+
+        _profile(f"{backend} p{page} {tokens}: batch (load + start_loading, sync, free)", batch, sync, profile)
     host.close()
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 
@@ -218,6 +248,7 @@ def main() -> None:
     parser.add_argument("--backends", default="kernel,direct")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--stub", action="store_true", help="Python cost only (see the module)")
+    parser.add_argument("--profile", type=int, default=0, help="cProfile N batches per row")
     args = parser.parse_args()
     if args.stub:
         header = ["backend", "page", "tokens", "prepared per layer", "plan once", "plan", "batch"]
@@ -226,7 +257,7 @@ def main() -> None:
         return
     device = pick_device(args.device)
     rows = [
-        _row(backend, page, tokens, device, args.repeats)
+        _row(backend, page, tokens, device, args.repeats, args.profile)
         for backend in args.backends.split(",")
         for page in (int(p) for p in args.pages.split(","))
         for tokens in (int(t) for t in args.tokens.split(","))

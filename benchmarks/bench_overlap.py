@@ -19,6 +19,8 @@ backup, as the engine does before the token is returned). Each figure is the med
 completely behind the forward pass, 0 when they run one after the other. ``issue_us`` is the
 CPU time of ``ready_to_load_host_cache`` per layer of the host hit's load batch; ``host_cpu_ms``
 the CPU time of its ``match_prefix`` + ``init_load_back`` calls (host-side match/plan work).
+``fwd cpu`` is the CPU time of the model's forward call in the device and the host hit: when it
+is close to the TTFT, the forward pass is bound by launching its kernels, not by the GPU.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_overlap.py --json out.json`` (CUDA);
 ``--device cpu --quick`` runs the tiny geometry in seconds (a smoke test; CPU loads are
@@ -73,12 +75,13 @@ class Cell:
     times: dict[str, list[float]]  # phase -> seconds per repeat
     issue_us: list[float]  # CPU time per layer of issuing the host hit's load batch
     host_cpu_ms: list[float]  # match_prefix + init_load_back CPU time of the host hit
+    fwd_cpu_ms: dict[str, list[float]]  # device / host hit: CPU time of the model's forward call
     hits: dict[str, list[int]]  # phase -> tokens served from the expected tier
 
     @classmethod
     def empty(cls, backend: str, ahead: int | None, page: int, prefix: int, suffix: int) -> Cell:
         return cls(backend, ahead, page, prefix, suffix, {p: [] for p in PHASES}, [], [],
-                   {p: [] for p in PHASES})  # fmt: skip
+                   {"device": [], "host": []}, {p: [] for p in PHASES})  # fmt: skip
 
     def median(self, phase: str) -> float:
         return statistics.median(self.times[phase])
@@ -104,6 +107,7 @@ class Cell:
             <= TARGET * max(self.median("device"), self.median("load")),
             "issue_us_per_layer": statistics.median(self.issue_us),
             "host_cpu_ms": statistics.median(self.host_cpu_ms),
+            "fwd_cpu_ms": {p: statistics.median(v) for p, v in self.fwd_cpu_ms.items()},
             "samples_ms": {p: [t * 1e3 for t in self.times[p]] for p in PHASES},
             "hits": self.hits,
         }
@@ -115,6 +119,7 @@ class Timed:
 
     def __init__(self, obj: Any, name: str) -> None:
         self.seconds = 0.0
+        self.obj, self.name = obj, name
         inner = getattr(obj, name)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -125,6 +130,10 @@ class Timed:
                 self.seconds += time.perf_counter() - t0
 
         setattr(obj, name, wrapper)
+
+    def close(self) -> None:
+        """Unwrap: the class's method again."""
+        delattr(self.obj, self.name)
 
 
 class Bench:
@@ -150,6 +159,7 @@ class Bench:
         self.issue = Timed(self.cache, "ready_to_load_host_cache")
         self.match = Timed(self.cache, "match_prefix")
         self.init = Timed(self.cache, "init_load_back")
+        self.forward = Timed(model, "forward")  # its CPU time: is the forward launch-bound?
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -202,7 +212,10 @@ class Bench:
                     for timer in (self.issue, self.match, self.init):
                         timer.seconds = 0.0
                 suffix = [(lead + j) % self.vocab, *self.tokens(suffix_len - 1)]
+                self.forward.seconds = 0.0
                 req = self.ttft(prefix + suffix)
+                if phase in ("device", "host"):
+                    sample[f"{phase}_fwd"] = self.forward.seconds
                 sample[phase] = req.first_token_time - req.arrival
                 hits[phase] = req.host_hit if phase == "host" else req.device_hit
             issue, host_cpu = self.issue.seconds, self.match.seconds + self.init.seconds
@@ -215,9 +228,12 @@ class Bench:
                 cell.hits[phase].append(hits[phase])
             cell.issue_us.append(issue / self.layers * 1e6)
             cell.host_cpu_ms.append(host_cpu * 1e3)
+            for phase, values in cell.fwd_cpu_ms.items():
+                values.append(sample[f"{phase}_fwd"] * 1e3)
         return cell
 
     def close(self) -> None:
+        self.forward.close()
         self.cache.drain_transfers()
         self.cache.reset()
         self.cache.cache_controller.mem_pool_host.close()  # unpin now, not at garbage collection
@@ -231,7 +247,7 @@ def build_model(geometry: str, device: torch.device) -> Any:
 def table(cells: list[Cell]) -> str:
     header = [
         "backend", "ahead", "page", "prefix/suffix", *PHASES, "host/dev", "busy/dev", "overlap",
-        "issue us/layer", "host cpu ms", "target",
+        "issue us/layer", "host cpu ms", "fwd cpu dev/host", "target",
     ]  # fmt: skip
     rows = []
     for c in cells:
@@ -242,6 +258,7 @@ def table(cells: list[Cell]) -> str:
             *(f"{d[f'{p}_ms']:.1f}" for p in PHASES),
             f"{d['host_over_device']:.3f}", f"{d['busy_over_device']:.3f}", f"{d['overlap']:.2f}",
             f"{d['issue_us_per_layer']:.0f}", f"{d['host_cpu_ms']:.2f}",
+            f"{d['fwd_cpu_ms']['device']:.1f}/{d['fwd_cpu_ms']['host']:.1f}",
             "ok" if d["target_met"] else "MISS",
         ])  # fmt: skip
     title = "TTFT medians in ms; overlap = (device + load - host) / min(device, load)"

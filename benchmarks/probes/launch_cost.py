@@ -1,0 +1,91 @@
+"""Probe: where the CPU time of one per-layer launch goes (CUDA only; us per call, medians).
+
+Rows: the controller's per-layer step pieces, from the whole ``LoadPlan.run`` down to the C
+launcher Triton's runner calls, and the event record in torch and through the CUDA runtime.
+
+    PYTHONPATH=. python3 benchmarks/probes/launch_cost.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_issue  # noqa: E402
+
+
+def _us(fn: Callable[[], None], calls: int = 256, repeats: int = 15) -> float:
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def _cudart() -> ctypes.CDLL | None:
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def main() -> None:
+    device = torch.device("cuda")
+    dev, alloc, host, ctrl, h = bench_issue._setup("kernel", 64, 8192, device, (8, 128))
+    d = alloc.alloc(8192)
+    stream = ctrl.load_stream
+    rows: list[tuple[str, float]] = []
+    with torch.cuda.stream(stream):
+        plan = host.plan_load(dev, h.pin_memory().to(device), d, "kernel")
+        plan.run(0)
+        rows.append(("LoadPlan.run(l)", _us(lambda: plan.run(5))))
+        rows.append(("LayerPlan.run(l)", _us(lambda: plan.runner.run(5))))
+        launcher = getattr(plan.runner, "_launcher", None)
+        if launcher is not None:
+            rows.append(("Launcher.run(l)", _us(lambda: launcher.run(5))))
+            args = list(launcher._args)
+            runner = launcher._compiled
+            rows.append(("list(args) copy", _us(lambda: list(args))))
+            rows.append(("compiled runner(*args)", _us(lambda: runner(*args))))
+            raw = stream.cuda_stream
+            rows.append(("runner(*args, stream=raw)", _us(lambda: runner(*args, stream=raw))))
+            ck = next(c.cell_contents for c in runner.__closure__ if hasattr(c.cell_contents, "run"))
+            g = launcher._grid
+            fn, meta = ck.function, ck.packed_metadata
+
+            def direct() -> None:
+                ck.run(g[0], g[1], g[2], raw, fn, meta, None, None, None, *args)
+
+            rows.append(("CompiledKernel.run(...) direct", _us(direct)))
+        rows.append(("torch.cuda.current_device()", _us(torch.cuda.current_device)))
+        rows.append(("torch.cuda.current_stream()", _us(torch.cuda.current_stream)))
+        ev = torch.cuda.Event()
+        ev.record(stream)
+        rows.append(("Event.record(stream)", _us(lambda: ev.record(stream))))
+        rows.append(("stream.record_event(ev)", _us(lambda: stream.record_event(ev))))
+        rows.append(("new Event + record", _us(lambda: torch.cuda.Event().record(stream))))
+        comp = torch.cuda.current_stream(device)
+        rows.append(("Event.wait(other stream)", _us(lambda: ev.wait(comp))))
+        lib = _cudart()
+        if lib is not None:
+            e, s = ctypes.c_void_p(ev.cuda_event), ctypes.c_void_p(stream.cuda_stream)
+            rows.append(("cudaEventRecord via ctypes", _us(lambda: lib.cudaEventRecord(e, s))))
+    for name, us in rows:
+        print(f"{name:40s} {us:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
