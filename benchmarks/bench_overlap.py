@@ -30,7 +30,9 @@ synchronous, so its overlap figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import pstats
 import json
 import statistics
 import time
@@ -160,6 +162,7 @@ class Bench:
         self.match = Timed(self.cache, "match_prefix")
         self.init = Timed(self.cache, "init_load_back")
         self.forward = Timed(model, "forward")  # its CPU time: is the forward launch-bound?
+        self.profile = args.profile
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -213,7 +216,15 @@ class Bench:
                         timer.seconds = 0.0
                 suffix = [(lead + j) % self.vocab, *self.tokens(suffix_len - 1)]
                 self.forward.seconds = 0.0
-                req = self.ttft(prefix + suffix)
+                profile = self.profile and round_ == rounds[-1] and phase in ("device", "host")
+                prof = cProfile.Profile() if profile else None
+                req = self.ttft(prefix + suffix) if prof is None else prof.runcall(
+                    self.ttft, prefix + suffix
+                )
+                if prof is not None:
+                    print(f"--- profile: {cell.backend} ahead {cell.ahead} {prefix_len}/"
+                          f"{suffix_len} {phase} hit, {req.first_token_time - req.arrival:.4f} s")
+                    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
                 if phase in ("device", "host"):
                     sample[f"{phase}_fwd"] = self.forward.seconds
                 sample[phase] = req.first_token_time - req.arrival
@@ -282,6 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny geometry, short pairs, 2 runs")
     parser.add_argument("--json", default=None, help="write the cells here")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the last round's device and host hits"
+    )
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     geometry = args.geometry or ("tiny" if args.quick else "llama3-8b")

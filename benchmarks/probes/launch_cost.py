@@ -56,7 +56,10 @@ def main() -> None:
         launcher = getattr(plan.runner, "_launcher", None)
         if launcher is not None:
             rows.append(("Launcher.run(l)", _us(lambda: launcher.run(5))))
-            args = list(launcher._args)
+            args = list(launcher._args)  # with layer 5's addresses, as run(5) sets them
+            prepared = launcher.prepared
+            for slot, address in zip(prepared.address_slots, prepared.layers[5], strict=True):
+                args[slot] = address
             runner = launcher._compiled
             rows.append(("list(args) copy", _us(lambda: list(args))))
             rows.append(("compiled runner(*args)", _us(lambda: runner(*args))))
