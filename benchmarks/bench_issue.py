@@ -154,7 +154,8 @@ def _row(
             ctrl.ack_load_queue.clear()
             alloc.free(slots)
 
-        _profile(f"{backend} p{page} {tokens}: batch (load + start_loading, sync, free)", batch, sync, profile)
+        label = f"{backend} p{page} {tokens}: batch (load + start_loading, sync, free)"
+        _profile(label, batch, sync, profile)
     host.close()
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 

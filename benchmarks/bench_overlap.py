@@ -32,8 +32,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import pstats
 import json
+import pstats
 import statistics
 import time
 from dataclasses import dataclass
@@ -218,13 +218,17 @@ class Bench:
                 self.forward.seconds = 0.0
                 profile = self.profile and round_ == rounds[-1] and phase in ("device", "host")
                 prof = cProfile.Profile() if profile else None
-                req = self.ttft(prefix + suffix) if prof is None else prof.runcall(
-                    self.ttft, prefix + suffix
+                req = (
+                    self.ttft(prefix + suffix)
+                    if prof is None
+                    else prof.runcall(self.ttft, prefix + suffix)
                 )
                 if prof is not None:
-                    print(f"--- profile: {cell.backend} ahead {cell.ahead} {prefix_len}/"
-                          f"{suffix_len} {phase} hit, {req.first_token_time - req.arrival:.4f} s")
-                    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+                    print(
+                        f"--- profile: {cell.backend} ahead {cell.ahead} {prefix_len}/"
+                        f"{suffix_len} {phase} hit, {req.first_token_time - req.arrival:.4f} s"
+                    )
+                    pstats.Stats(prof).sort_stats("cumulative").print_stats("hicache|cuda", 30)
                 if phase in ("device", "host"):
                     sample[f"{phase}_fwd"] = self.forward.seconds
                 sample[phase] = req.first_token_time - req.arrival

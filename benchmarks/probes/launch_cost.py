@@ -65,7 +65,8 @@ def main() -> None:
             rows.append(("compiled runner(*args)", _us(lambda: runner(*args))))
             raw = stream.cuda_stream
             rows.append(("runner(*args, stream=raw)", _us(lambda: runner(*args, stream=raw))))
-            ck = next(c.cell_contents for c in runner.__closure__ if hasattr(c.cell_contents, "run"))
+            cells = runner.__closure__ or ()
+            ck = next(c.cell_contents for c in cells if hasattr(c.cell_contents, "run"))
             g = launcher._grid
             fn, meta = ck.function, ck.packed_metadata
 

@@ -224,7 +224,40 @@ class Launcher:
                 self._compiled, self._reuse = None, False  # arguments: bind every launch
         kernel = transfer_kernel[self._grid](*args, num_warps=self.prepared.num_warps)
         if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
-            self._compiled = kernel[self._grid]
+            index = self.prepared.device.index
+            self._compiled = _direct(kernel, self._grid, 0 if index is None else index)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0)  # CPU builds: 0
+
+
+def _hooked(hook: object) -> bool:
+    """Whether a launch hook is set: a callable, or a chain of them (Triton >= 3.5) not empty."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _direct(kernel: CompiledKernel, grid: tuple[int, int, int], index: int) -> Callable[..., None]:
+    """``kernel[grid]`` without the runner's per-launch lookups: its launcher called with the
+    current stream of device ``index`` (one read of the raw handle), as Triton's runner calls
+    it. The runner itself when ``kernel`` lacks those parts, or when a launch hook (a profiler)
+    is set at bind time: the hooks then see every launch."""
+    runner: Callable[..., None] = kernel[grid]
+    hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
+    names = ("launch_enter_hook", "launch_exit_hook")
+    if any(_hooked(getattr(hooks, name, None)) for name in names):
+        return runner
+    try:
+        launch, function, metadata = kernel.run, kernel.function, kernel.packed_metadata
+    except AttributeError:
+        return runner
+    if function is None:
+        return runner
+    x, y, z = grid
+
+    def run(*args: object) -> None:
+        launch(x, y, z, _raw_stream(index), function, metadata, None, None, None, *args)
+
+    return run
 
 
 def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:

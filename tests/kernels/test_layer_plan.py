@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 from triton.compiler import CompiledKernel
 
 import hicache.kernels as K
@@ -149,18 +150,28 @@ def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> 
 
 
 class FakeCompiled(CompiledKernel):
-    """Stands in for Triton's compiled kernel: ``kernel[grid](*args)`` as its runner takes it
-    (every parameter in signature order; ``grid`` indexed 0, 1 and 2)."""
+    """Stands in for Triton's compiled kernel: its launcher ``run(x, y, z, stream, function,
+    metadata, launch_metadata, enter_hook, exit_hook, *args)`` as Triton's runner calls it
+    (every parameter in signature order), and ``kernel[grid]``, Triton's runner (needed per
+    layer only while a launch hook is set)."""
+
+    function = "cu-function"
+    packed_metadata = ("packed",)
 
     def __init__(self, calls: list, fail: bool) -> None:  # no super(): nothing is compiled
         self.calls, self.fail = calls, fail
 
+    def run(self, x, y, z, stream, function, metadata, launch_metadata, enter, exit_, *args):
+        assert all(isinstance(g, int) for g in (x, y, z)) and isinstance(stream, int)
+        assert (function, metadata) == (self.function, self.packed_metadata)
+        assert (launch_metadata, enter, exit_) == (None, None, None)
+        if self.fail:
+            raise IndexError("a launcher that takes other arguments")
+        self.calls.append(("compiled", (x, y, z), args))
+
     def __getitem__(self, grid):
         def runner(*args, stream=None):
-            assert len(grid) == 3 and all(isinstance(g, int) for g in grid)
-            if self.fail:
-                raise IndexError("a launcher that takes other arguments")
-            self.calls.append(("compiled", grid, args))
+            self.calls.append(("runner", grid, args))
 
         return runner
 
@@ -260,3 +271,62 @@ def test_a_planner_plans_many_batches_checking_only_their_indices(monkeypatch) -
             got, want = dst[layer]["dst"][DST_IDX], src[layer]["src"][idx]
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
     assert len(calls) == checked
+
+
+@pytest.mark.skipif(not env.ENV.triton_interpret, reason="the fakes need TRITON_INTERPRET=1")
+def test_a_launch_hook_keeps_triton_runner_on_every_layer(monkeypatch) -> None:
+    """With a launch hook set (a profiler), later layers go through Triton's runner, which
+    calls the hooks, rather than straight to the launcher."""
+    calls: list = []
+    monkeypatch.setattr(triton_ops, "transfer_kernel", FakeJit(FakeCompiled(calls, False)))
+    hooks = triton.knobs.runtime
+    if isinstance(hooks.launch_enter_hook, triton.knobs.HookChain):
+        chain = triton.knobs.HookChain()
+        chain.add(lambda *a: None)
+        monkeypatch.setattr(hooks, "launch_enter_hook", chain)
+    else:
+        monkeypatch.setattr(hooks, "launch_enter_hook", lambda *a: None)
+    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
+    with dispatch.force_backend("triton"):
+        for layer in range(LAYERS):
+            plan.run(layer)
+    assert [kind for kind, _, _ in calls] == ["bind"] + ["runner"] * (LAYERS - 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_plan_launches_on_the_current_stream() -> None:
+    """Every layer's launch, the directly called ones too, is queued on the stream current at
+    ``run``: behind a long kernel there, not on the default stream."""
+    layers, items = 4, 64
+    src = [[rand(items, HEADS, DIM, seed=layer + 7 * kv).cuda() for kv in range(2)]
+           for layer in range(layers)]  # fmt: skip
+    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
+            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
+    idx = torch.randperm(items)[:32].cuda()
+    plan = K.plan_per_layer(
+        [{"src_k": k, "src_v": v} for k, v in src],
+        [{"dst_k": k, "dst_v": v} for k, v in dst],
+        idx,
+        idx,
+        ITEM,
+    )
+    plan.run(0)  # binds; later layers are launched directly
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles
+        for layer in range(1, layers):
+            plan.run(layer)
+    torch.cuda.current_stream().synchronize()  # the default stream only
+    if not side.query():  # the sleep outlasted the check: nothing after it may have run
+        assert all(bool((dst[layer][kv].view(torch.uint8) == POISON).all())
+                   for layer in range(1, layers) for kv in range(2))  # fmt: skip
+    side.synchronize()
+    for layer in range(layers):
+        for kv in range(2):
+            got = dst[layer][kv].view(torch.uint8)
+            assert torch.equal(got[idx], src[layer][kv][idx].view(torch.uint8))
