@@ -20,6 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_issue  # noqa: E402
 
+triton_ops = bench_issue.triton_ops
+
 
 def _us(fn: Callable[[], None], calls: int = 256, repeats: int = 15) -> float:
     samples = []
@@ -60,20 +62,24 @@ def main() -> None:
             prepared = launcher.prepared
             for slot, address in zip(prepared.address_slots, prepared.layers[5], strict=True):
                 args[slot] = address
-            runner = launcher._compiled
             rows.append(("list(args) copy", _us(lambda: list(args))))
-            rows.append(("compiled runner(*args)", _us(lambda: runner(*args))))
+            direct = launcher._compiled  # what run(l) calls after layer 0
+            rows.append(("the plan's direct launcher call", _us(lambda: direct(*args))))
+            g = launcher._grid
+            ck = triton_ops.transfer_kernel[g](*args, num_warps=prepared.num_warps)  # binds
+            rows.append(
+                (
+                    "Triton bind + launch (JIT run)",
+                    _us(
+                        lambda: triton_ops.transfer_kernel[g](*args, num_warps=prepared.num_warps),
+                        64,
+                    ),
+                )
+            )
+            runner = ck[g]
+            rows.append(("Triton's compiled runner(*args)", _us(lambda: runner(*args))))
             raw = stream.cuda_stream
             rows.append(("runner(*args, stream=raw)", _us(lambda: runner(*args, stream=raw))))
-            cells = runner.__closure__ or ()
-            ck = next(c.cell_contents for c in cells if hasattr(c.cell_contents, "run"))
-            g = launcher._grid
-            fn, meta = ck.function, ck.packed_metadata
-
-            def direct() -> None:
-                ck.run(g[0], g[1], g[2], raw, fn, meta, None, None, None, *args)
-
-            rows.append(("CompiledKernel.run(...) direct", _us(direct)))
         rows.append(("torch.cuda.current_device()", _us(torch.cuda.current_device)))
         rows.append(("torch.cuda.current_stream()", _us(torch.cuda.current_stream)))
         ev = torch.cuda.Event()
