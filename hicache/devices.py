@@ -8,7 +8,8 @@ from the rest of the package.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
@@ -99,7 +100,20 @@ def new_stream(device: torch.device | str, urgent: bool = False) -> torch.cuda.S
 
 _STREAMS: dict[int, torch.cuda.Stream] = {}  # raw handle -> a Stream object of that stream
 _STREAMS_KEPT = 64  # more handles than torch's stream pools hand out: then start again
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU builds
+
+
+@functools.cache
+def _raw_stream_reader() -> Callable[[int], int]:
+    from triton.runtime import driver  # its CUDA driver loads on first use: CUDA calls only
+
+    reader: Callable[[int], int] = driver.active.get_current_stream
+    return reader
+
+
+def raw_stream(index: int) -> int:
+    """The raw handle of CUDA device ``index``'s current stream (what Triton's own launches
+    read: torch's current stream, without building a ``torch.cuda.Stream``; ~0.2 us)."""
+    return _raw_stream_reader()(index)
 
 
 def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
@@ -113,9 +127,7 @@ def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
     if device.type != "cuda":
         return None
     index = torch.cuda.current_device() if device.index is None else device.index
-    if _raw_stream is None:
-        return torch.cuda.current_stream(index)
-    raw = _raw_stream(index)
+    raw = raw_stream(index)
     stream = _STREAMS.get(raw)
     if stream is None or stream.device_index != index:
         stream = torch.cuda.current_stream(index)

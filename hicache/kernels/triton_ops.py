@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from triton.compiler import CompiledKernel
 
+from hicache.devices import raw_stream
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.transfer_kernel import transfer_kernel
 
@@ -224,11 +225,10 @@ class Launcher:
                 self._compiled, self._reuse = None, False  # arguments: bind every launch
         kernel = transfer_kernel[self._grid](*args, num_warps=self.prepared.num_warps)
         if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
-            index = self.prepared.device.index
-            self._compiled = _direct(kernel, self._grid, 0 if index is None else index)
-
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0)  # CPU builds: 0
+            device = self.prepared.device
+            stream_of = raw_stream if device.type == "cuda" else _no_stream
+            index = 0 if device.index is None else device.index
+            self._compiled = _direct(kernel, self._grid, index, stream_of)
 
 
 def _hooked(hook: object) -> bool:
@@ -236,11 +236,20 @@ def _hooked(hook: object) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _direct(kernel: CompiledKernel, grid: tuple[int, int, int], index: int) -> Callable[..., None]:
-    """``kernel[grid]`` without the runner's per-launch lookups: its launcher called with the
-    current stream of device ``index`` (one read of the raw handle), as Triton's runner calls
-    it. The runner itself when ``kernel`` lacks those parts, or when a launch hook (a profiler)
-    is set at bind time: the hooks then see every launch."""
+def _no_stream(index: int) -> int:
+    return 0  # a stand-in kernel on CPU tensors (tests): no stream
+
+
+def _direct(
+    kernel: CompiledKernel,
+    grid: tuple[int, int, int],
+    index: int,
+    stream_of: Callable[[int], int],
+) -> Callable[..., None]:
+    """``kernel[grid]`` without the runner's per-launch lookups: its launcher called with
+    ``stream_of(index)``, the raw handle of device ``index``'s current stream, read at every
+    launch, as Triton's runner calls it. The runner itself when ``kernel`` lacks those parts,
+    or when a launch hook (a profiler) is set at bind time: the hooks then see every launch."""
     runner: Callable[..., None] = kernel[grid]
     hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
     names = ("launch_enter_hook", "launch_exit_hook")
@@ -255,7 +264,7 @@ def _direct(kernel: CompiledKernel, grid: tuple[int, int, int], index: int) -> C
     x, y, z = grid
 
     def run(*args: object) -> None:
-        launch(x, y, z, _raw_stream(index), function, metadata, None, None, None, *args)
+        launch(x, y, z, stream_of(index), function, metadata, None, None, None, *args)
 
     return run
 
