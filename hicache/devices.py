@@ -139,12 +139,25 @@ def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
 
 @contextlib.contextmanager
 def stream_scope(stream: torch.cuda.Stream | None) -> Iterator[None]:
-    """Run the body on ``stream``; a no-op when ``stream`` is ``None``."""
+    """Run the body on ``stream``; a no-op when ``stream`` is ``None``.
+
+    What ``torch.cuda.stream(stream)`` does (``stream`` current on its device for the body,
+    then each device's previous stream, and the previous device, current again), without its
+    two ``torch.cuda.current_stream`` objects per entry: a load batch enters one per layer.
+    """
     if stream is None:
         yield
-    else:
-        with torch.cuda.stream(stream):
-            yield
+        return
+    index = torch.cuda.current_device()
+    here = current_stream(torch.device("cuda", index))
+    there = here if stream.device_index == index else current_stream(stream.device)
+    torch.cuda.set_stream(stream)  # also makes stream's device current
+    try:
+        yield
+    finally:
+        if there is not here:
+            torch.cuda.set_stream(there)  # type: ignore[arg-type]
+        torch.cuda.set_stream(here)  # type: ignore[arg-type]
 
 
 def pin_tensor(tensor: torch.Tensor) -> bool:
