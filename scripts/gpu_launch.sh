@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The launch-path changes on the H200: their GPU tests, the launch-cost probe, bench_issue and
-# the forward-interference probe (stage A); bench_overlap with the profile (stage B). Logs: $OUT.
+# the forward-interference probe (stage A); bench_overlap (stage B; PROFILE=1: with cProfile of
+# the last round's hits). Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
@@ -8,7 +9,7 @@ if [ "${STAGE:-A}" = A ]; then
   timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q -o addopts="" -rfE -p no:cacheprovider \
     tests/test_devices.py tests/kernels/test_layer_plan.py tests/controller/test_controller_gpu.py \
     tests/controller/test_layers_ahead.py tests/pools/test_load_planners.py \
-    tests/pools/test_load_plan.py \
+    tests/pools/test_load_plan.py tests/pools/test_host_transfer.py \
     "tests/engine/test_engine_hiradix.py::test_bf16_cuda_matches_reference_within_bf16_noise" \
     2>&1 | tee "$OUT/tests.log" | tail -6
   timeout 100 python3 benchmarks/probes/launch_cost.py 2>&1 | tee "$OUT/launch.log"
