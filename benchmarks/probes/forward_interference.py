@@ -4,7 +4,8 @@ The 8k/256 cell of ``bench_overlap.py`` is bound by launching the forward's kern
 forward call's CPU time is ~90 % of the TTFT). Here the same engine serves the same device hit,
 alternately quiet and with an unrelated pinned copy (about as many bytes as the prefix's KV)
 queued on a side stream just before the request: TTFT and the forward call's CPU time of both.
-``--copies``: ``ce``, one copy-engine copy (``Tensor.copy_``); ``kernel``, the transfer kernel
+``--copies``: ``ce``, one copy-engine copy (``Tensor.copy_``); ``ce_d2h``, the same copy
+device to host (a backup's direction); ``kernel``, the transfer kernel
 (``transfer_kv_per_layer``, ``block_quota=2``) layer by layer over 2 KiB items, SM-issued.
 
     PYTHONPATH=. python3 benchmarks/probes/forward_interference.py [--pairs 8k/256] [--repeats 7]
@@ -30,6 +31,9 @@ def _copy(name: str, src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) ->
     if name == "ce":
         dst.copy_(src, non_blocking=True)
         return
+    if name == "ce_d2h":  # the other direction: what a write-through backup moves
+        src.copy_(dst, non_blocking=True)
+        return
     for layer in range(src.shape[1]):
         k, v = (src[0, layer], dst[0, layer]), (src[1, layer], dst[1, layer])
         kernels.transfer_kv_per_layer(k[0], k[1], v[0], v[1], idx, idx, 2048)
@@ -40,7 +44,7 @@ def main() -> None:
     parser.add_argument("--pairs", default="8k/256")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--backend", default="auto")
-    parser.add_argument("--copies", default="ce,kernel")
+    parser.add_argument("--copies", default="ce,ce_d2h,kernel")
     args = parser.parse_args()
     args.pairs = bench_overlap.parse_pairs(args.pairs)
     args.host_ratio, args.seed, args.profile = 1.1, 0, False
