@@ -114,7 +114,7 @@ def issue_write(
         start.record(stream)
         mark = counters.d2h.begin()
         backend = batch_backend(io_backend, host_pool, op)
-        host, dev = transfer_indices(op, stream, backend, device)
+        host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size)
         host_pool.backup_from_device_all_layer(device_pool, host, dev, backend)
         counters.d2h.end(mark, len(op))
         if integrity is not None:
@@ -142,7 +142,7 @@ def issue_load(
         batch.start_event.record(stream)
         mark = counters.h2d.begin()
         backend = batch_backend(config.io_backend, host_pool, op)
-        host, dev = transfer_indices(op, stream, backend, device)
+        host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size)
         plan = host_pool.plan_load(device_pool, host, dev, backend)
 
     def on_done() -> None:

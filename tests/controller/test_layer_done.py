@@ -183,3 +183,15 @@ def test_layer_loading_event_on_cpu_is_complete() -> None:
     batch.finish_event.record()
     assert batch.finish_event.query()
     assert all(event.query() for event in batch.load_events)
+
+
+def test_a_slot_taken_again_gets_new_batch_events_and_its_layer_events_back() -> None:
+    counter = cpu_counter(num_layers=2)
+    first = counter.events[counter.update_producer()]
+    for _ in range(RING_SIZE - 1):
+        counter.update_producer()
+    again = counter.events[counter.update_producer()]
+    assert again is not first
+    assert again.load_events is first.load_events  # recorded again, not created again
+    assert again.start_event is not first.start_event
+    assert again.finish_event is not first.finish_event
