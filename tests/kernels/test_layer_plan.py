@@ -114,6 +114,22 @@ def test_a_layer_unlike_layer_0_is_refused_at_plan_time() -> None:
         K.plan_per_layer(src, dst[:1] * LAYERS, SRC_IDX + ITEMS, DST_IDX, 16)
 
 
+def _cuda_plan(layers: int, items: int, src_idx: torch.Tensor, dst_idx: torch.Tensor):
+    """Random K/V source layers, poisoned destination layers on CUDA, and their per-layer plan."""
+    src = [[rand(items, HEADS, DIM, seed=2 * layer + kv).cuda() for kv in range(2)]
+           for layer in range(layers)]  # fmt: skip
+    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
+            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
+    plan = K.plan_per_layer(
+        [{"src_k": k, "src_v": v} for k, v in src],
+        [{"dst_k": k, "dst_v": v} for k, v in dst],
+        src_idx,
+        dst_idx,
+        ITEM,
+    )
+    return src, dst, plan
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> None:
     """After the first layer the compiled kernel is called directly (Triton binds the
@@ -124,18 +140,8 @@ def test_cuda_plan_binds_the_kernel_once_and_copies_every_layer(monkeypatch) -> 
         triton_ops.transfer_kernel, "run", lambda *a, **k: binds.append(1) or real(*a, **k)
     )
     layers, items = 8, 64
-    src = [[rand(items, HEADS, DIM, seed=2 * layer + kv).cuda() for kv in range(2)]
-           for layer in range(layers)]  # fmt: skip
-    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
-            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
     src_idx, dst_idx = torch.randperm(items)[:40].cuda(), torch.randperm(items)[:40].cuda()
-    plan = K.plan_per_layer(
-        [{"src_k": k, "src_v": v} for k, v in src],
-        [{"dst_k": k, "dst_v": v} for k, v in dst],
-        src_idx,
-        dst_idx,
-        ITEM,
-    )
+    src, dst, plan = _cuda_plan(layers, items, src_idx, dst_idx)
     for layer in reversed(range(layers)):
         plan.run(layer)
     torch.cuda.synchronize()
@@ -193,6 +199,19 @@ class FakeJit:
         return launch
 
 
+def _run_every_layer() -> tuple[list[dict], list[dict]]:
+    """Plan and run a per-layer copy of random buffers, every layer, on the Triton route."""
+    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
+           for layer in range(LAYERS)]  # fmt: skip
+    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
+    with dispatch.force_backend("triton"):
+        for layer in range(LAYERS):
+            plan.run(layer)
+    return src, dst
+
+
 @pytest.mark.skipif(
     not env.ENV.triton_interpret,
     reason="fakes the compiled kernel on CPU tensors (TRITON_INTERPRET=1, set without a GPU); "
@@ -205,14 +224,7 @@ def test_plan_binds_once_then_calls_the_compiled_kernel_per_layer(monkeypatch, f
     arguments makes the plan bind every launch instead."""
     calls: list = []
     monkeypatch.setattr(triton_ops, "transfer_kernel", FakeJit(FakeCompiled(calls, fail)))
-    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
-           for layer in range(LAYERS)]  # fmt: skip
-    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
-           for layer in range(LAYERS)]  # fmt: skip
-    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
-    with dispatch.force_backend("triton"):
-        for layer in range(LAYERS):
-            plan.run(layer)
+    src, dst = _run_every_layer()
     kinds = [kind for kind, _, _ in calls]
     assert kinds == (["bind"] * LAYERS if fail else ["bind"] + ["compiled"] * (LAYERS - 1))
     names = list(triton_ops.transfer_kernel.arg_names)
@@ -286,14 +298,7 @@ def test_a_launch_hook_keeps_triton_runner_on_every_layer(monkeypatch) -> None:
         monkeypatch.setattr(hooks, "launch_enter_hook", chain)
     else:
         monkeypatch.setattr(hooks, "launch_enter_hook", lambda *a: None)
-    src = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("src_k", "src_v")}
-           for layer in range(LAYERS)]  # fmt: skip
-    dst = [{name: rand(ITEMS, HEADS, DIM, seed=layer) for name in ("dst_k", "dst_v")}
-           for layer in range(LAYERS)]  # fmt: skip
-    plan = K.plan_per_layer(src, dst, SRC_IDX, DST_IDX, ITEM)
-    with dispatch.force_backend("triton"):
-        for layer in range(LAYERS):
-            plan.run(layer)
+    _run_every_layer()
     assert [kind for kind, _, _ in calls] == ["bind"] + ["runner"] * (LAYERS - 1)
 
 
@@ -302,18 +307,8 @@ def test_cuda_plan_launches_on_the_current_stream() -> None:
     """Every layer's launch, the directly called ones too, is queued on the stream current at
     ``run``: behind a long kernel there, not on the default stream."""
     layers, items = 4, 64
-    src = [[rand(items, HEADS, DIM, seed=layer + 7 * kv).cuda() for kv in range(2)]
-           for layer in range(layers)]  # fmt: skip
-    dst = [[torch.full((items, HEADS, DIM * 2), POISON, dtype=torch.uint8, device="cuda")
-            .view(torch.float16) for _ in range(2)] for _ in range(layers)]  # fmt: skip
     idx = torch.randperm(items)[:32].cuda()
-    plan = K.plan_per_layer(
-        [{"src_k": k, "src_v": v} for k, v in src],
-        [{"dst_k": k, "dst_v": v} for k, v in dst],
-        idx,
-        idx,
-        ITEM,
-    )
+    src, dst, plan = _cuda_plan(layers, items, idx, idx)
     plan.run(0)  # binds; later layers are launched directly
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
