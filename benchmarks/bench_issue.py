@@ -82,18 +82,24 @@ def _batch_us(
     samples = []
     for _ in range(repeats + 1):  # the first one warms up
         sync()
-        t0 = time.perf_counter()
-        slots = ctrl.load(h, 0)
-        ctrl.start_loading()
-        samples.append((time.perf_counter() - t0) / LAYERS * 1e6)
-        sync()
-        ctrl.ack_load_queue.clear()
-        assert slots is not None
-        alloc.free(slots)
+        samples.append(_one_batch(ctrl, alloc, h, sync) / LAYERS * 1e6)
     return statistics.median(samples[1:])
 
 
-def _profile(label: str, fn: Callable[[], None], sync: Callable[[], None], times: int) -> None:
+def _one_batch(ctrl: Any, alloc: Any, h: torch.Tensor, sync: Callable[[], None]) -> float:
+    """Seconds of ``load`` + ``start_loading`` of one batch; then it lands and is freed."""
+    t0 = time.perf_counter()
+    slots = ctrl.load(h, 0)
+    ctrl.start_loading()
+    seconds = time.perf_counter() - t0
+    sync()
+    ctrl.ack_load_queue.clear()
+    assert slots is not None
+    alloc.free(slots)
+    return seconds
+
+
+def _profile(label: str, fn: Callable[[], object], sync: Callable[[], None], times: int) -> None:
     """Print the top functions (own time) of ``times`` calls of ``fn`` under cProfile."""
     prof = cProfile.Profile()
     for _ in range(times):
@@ -146,16 +152,8 @@ def _row(
     alloc.free(d)
     cells.append(_batch_us(ctrl, alloc, h, sync, repeats))
     if profile:
-
-        def batch() -> None:
-            slots = ctrl.load(h, 0)
-            ctrl.start_loading()
-            sync()
-            ctrl.ack_load_queue.clear()
-            alloc.free(slots)
-
         label = f"{backend} p{page} {tokens}: batch (load + start_loading, sync, free)"
-        _profile(label, batch, sync, profile)
+        _profile(label, lambda: _one_batch(ctrl, alloc, h, sync), sync, profile)
     host.close()
     return [backend, str(page), str(tokens), *(f"{c:.1f}" for c in cells)]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The launch-path changes on the H200: their GPU tests, the launch-cost probe, bench_issue and
-# the forward-interference probe (stage A); bench_overlap (stage B; PROFILE=1: with cProfile of
-# the last round's hits). Logs under $OUT.
+# The launch-path changes on the H200: their GPU tests, the launch-cost probe, bench_issue
+# (ISSUE_PROFILE=N: with cProfile of N batches) and the forward-interference probe (stage A);
+# bench_overlap (stage B; PROFILE=1: with cProfile of the last round's hits). Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
@@ -14,7 +14,7 @@ if [ "${STAGE:-A}" = A ]; then
     2>&1 | tee "$OUT/tests.log" | tail -6
   timeout 100 python3 benchmarks/probes/launch_cost.py 2>&1 | tee "$OUT/launch.log"
   timeout 120 python3 benchmarks/bench_issue.py --tokens 1024,8192 --pages 64 --repeats 5 \
-    2>&1 | tee "$OUT/issue.log" | tail -7
+    --profile "${ISSUE_PROFILE:-0}" 2>&1 | tee "$OUT/issue.log" | tail -7
   timeout 150 python3 benchmarks/probes/forward_interference.py --pairs 8k/256,32k/512 \
     2>&1 | tee "$OUT/interference.log" | tail -4
 else

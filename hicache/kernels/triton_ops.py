@@ -259,8 +259,6 @@ def _direct(
         launch, function, metadata = kernel.run, kernel.function, kernel.packed_metadata
     except AttributeError:
         return runner
-    if function is None:
-        return runner
     x, y, z = grid
 
     def run(*args: object) -> None:
