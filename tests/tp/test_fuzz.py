@@ -16,7 +16,7 @@ from hicache.stress.driver import Driver
 from hicache.tp.fuzz import FuzzReport, expected_outcome, run_fuzz
 from hicache.tp.fuzz_faults import SlowEvent
 from hicache.tp.fuzz_rank import rank_main
-from hicache.tp.fuzz_scenarios import RANK_LOCAL, SCENARIOS, FuzzConfig
+from hicache.tp.fuzz_scenarios import RANK_LOCAL, SCENARIOS, STORAGE, FuzzConfig
 
 BASE = FuzzConfig(ranks=2, steps=300, seed=3, timeout_s=15, full_every=50)
 ON = [replace(BASE, scenario=s) for s in SCENARIOS if s != "rank_killed"] + [
@@ -62,7 +62,10 @@ def test_rank_local_faults_diverge_without_agreement(cfg: FuzzConfig, agree_off)
         return _clean(rep)  # no fault, nothing rank-local: the ranks stay together
     assert rep.outcome in ("diverged", "tp_error"), "\n".join(rep.detail)
     assert rep.expected and rep.outcome in expected_outcome(cfg)
-    assert rep.faults > 0 and rep.steps < cfg.steps
+    assert rep.steps < cfg.steps
+    # a storage tier's backups finish on each rank's own thread: without agreement their
+    # timing alone is rank-local, and may split the ranks before the first fault fires
+    assert rep.faults > 0 or cfg.scenario in STORAGE
     if rep.outcome == "diverged":
         assert any("digests differ" in line for line in rep.detail)
         assert any(line.startswith("  node ranks") for line in rep.detail)  # names the node
