@@ -46,7 +46,7 @@ def _flag(name: str, default: bool) -> bool | Invalid:
     return Invalid(f"{name}={raw!r} is not a flag: use one of 1/0, true/false, yes/no, on/off")
 
 
-def _gigabytes(name: str, default: float) -> float | Invalid:
+def _amount(name: str, default: float, unit: str) -> float | Invalid:
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -55,7 +55,7 @@ def _gigabytes(name: str, default: float) -> float | Invalid:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        return Invalid(f"{name}={raw!r} must be a finite, non-negative number of GB")
+        return Invalid(f"{name}={raw!r} must be a finite, non-negative number of {unit}")
     return value
 
 
@@ -83,6 +83,9 @@ class Env:
         host pool must leave free.
     check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: slots handed to the radix tree must
         be allocated in the allocator (O(allocator) per call; see ``radix.ownership``).
+    backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; default 256; 0 off)
+        of device memory a CUDA controller stages kernel-backend backups through
+        (``hicache.pools.backup_staging``).
     mooncake : ``HICACHE_MOONCAKE_*`` — the Mooncake Store backend's settings as raw
         ``(name, value)`` pairs, ``name`` the lower-cased rest (``HICACHE_MOONCAKE_PROTOCOL``
         -> ``protocol``); parsed by ``hicache.storage.mooncake_config``.
@@ -92,6 +95,7 @@ class Env:
     check_device_indices: bool | Invalid
     host_ram_reserve_gb: float | Invalid
     check_ownership: bool | Invalid = False
+    backup_staging_mb: float | Invalid = 256.0
     mooncake: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -99,7 +103,8 @@ class Env:
         return cls(
             triton_interpret=_triton_flag("TRITON_INTERPRET"),
             check_device_indices=_flag("HICACHE_CHECK_DEVICE_INDICES", False),
-            host_ram_reserve_gb=_gigabytes("HICACHE_HOST_RAM_RESERVE_GB", 2.0),
+            host_ram_reserve_gb=_amount("HICACHE_HOST_RAM_RESERVE_GB", 2.0, "GB"),
+            backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 256.0, "MiB"),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
             mooncake=_prefixed("HICACHE_MOONCAKE_"),
         )
@@ -116,6 +121,11 @@ def device_indices_checked() -> bool:
 def ownership_checked() -> bool:
     """Whether the radix tree checks slots against the allocator (``HICACHE_CHECK_OWNERSHIP``)."""
     return require(ENV.check_ownership)
+
+
+def backup_staging_bytes() -> int:
+    """Device bytes of a controller's backup staging buffer (``HICACHE_BACKUP_STAGING_MB``)."""
+    return int(require(ENV.backup_staging_mb) * 2**20)
 
 
 def mooncake_settings() -> dict[str, str]:

@@ -22,9 +22,9 @@ from typing import Protocol
 
 import torch
 
+from hicache.controller import issue
 from hicache.controller.config import ControllerConfig, check_host_pool, check_pools
 from hicache.controller.integrity import PageIntegrity
-from hicache.controller.issue import issue_load, issue_write, load_op, ready_writes, write_op
 from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.layer_issue import LayerIssue
 from hicache.controller.operations import CacheOperation, HiCacheAck
@@ -32,6 +32,7 @@ from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import wait_for_compute
 from hicache.devices import new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
+from hicache.pools.backup_staging import controller_staging
 
 
 class SetLike(Protocol):
@@ -71,6 +72,8 @@ class HiCacheController:
         device's highest priority (a forward pass waits on its layers), the write stream the
         default (lowest) one.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
+    staging : the write stream's :class:`~hicache.pools.backup_staging.BackupStaging` (kernel
+        backups through the copy engines), or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``).
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
     Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a
@@ -104,6 +107,7 @@ class HiCacheController:
         self.device = torch.device(device_pool.device)
         self.layer_num: int = device_pool.layer_num
         self.write_stream = new_stream(self.device)
+        self.staging = controller_staging(mem_pool_host, io_backend)  # used on write_stream only
         self.load_stream = new_stream(self.device, urgent=True)  # a forward pass waits on it
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
@@ -156,7 +160,7 @@ class HiCacheController:
         has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
         the next :meth:`start_writing`.
         """
-        op = write_op(
+        op = issue.write_op(
             (self.mem_pool_device, self.mem_pool_host), device_indices, node_id, host_indices
         )
         if op is None:
@@ -179,7 +183,7 @@ class HiCacheController:
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
         allocator = self.token_to_kv_pool_allocator
-        op = load_op(self.mem_pool_host, allocator, self.io_backend, host_indices, node_id)
+        op = issue.load_op(self.mem_pool_host, allocator, self.io_backend, host_indices, node_id)
         if op is None:
             return None
         self.load_queue.append(op)
@@ -204,15 +208,14 @@ class HiCacheController:
         finds the copy landed (``drain`` waits for it).
         """
         self.issue_pending()
-        ready = ready_writes(self.write_queue, self.io_backend, self.write_stream, self.device)
+        ready = issue.ready_writes(
+            self.write_queue, self.io_backend, self.write_stream, self.device
+        )
         if ready:
             op = CacheOperation.merge(self.write_queue[:ready])
             pools = (self.mem_pool_device, self.mem_pool_host)
-            self.ack_write_queue.append(
-                issue_write(
-                    op, self.write_stream, pools, self.io_backend, self.counters, self.integrity
-                )
-            )
+            path = (self.write_stream, pools, self.io_backend, self.counters, self.integrity)
+            self.ack_write_queue.append(issue.issue_write(op, *path, self.staging))
             del self.write_queue[:ready]
 
     def start_loading(self) -> int:
@@ -233,17 +236,13 @@ class HiCacheController:
         if not self.load_queue:
             return -1
         counter = self.layer_done_counter
-        oldest = counter.events[counter.next_producer].finish_event
-        if not oldest.query():
-            self.counters.blocking_waits += 1
-            oldest.synchronize()
         op = CacheOperation.merge(self.load_queue)
         wait_for_compute(self.load_stream, self.device)
-        producer = counter.update_producer()
+        producer = issue.claim_ring_slot(counter, self.counters)
         pools = (self.mem_pool_device, self.mem_pool_host)
         batch = counter.events[producer]
-        issue = issue_load(op, batch, self.load_stream, pools, self.config, self.counters)
-        self._pending = None if issue.done else issue
+        layers = issue.issue_load(op, batch, self.load_stream, pools, self.config, self.counters)
+        self._pending = None if layers.done else layers
         self.load_queue.clear()
         self.ack_load_queue.append(HiCacheAck(batch.start_event, batch.finish_event, op.node_ids))
         if self.load_cache_event is not None:

@@ -10,7 +10,7 @@ import torch
 
 from hicache.controller.config import ControllerConfig, check_indices, check_node_id
 from hicache.controller.integrity import PageIntegrity
-from hicache.controller.layer_done import LayerLoadingEvent
+from hicache.controller.layer_done import LayerDoneCounter, LayerLoadingEvent
 from hicache.controller.layer_issue import LayerIssue
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters
@@ -23,6 +23,7 @@ from hicache.controller.transfer_indices import (
 from hicache.devices import new_event, stream_scope
 from hicache.pools import HostKVPool, KVPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
+from hicache.pools.backup_staging import BackupStaging
 
 _CPU = torch.device("cpu")
 
@@ -104,8 +105,10 @@ def issue_write(
     io_backend: str,
     counters: TransferCounters,
     integrity: PageIntegrity | None,
+    staging: BackupStaging | None = None,
 ) -> HiCacheAck:
-    """Back ``op`` up (every layer) on ``stream`` after the compute stream; its ack."""
+    """Back ``op`` up (every layer) on ``stream`` after the compute stream, a kernel batch
+    through ``staging`` when it suits; its ack."""
     device_pool, host_pool = pools
     device = torch.device(device_pool.device)
     start, finish = new_event(device), new_event(device)
@@ -114,13 +117,26 @@ def issue_write(
         start.record(stream)
         mark = counters.d2h.begin()
         backend = batch_backend(io_backend, host_pool, op)
-        host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size)
-        host_pool.backup_from_device_all_layer(device_pool, host, dev, backend)
+        staged = staging is not None and backend == "kernel" and staging.suits(op.host_indices)
+        page = host_pool.page_size
+        host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
+        extra = {"staging": staging} if staged else {}  # the contract's call when not staged
+        host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
         counters.d2h.end(mark, len(op))
         if integrity is not None:
             integrity.record(op.host_indices, op.device_indices)
         finish.record(stream)
     return HiCacheAck(start, finish, op.node_ids)
+
+
+def claim_ring_slot(counter: LayerDoneCounter, counters: TransferCounters) -> int:
+    """The counter's next ring slot for a load batch (``update_producer``), once the batch it
+    still holds has landed: a blocking wait, counted, only when that batch is in flight."""
+    oldest = counter.events[counter.next_producer].finish_event
+    if not oldest.query():
+        counters.blocking_waits += 1
+        oldest.synchronize()
+    return counter.update_producer()
 
 
 def issue_load(

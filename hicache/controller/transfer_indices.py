@@ -57,6 +57,7 @@ def transfer_indices(
     io_backend: str,
     device: torch.device,
     page: int,
+    host_on_device: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's (host, device) index tensors as the transfer on ``stream`` needs them, built
     once per batch.
@@ -64,7 +65,8 @@ def transfer_indices(
     Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
     ``stream`` (``record_stream``). The kernel backend gets the host indices on ``device``,
     copied once, non-blocking from pinned memory, with the pairs in host-page order
-    (:func:`host_order`; ``page`` is the host pool's page size). The
+    (:func:`host_order`; ``page`` is the host pool's page size), or on the CPU, ordered so,
+    with ``host_on_device=False`` (a staged backup plans its engine copies there). The
     direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
     allocator's CPU copy of their slots, writes the copy ``fetch_indices`` made (landed, see
     ``is_readable``); only an operation without one (an allocator lacking ``alloc_pair``)
@@ -85,4 +87,6 @@ def transfer_indices(
         device_indices = device_indices.index_select(
             0, order.pin_memory().to(device, non_blocking=True)
         )
+    if not host_on_device:
+        return host, device_indices
     return host.pin_memory().to(device, non_blocking=True), device_indices

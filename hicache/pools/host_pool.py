@@ -2,19 +2,9 @@
 
 ``load_to_device_per_layer``, ``plan_load`` (every layer of a load, planned once; see
 :mod:`hicache.pools.load_plan`) and ``backup_from_device_all_layer`` route each (layout,
-io_backend) pair to its transfer op in :mod:`hicache.kernels` (load: one layer host -> device;
-backup: all layers device -> host; ``_mla`` variants for MLA):
-
-- kernel, layer_first: ``transfer_kv_per_layer`` / ``transfer_kv_all_layer``
-- kernel, page_first: ``transfer_kv_per_layer_pf_lf`` / ``transfer_kv_all_layer_lf_pf``
-- kernel, page_head (MHA): ``transfer_kv_per_layer_ph_lf`` / ``transfer_kv_all_layer_lf_ph``
-- direct, layer_first: ``transfer_kv_direct`` both ways
-- direct, page_first_direct: ``transfer_kv_per_layer_direct_pf_lf`` /
-  ``transfer_kv_all_layer_direct_lf_pf``
-
-``plan_load`` uses the ``hicache.kernels.plan_*`` form of the same load op.
-
-Other pairs raise ``ValueError``.
+io_backend) pair to its transfer op in :mod:`hicache.kernels` (the table is in
+:mod:`hicache.pools.layer_ops`; ``plan_load`` uses the ``hicache.kernels.plan_*`` form of the
+same load op). Other pairs raise ``ValueError``.
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ from hicache.checks import check_slot_indices
 from hicache.devices import is_cuda
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
+from hicache.pools.backup_staging import BackupStaging
 from hicache.pools.device_pool import KVPool, pointer_table
 from hicache.pools.host_layouts import (
     LAYOUTS,
@@ -38,7 +29,7 @@ from hicache.pools.host_layouts import (
     part_shape,
 )
 from hicache.pools.host_memory import pin_buffer, unpin_chunks
-from hicache.pools.layer_ops import KERNEL_OPS, direct_backup, direct_load
+from hicache.pools.layer_ops import BLOCK_QUOTA, KERNEL_OPS, direct_backup, direct_load
 from hicache.pools.load_plan import LoadPlan, LoadPlanners
 
 _CPU = torch.device("cpu")
@@ -236,21 +227,33 @@ class HostKVPool:
         host_indices: torch.Tensor,
         device_indices: torch.Tensor,
         io_backend: str,
+        staging: BackupStaging | None = None,
     ) -> None:
-        """Copy every layer of device slots ``device_indices`` to host slots ``host_indices``."""
+        """Copy every layer of device slots ``device_indices`` to host slots ``host_indices``;
+        a kernel batch goes through ``staging`` when its CPU host indices suit it."""
         backend, host_idx, dev_idx = self._prepare(
-            device_pool, host_indices, device_indices, io_backend
+            device_pool, host_indices, device_indices, io_backend, staging
         )
         if backend == "direct":
             direct_backup(self, device_pool, host_idx, dev_idx)
+        elif backend == "staged":
+            assert staging is not None
+            staging.backup(self, device_pool, host_idx, dev_idx)
         else:
-            KERNEL_OPS[(self.parts, self.layout)].backup(self, device_pool, host_idx, dev_idx)
+            route = KERNEL_OPS[(self.parts, self.layout)]
+            route.backup(self, device_pool, host_idx, dev_idx, BLOCK_QUOTA)
 
     def _prepare(
-        self, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: str
+        self,
+        device_pool: Any,
+        host_indices: Any,
+        device_indices: Any,
+        io_backend: str,
+        staging: BackupStaging | None = None,
     ) -> tuple[str, torch.Tensor, torch.Tensor]:
         """Checks, then the concrete backend (``"auto"`` resolved for this batch, without
-        waiting for the GPU) and the indices where it needs them."""
+        waiting for the GPU; ``"staged"``: a kernel backup that ``staging`` suits) and the
+        indices where it needs them."""
         if self.closed:
             raise RuntimeError("this host pool is closed")
         check_pair(self.layout, io_backend)
@@ -267,8 +270,10 @@ class HostKVPool:
         )
         # Kernels run where the device pool lives; direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
+        target = device_pool.device
+        if backend == "kernel" and staging is not None and staging.suits(host_indices):
+            return "staged", host_indices, device_indices.to(target, non_blocking=True)
         if backend == "kernel":
-            target = device_pool.device
             return (
                 backend,
                 host_indices.to(target, non_blocking=True),

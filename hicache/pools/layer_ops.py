@@ -1,11 +1,21 @@
 """Calls from the host pools into :mod:`hicache.kernels`, one set of functions per route.
 
 ``load(host, dev, host_idx, dev_idx, layer_id)`` copies one layer host -> device;
-``backup(host, dev, host_idx, dev_idx)`` copies every layer device -> host (the plan-once load
-of every layer is :mod:`hicache.pools.load_plan`). ``host`` is a :class:`HostBuffers` (a host
-pool), ``dev`` the matching device pool. Indices are already where the op wants them (the
-kernel's device, or the CPU for direct ops). Every all-layer op gets the item count behind each
-of its pointer tables (``*_items_per_layer``), so it bounds indices.
+``backup(host, dev, host_idx, dev_idx, block_quota)`` copies every layer device -> host (the
+plan-once load of every layer is :mod:`hicache.pools.load_plan`). ``host`` is a
+:class:`HostBuffers` (a host pool, or a staging buffer: :mod:`hicache.pools.backup_staging`),
+``dev`` the matching device pool. Indices are already where the op wants them (the kernel's
+device, or the CPU for direct ops). Every all-layer op gets the item count behind each of its
+pointer tables (``*_items_per_layer``), so it bounds indices. The routes (load / backup):
+
+- kernel, layer_first: ``transfer_kv_per_layer`` / ``transfer_kv_all_layer``
+- kernel, page_first: ``transfer_kv_per_layer_pf_lf`` / ``transfer_kv_all_layer_lf_pf``
+- kernel, page_head (MHA): ``transfer_kv_per_layer_ph_lf`` / ``transfer_kv_all_layer_lf_ph``
+- direct, layer_first: ``transfer_kv_direct`` both ways
+- direct, page_first_direct: ``transfer_kv_per_layer_direct_pf_lf`` /
+  ``transfer_kv_all_layer_direct_lf_pf``
+
+``_mla`` variants serve MLA.
 """
 
 from __future__ import annotations
@@ -36,9 +46,12 @@ class HostBuffers(Protocol):
     closed: bool
 
 
+BLOCK_QUOTA = 2  # programs of a serving backup: the SMs it takes from the model
+
+
 class LayerOps(NamedTuple):
     load: Callable[[HostBuffers, KVPool, Tensor, Tensor, int], None]
-    backup: Callable[[HostBuffers, KVPool, Tensor, Tensor], None]
+    backup: Callable[[HostBuffers, KVPool, Tensor, Tensor, int], None]
 
 
 def _tables(host: HostBuffers) -> list[Tensor]:
@@ -75,7 +88,7 @@ def _mha_load_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: in
     kernels.transfer_kv_per_layer(hk[layer], dk[layer], hv[layer], dv[layer], h, d, host.item_size)
 
 
-def _mha_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+def _mha_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, quota: int) -> None:
     dk_ptrs, dv_ptrs = dev.part_data_ptrs
     hk_ptrs, hv_ptrs = _tables(host)
     kernels.transfer_kv_all_layer(
@@ -87,6 +100,7 @@ def _mha_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None
         h,
         host.item_size,
         host.layer_num,
+        quota,
         src_items_per_layer=dev.num_slots,
         dst_items_per_layer=host.size,
     )
@@ -101,12 +115,12 @@ def _mha_load_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: in
     )  # fmt: skip
 
 
-def _mha_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+def _mha_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, quota: int) -> None:
     dk_ptrs, dv_ptrs = dev.part_data_ptrs
     hk, hv = host.host_parts
     kernels.transfer_kv_all_layer_lf_pf(
         dk_ptrs, hk, dv_ptrs, hv, d, h,
-        host.item_size, host.layout_dim, host.layer_num, src_items_per_layer=dev.num_slots,
+        host.item_size, host.layout_dim, host.layer_num, quota, src_items_per_layer=dev.num_slots,
     )  # fmt: skip
 
 
@@ -119,12 +133,12 @@ def _mha_load_ph(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: in
     )  # fmt: skip
 
 
-def _mha_backup_ph(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+def _mha_backup_ph(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, quota: int) -> None:
     dk_ptrs, dv_ptrs = dev.part_data_ptrs
     hk, hv = host.host_parts
     kernels.transfer_kv_all_layer_lf_ph(
         dk_ptrs, hk, dv_ptrs, hv, d, h,
-        host.item_size, host.layout_dim, host.layer_num, host.page_size, host.head_num,
+        host.item_size, host.layout_dim, host.layer_num, host.page_size, host.head_num, quota,
         src_items_per_layer=dev.num_slots,
     )  # fmt: skip
 
@@ -138,7 +152,7 @@ def _mla_load_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: in
     kernels.transfer_kv_per_layer_mla(hkv[layer], dkv[layer], h, d, host.item_size)
 
 
-def _mla_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+def _mla_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, quota: int) -> None:
     (dkv_ptrs,) = dev.part_data_ptrs
     (h_ptrs,) = _tables(host)
     kernels.transfer_kv_all_layer_mla(
@@ -148,6 +162,7 @@ def _mla_backup_lf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None
         h,
         host.item_size,
         host.layer_num,
+        quota,
         src_items_per_layer=dev.num_slots,
         dst_items_per_layer=host.size,
     )
@@ -161,7 +176,7 @@ def _mla_load_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, layer: in
     )
 
 
-def _mla_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None:
+def _mla_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor, quota: int) -> None:
     (dkv_ptrs,) = dev.part_data_ptrs
     (hkv,) = host.host_parts
     kernels.transfer_kv_all_layer_mla_lf_pf(
@@ -172,6 +187,7 @@ def _mla_backup_pf(host: HostBuffers, dev: KVPool, h: Tensor, d: Tensor) -> None
         host.item_size,
         host.layout_dim,
         host.layer_num,
+        quota,
         src_items_per_layer=dev.num_slots,
     )
 
