@@ -128,10 +128,10 @@ def controller_staging(host_pool: Any, io_backend: str) -> BackupStaging | None:
     """The staging buffer of a controller's write stream: ``env.backup_staging_bytes()`` of
     device memory when the host pool is pinned for a CUDA device pool and ``io_backend`` may run
     the kernel on its layout (``"kernel"``, or ``"auto"`` on a layout with a kernel route);
-    None otherwise, or when the setting is 0."""
+    None otherwise, or when the setting is 0. Never more slots than the device pool has."""
     nbytes = env.backup_staging_bytes()
     routed = (host_pool.parts, host_pool.layout) in KERNEL_OPS
     if not (nbytes and routed and host_pool.pinned) or io_backend == "direct":
         return None
-    per_slot = host_pool.parts * host_pool.layout_dim
-    return BackupStaging(host_pool, max(nbytes // per_slot, host_pool.page_size))
+    slots = min(nbytes // (host_pool.parts * host_pool.layout_dim), host_pool.device_pool.size)
+    return BackupStaging(host_pool, max(slots, host_pool.page_size))
