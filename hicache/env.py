@@ -83,8 +83,8 @@ class Env:
         host pool must leave free.
     check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: slots handed to the radix tree must
         be allocated in the allocator (O(allocator) per call; see ``radix.ownership``).
-    backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; default 256; 0 off)
-        of device memory a CUDA controller stages kernel-backend backups through
+    backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; default 0: off) of
+        device memory a CUDA controller stages kernel-backend backups through
         (``hicache.pools.backup_staging``).
     mooncake : ``HICACHE_MOONCAKE_*`` — the Mooncake Store backend's settings as raw
         ``(name, value)`` pairs, ``name`` the lower-cased rest (``HICACHE_MOONCAKE_PROTOCOL``
@@ -95,7 +95,7 @@ class Env:
     check_device_indices: bool | Invalid
     host_ram_reserve_gb: float | Invalid
     check_ownership: bool | Invalid = False
-    backup_staging_mb: float | Invalid = 256.0
+    backup_staging_mb: float | Invalid = 0.0
     mooncake: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -104,7 +104,7 @@ class Env:
             triton_interpret=_triton_flag("TRITON_INTERPRET"),
             check_device_indices=_flag("HICACHE_CHECK_DEVICE_INDICES", False),
             host_ram_reserve_gb=_amount("HICACHE_HOST_RAM_RESERVE_GB", 2.0, "GB"),
-            backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 256.0, "MiB"),
+            backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 0.0, "MiB"),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
             mooncake=_prefixed("HICACHE_MOONCAKE_"),
         )

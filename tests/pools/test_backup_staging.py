@@ -98,16 +98,21 @@ def test_a_controller_stages_only_pinned_cuda_kernel_capable_pools(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, host, _ = _rig("mha", "layer_first", 4)
-    assert not host.pinned and controller_staging(host, "kernel") is None  # CPU: nothing to spare
+    monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=0.0))
     monkeypatch.setattr(host, "pinned", True)  # as on CUDA
+    assert controller_staging(host, "auto") is None  # HICACHE_BACKUP_STAGING_MB=0, the default
+    monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=256.0))
     staging = controller_staging(host, "kernel")
     assert staging is not None and staging.size == host.device_pool.size  # capped: 32 slots
     assert controller_staging(host, "direct") is None
-    monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=0.0))
-    assert controller_staging(host, "auto") is None  # HICACHE_BACKUP_STAGING_MB=0
+    monkeypatch.setattr(host, "pinned", False)
+    assert controller_staging(host, "kernel") is None  # CPU (or unpinned): nothing to spare
 
 
 def test_the_staging_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HICACHE_BACKUP_STAGING_MB", raising=False)
+    monkeypatch.setattr(env, "ENV", env.Env.read())
+    assert env.backup_staging_bytes() == 0  # off unless asked for
     monkeypatch.setenv("HICACHE_BACKUP_STAGING_MB", "1.5")
     monkeypatch.setattr(env, "ENV", env.Env.read())
     assert env.backup_staging_bytes() == 3 * 2**19
