@@ -18,12 +18,16 @@ Not thread-safe: one scheduler thread drives a controller.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 
 from hicache.controller import issue
-from hicache.controller.config import ControllerConfig, check_host_pool, check_pools
+from hicache.controller.config import (
+    ControllerConfig,
+    SetLike,
+    check_host_pool,
+    check_load_cache_event,
+    check_pools,
+)
 from hicache.controller.integrity import PageIntegrity
 from hicache.controller.layer_done import LayerDoneCounter
 from hicache.controller.layer_issue import LayerIssue
@@ -33,12 +37,6 @@ from hicache.controller.transfer_indices import wait_for_compute
 from hicache.devices import new_stream, stream_scope
 from hicache.pools import HostKVPool, SlotAllocator
 from hicache.pools.backup_staging import controller_staging
-
-
-class SetLike(Protocol):
-    """A ``load_cache_event``: anything with ``set()`` (e.g. ``threading.Event``)."""
-
-    def set(self) -> None: ...
 
 
 class HiCacheController:
@@ -53,10 +51,8 @@ class HiCacheController:
     load_cache_event : optional object with a ``set()`` method (e.g. ``threading.Event``); it is
         set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
     write_policy, io_backend, layers_ahead : see :class:`ControllerConfig` (``io_backend``
-        ``"auto"`` by default; the radix cache acts on ``write_policy``). The direct ops plan on
-        the CPU: loads take the allocator's CPU copy of their slots; a direct write's device
-        indices are copied to pinned memory asynchronously and the write is issued by the
-        first ``start_writing`` after that copy landed (no sync).
+        ``"auto"`` by default; the radix cache acts on ``write_policy``; how the direct ops
+        avoid a sync: ``issue.load_op``, :meth:`start_writing`).
     verify, verify_sample_period : page integrity (``"off"``, ``"sample"``, ``"all"``; see
         :mod:`hicache.controller.integrity`): backups record checksums, ``verify_load`` checks.
 
@@ -98,8 +94,7 @@ class HiCacheController:
             page_size, write_policy, io_backend, mem_pool_host.layout, layers_ahead
         )
         device_pool = check_pools(token_to_kv_pool_allocator, mem_pool_host, page_size)
-        if load_cache_event is not None and not callable(getattr(load_cache_event, "set", None)):
-            raise TypeError("load_cache_event must be None or have a set() method")
+        check_load_cache_event(load_cache_event)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.mem_pool_device = device_pool
         self.mem_pool_host = mem_pool_host

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -50,6 +50,18 @@ def check_write_policy(write_policy: object) -> str:
     """``write_policy`` if it is one of :data:`WRITE_POLICIES`, else ``ValueError``: the one
     check of a write policy (the radix config calls it too)."""
     return check_choice("write_policy", write_policy, WRITE_POLICIES)
+
+
+class SetLike(Protocol):
+    """A ``load_cache_event``: anything with ``set()`` (e.g. ``threading.Event``)."""
+
+    def set(self) -> None: ...
+
+
+def check_load_cache_event(event: Any) -> None:
+    """``TypeError`` unless ``event`` is None or has a ``set()`` method."""
+    if event is not None and not callable(getattr(event, "set", None)):
+        raise TypeError("load_cache_event must be None or have a set() method")
 
 
 def check_host_pool(host_pool: Any) -> None:

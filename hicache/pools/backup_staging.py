@@ -56,6 +56,7 @@ class BackupStaging:
         if slots < page:
             raise ValueError(f"slots must hold at least one page ({page}), got {slots}")
         self.route, self.block_quota = route, block_quota
+        self.geometry = dict(host_pool.geometry, layout=host_pool.layout)
         self.layout, self.page_size = host_pool.layout, page
         self.size = slots // page * page
         self.layer_num, self.item_size = host_pool.layer_num, host_pool.item_size
@@ -122,6 +123,17 @@ class BackupStaging:
             host[::page] // page,
             1,
         )
+
+
+def check_staging(staging: object, host_pool: Any) -> None:
+    """``TypeError`` unless ``staging`` is None or a :class:`BackupStaging`; ``ValueError``
+    unless it was built for a host pool of ``host_pool``'s geometry and layout."""
+    if staging is None:
+        return
+    if not isinstance(staging, BackupStaging):
+        raise TypeError(f"staging must be a BackupStaging or None, got {type(staging).__name__}")
+    if staging.geometry != dict(host_pool.geometry, layout=host_pool.layout):
+        raise ValueError("staging was built for a host pool of another geometry or layout")
 
 
 def controller_staging(host_pool: Any, io_backend: str) -> BackupStaging | None:

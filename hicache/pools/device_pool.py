@@ -32,6 +32,21 @@ def pointer_table(tensors: list[torch.Tensor], device: torch.device) -> torch.Te
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
 
 
+def geometry_mismatch(geometry: dict[str, object], device_pool: object) -> list[str]:
+    """Entries ``"key: host pool X, device pool Y"`` where ``device_pool``'s ``geometry``
+    differs from ``geometry`` (a host pool's); its kind alone when it is no :class:`KVPool`."""
+    if isinstance(device_pool, KVPool):
+        theirs = device_pool.geometry
+    else:
+        theirs = {"kind": type(device_pool).__name__}
+    keys = list(geometry) + [k for k in theirs if k not in geometry]
+    return [
+        f"{k}: host pool {geometry.get(k, '-')}, device pool {theirs.get(k, '-')}"
+        for k in keys
+        if geometry.get(k) != theirs.get(k)
+    ]
+
+
 class KVPool:
     """Contract shared by the device pools.
 

@@ -18,8 +18,8 @@ from hicache.checks import check_slot_indices
 from hicache.devices import is_cuda
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
-from hicache.pools.backup_staging import BackupStaging
-from hicache.pools.device_pool import KVPool, pointer_table
+from hicache.pools.backup_staging import BackupStaging, check_staging
+from hicache.pools.device_pool import KVPool, geometry_mismatch, pointer_table
 from hicache.pools.host_layouts import (
     LAYOUTS,
     check_layout,
@@ -230,7 +230,9 @@ class HostKVPool:
         staging: BackupStaging | None = None,
     ) -> None:
         """Copy every layer of device slots ``device_indices`` to host slots ``host_indices``;
-        a kernel batch goes through ``staging`` when its CPU host indices suit it."""
+        a kernel batch goes through ``staging`` (built for this pool) when its CPU host indices
+        suit it."""
+        check_staging(staging, self)
         backend, host_idx, dev_idx = self._prepare(
             device_pool, host_indices, device_indices, io_backend, staging
         )
@@ -287,16 +289,7 @@ class HostKVPool:
         ``geometry``: kind, layers, heads and dims, dtype, page size, device)."""
         if device_pool is self.device_pool:
             return []
-        if not isinstance(device_pool, KVPool):
-            theirs: dict[str, object] = {"kind": type(device_pool).__name__}
-        else:
-            theirs = device_pool.geometry
-        keys = list(self.geometry) + [k for k in theirs if k not in self.geometry]
-        return [
-            f"{k}: host pool {self.geometry.get(k, '-')}, device pool {theirs.get(k, '-')}"
-            for k in keys
-            if self.geometry.get(k) != theirs.get(k)
-        ]
+        return geometry_mismatch(self.geometry, device_pool)
 
     def _check_device_pool(self, device_pool: Any) -> None:
         differences = self.mismatch(device_pool)

@@ -13,7 +13,7 @@ import torch
 from hicache import env
 from hicache.pools import SUPPORTED_PAIRS, backup_staging
 from hicache.pools.backup_staging import BackupStaging, controller_staging
-from tests.pools.helpers import DEVICES, as_bytes, fill_random, poison
+from tests.pools.helpers import DEVICES, POISON, as_bytes, fill_random, poison
 from tests.pools.test_host_transfer import KINDS, check_backup, scattered_pages
 
 CASES = [
@@ -120,3 +120,15 @@ def test_the_staging_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(env, "ENV", env.Env.read())
     with pytest.raises(ValueError, match="HICACHE_BACKUP_STAGING_MB"):
         env.backup_staging_bytes()
+
+
+def test_a_foreign_staging_buffer_is_refused_before_anything_moves() -> None:
+    dev, host, _ = _rig("mha", "layer_first", 4)
+    _, other, _ = _rig("mha", "page_first", 4)  # same geometry, another layout
+    src, h = scattered_pages(8, 1, 2, 4, seed=6), torch.arange(8)
+    poison(host.kv_buffer)
+    with pytest.raises(TypeError, match="staging"):
+        host.backup_from_device_all_layer(dev, h, src, "kernel", staging=object())
+    with pytest.raises(ValueError, match="staging"):
+        host.backup_from_device_all_layer(dev, h, src, "kernel", staging=BackupStaging(other, 8))
+    assert (as_bytes(host.kv_buffer) == POISON).all()  # nothing written
