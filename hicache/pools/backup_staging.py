@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hicache import env, kernels
+from hicache.checks import check_int
 from hicache.pools.auto_backend import ENGINE_MIN_RUN_BYTES, mean_run
 from hicache.pools.device_pool import KVPool, pointer_table
 from hicache.pools.host_layouts import part_shape
@@ -44,7 +45,8 @@ class BackupStaging:
 
     It satisfies the routes' ``HostBuffers`` protocol, so the kernel route that backs a batch up
     to the host pool gathers into it unchanged. Raises ``ValueError`` for a layout no kernel
-    route serves, or fewer slots than a page.
+    route serves, fewer slots than a page or a ``block_quota`` below 1; ``TypeError`` for a
+    non-int count.
     """
 
     def __init__(self, host_pool: Any, slots: int, block_quota: int = GATHER_BLOCK_QUOTA) -> None:
@@ -53,8 +55,8 @@ class BackupStaging:
         if route is None:
             raise ValueError(f"host_pool.layout={host_pool.layout!r} has no kernel route")
         page = host_pool.page_size
-        if slots < page:
-            raise ValueError(f"slots must hold at least one page ({page}), got {slots}")
+        check_int("slots", slots, minimum=page)  # at least one page
+        check_int("block_quota", block_quota, minimum=1)
         self.route, self.block_quota = route, block_quota
         self.geometry = dict(host_pool.geometry, layout=host_pool.layout)
         self.layout, self.page_size = host_pool.layout, page

@@ -89,6 +89,10 @@ def test_construction_is_checked() -> None:
     _, host, _ = _rig("mha", "layer_first", 4)
     with pytest.raises(ValueError, match="slots"):
         BackupStaging(host, 3)
+    with pytest.raises(TypeError, match="slots"):
+        BackupStaging(host, 8.0)
+    with pytest.raises(ValueError, match="block_quota"):
+        BackupStaging(host, 8, block_quota=0)
     dev, make_host = KINDS["mha"][0](size=16, page_size=4), KINDS["mha"][1]
     with pytest.raises(ValueError, match="page_first_direct"):
         BackupStaging(make_host(dev, 2.0, 0, 4, "page_first_direct"), 8)
