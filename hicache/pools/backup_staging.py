@@ -19,6 +19,7 @@ A batch is staged only when its host runs are long enough for the engines
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from hicache.pools.device_pool import KVPool, pointer_table
 from hicache.pools.host_layouts import part_shape
 from hicache.pools.layer_ops import KERNEL_OPS
 
+logger = logging.getLogger(__name__)
 GATHER_BLOCK_QUOTA = 16  # programs of one gather: it is HBM-bound and should end quickly
 Tensor = torch.Tensor
 
@@ -148,4 +150,9 @@ def controller_staging(host_pool: Any, io_backend: str) -> BackupStaging | None:
     if not (nbytes and routed and host_pool.pinned) or io_backend == "direct":
         return None
     slots = min(nbytes // (host_pool.parts * host_pool.layout_dim), host_pool.device_pool.size)
-    return BackupStaging(host_pool, max(slots, host_pool.page_size))
+    staging = BackupStaging(host_pool, max(slots, host_pool.page_size))
+    logger.info(
+        "backup staging: %d slots, %.1f MiB on %s", staging.size, staging.nbytes / 2**20,
+        host_pool.device_pool.device,
+    )  # fmt: skip
+    return staging

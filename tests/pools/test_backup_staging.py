@@ -99,15 +99,18 @@ def test_construction_is_checked() -> None:
 
 
 def test_a_controller_stages_only_pinned_cuda_kernel_capable_pools(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, host, _ = _rig("mha", "layer_first", 4)
     monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=0.0))
     monkeypatch.setattr(host, "pinned", True)  # as on CUDA
     assert controller_staging(host, "auto") is None  # HICACHE_BACKUP_STAGING_MB=0, the default
     monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=256.0))
-    staging = controller_staging(host, "kernel")
+    with caplog.at_level("INFO", logger="hicache.pools.backup_staging"):
+        staging = controller_staging(host, "kernel")
     assert staging is not None and staging.size == host.device_pool.size  # capped: 32 slots
+    assert staging.nbytes == 2 * 32 * host.layout_dim
+    assert "backup staging: 32 slots" in caplog.text  # the device memory it takes is logged
     assert controller_staging(host, "direct") is None
     monkeypatch.setattr(host, "pinned", False)
     assert controller_staging(host, "kernel") is None  # CPU (or unpinned): nothing to spare
