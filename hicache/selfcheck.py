@@ -1,5 +1,7 @@
 """`hicache selfcheck`: offload and reload KV through every host layout and io_backend.
 
+Staged kernel backups (``hicache.pools.backup_staging``) are checked too, as backend "staged".
+
 Builds a small device pool (CUDA when available, else CPU) and a host pool per
 (layout, io_backend) pair, backs random KV up to the host, poisons the device slots, loads the KV
 back layer by layer, verifies every byte and prints what ran where and how fast.
@@ -21,6 +23,7 @@ from hicache.pools import (
     MLATokenToKVPoolHost,
     TokenToKVPoolAllocator,
 )
+from hicache.pools.backup_staging import BackupStaging
 
 PAIRS = [
     ("layer_first", "kernel"),
@@ -29,6 +32,11 @@ PAIRS = [
     ("layer_first", "direct"),
     ("page_first_direct", "direct"),
     ("layer_first", "auto"),
+    # kernel backups gathered through a device buffer, then copied per host run
+    # (hicache.pools.backup_staging); loads on the kernel
+    ("layer_first", "staged"),
+    ("page_first", "staged"),
+    ("page_head", "staged"),
 ]
 
 
@@ -74,8 +82,9 @@ def _timed(fn, device: str) -> float:
     return time.perf_counter() - start
 
 
-def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, device: str) -> Row:
-    """Back up, poison, reload and compare one (model, layout, io_backend) combination."""
+def check_pair(model: str, layout: str, label: str, args: argparse.Namespace, device: str) -> Row:
+    """Back up, poison, reload and compare one (model, layout, io_backend) combination
+    (``label`` "staged": the kernel, backups through a staging buffer of several chunks)."""
     pool = _device_pool(model, args, device)
     for buf in _buffers(pool):
         buf.copy_(torch.randn(buf.shape).to(buf.dtype))
@@ -86,16 +95,20 @@ def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, 
     dev_idx, host_idx = allocator.alloc(n), host.alloc(n)
     if dev_idx is None or host_idx is None:
         raise RuntimeError(f"selfcheck: the pools cannot hold {n} tokens")
+    backend, extra = label, {}
+    if label == "staged":
+        backend, extra = "kernel", {"staging": BackupStaging(host, max(n // 4, args.page_size))}
     perm = torch.randperm(n // args.page_size) * args.page_size
     dev_idx = dev_idx.view(-1, args.page_size)[perm // args.page_size].reshape(-1)
     expected = [buf[dev_idx.cpu()].cpu().clone() for buf in _buffers(pool)]
     _sync(device)  # the buffers' fill above is done before the transfer stream starts
     with stream_scope(new_stream(device)):  # a transfer stream of its own, as the controller's
         page = slice(0, args.page_size)  # warm-up: compile the kernels outside the timed region
-        host.backup_from_device_all_layer(pool, host_idx[page], dev_idx[page], backend)
+        host.backup_from_device_all_layer(pool, host_idx[page], dev_idx[page], backend, **extra)
         host.load_to_device_per_layer(pool, host_idx[page], dev_idx[page], 0, backend)
         t_backup = _timed(
-            lambda: host.backup_from_device_all_layer(pool, host_idx, dev_idx, backend), device
+            lambda: host.backup_from_device_all_layer(pool, host_idx, dev_idx, backend, **extra),
+            device,
         )
         for buf in _buffers(pool):
             buf.view(torch.uint8)[dev_idx] = 0xAB  # poison: unwritten bytes show
@@ -110,7 +123,7 @@ def check_pair(model: str, layout: str, backend: str, args: argparse.Namespace, 
     return Row(
         model,
         layout,
-        backend,
+        label,
         device,
         ok,
         nbytes / 1e6,

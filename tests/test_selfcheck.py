@@ -7,11 +7,24 @@ import pytest
 from hicache import selfcheck
 
 
-def test_selfcheck_passes_every_pair(capsys: pytest.CaptureFixture[str]) -> None:
+def test_selfcheck_passes_every_pair(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staged: list[int] = []
+    real = selfcheck.BackupStaging.backup
+
+    def counted(self, host_pool, device_pool, host_indices, device_indices) -> None:
+        staged.append(host_indices.numel())
+        real(self, host_pool, device_pool, host_indices, device_indices)
+
+    monkeypatch.setattr(selfcheck.BackupStaging, "backup", counted)
     assert selfcheck.main(["--tokens", "256", "--layers", "2", "--page-size", "16"]) == 0
+    assert staged.count(128) == 5  # each staged row's timed backup went through its buffer
     out = capsys.readouterr().out
-    assert "11 passed, 0 failed" in out  # 5 MHA + 4 MLA pairs, and auto for each model
-    assert out.count(" ok") == 11
+    # 5 MHA + 4 MLA pairs, auto for each model, and staged backups (3 MHA + 2 MLA layouts)
+    assert "16 passed, 0 failed" in out
+    assert out.count(" ok") == 16
+    assert out.count(" staged ") == 5
 
 
 def test_selfcheck_detects_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
