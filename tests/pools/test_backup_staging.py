@@ -9,6 +9,8 @@ import dataclasses
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hicache import env
 from hicache.pools import SUPPORTED_PAIRS, backup_staging
@@ -139,3 +141,29 @@ def test_a_foreign_staging_buffer_is_refused_before_anything_moves() -> None:
     with pytest.raises(ValueError, match="staging"):
         host.backup_from_device_all_layer(dev, h, src, "kernel", staging=BackupStaging(other, 8))
     assert (as_bytes(host.kv_buffer) == POISON).all()  # nothing written
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    page=st.sampled_from([1, 2, 4]),
+    data=st.data(),
+)
+def test_any_batch_and_buffer_size_back_up_exactly(case, page: int, data) -> None:
+    """Random device and host pages (runs, reversed runs, gaps), any buffer of whole pages."""
+    kind, layout = case
+    dev, host, original = _rig(kind, layout, page, device_pages=12)
+    pages = data.draw(st.integers(1, 12), label="pages")
+    src_pages = data.draw(st.permutations(range(1, 13)), label="device pages")[:pages]
+    host_pages = data.draw(st.permutations(range(host.size // page)), label="host pages")[:pages]
+    if data.draw(st.booleans(), label="host pages sorted"):
+        host_pages = sorted(host_pages)
+    staged = data.draw(st.integers(1, pages + 1), label="buffer pages")
+
+    def slots(ps: list[int]) -> torch.Tensor:
+        return (torch.tensor(ps)[:, None] * page + torch.arange(page)).flatten()
+
+    src, h = slots(src_pages), slots(host_pages)
+    poison(host.kv_buffer)
+    BackupStaging(host, staged * page, block_quota=2).backup(host, dev, h, src)
+    check_backup(host, original, src, h)
