@@ -260,14 +260,9 @@ class HiCacheController:
         ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU.
         """
         self.start_writing()
-        for op in self.write_queue:  # direct writes whose indices are still on their way
-            if op.cpu_ready is not None:
-                op.cpu_ready.synchronize()
+        issue.wait_for_indices(self.write_queue)  # writes whose indices are on their way
         self.start_writing()
-        acks = (*self.ack_write_queue, *self.ack_load_queue)
-        self.counters.blocking_waits += not all(ack.finish_event.query() for ack in acks)
-        for ack in acks:
-            ack.finish_event.synchronize()
+        issue.wait_for_acks((*self.ack_write_queue, *self.ack_load_queue), self.counters)
 
     def evict_device(self, device_indices: torch.Tensor) -> int:
         """Free device slots through the allocator; returns how many were given.

@@ -98,6 +98,21 @@ def ready_writes(
     return next((j for j, op in enumerate(queue) if not is_readable(op)), len(queue))
 
 
+def wait_for_indices(queue: list[CacheOperation]) -> None:
+    """Block until every queued write's CPU copy of its device indices has landed (the
+    direct and auto backends stage one, ``fetch_indices``); then all of them can be issued."""
+    for op in queue:
+        if op.cpu_ready is not None:
+            op.cpu_ready.synchronize()
+
+
+def wait_for_acks(acks: tuple[HiCacheAck, ...], counters: TransferCounters) -> None:
+    """Block until every ack in ``acks`` is done; a wait that blocks is counted once."""
+    counters.blocking_waits += not all(ack.finish_event.query() for ack in acks)
+    for ack in acks:
+        ack.finish_event.synchronize()
+
+
 def issue_write(
     op: CacheOperation,
     stream: torch.cuda.Stream | None,
