@@ -123,7 +123,7 @@ def issue_write(
     staging: BackupStaging | None = None,
 ) -> HiCacheAck:
     """Back ``op`` up (every layer) on ``stream`` after the compute stream, a kernel batch
-    through ``staging`` when it suits; its ack."""
+    through ``staging`` when its host runs suit it (``HostKVPool`` decides); its ack."""
     device_pool, host_pool = pools
     device = torch.device(device_pool.device)
     start, finish = new_event(device), new_event(device)
@@ -132,10 +132,12 @@ def issue_write(
         start.record(stream)
         mark = counters.d2h.begin()
         backend = batch_backend(io_backend, host_pool, op)
-        staged = staging is not None and backend == "kernel" and staging.suits(op.host_indices)
+        # a kernel batch with a staging buffer keeps its host indices on the CPU: the host pool
+        # decides there whether the batch suits the buffer (and moves them when it does not)
+        staged = staging is not None and backend == "kernel"
         page = host_pool.page_size
         host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
-        extra = {"staging": staging} if staged else {}  # the contract's call when not staged
+        extra = {"staging": staging} if staged else {}  # the contract's call otherwise
         host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
         counters.d2h.end(mark, len(op))
         if integrity is not None:
