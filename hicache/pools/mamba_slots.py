@@ -66,7 +66,10 @@ class MambaSlots:
             raise ValueError(f"{name} must not repeat a slot, got {slots}")
         free = [s for s in slots if s not in self._used]
         if free:
-            raise ValueError(f"{name} holds slots that are not allocated (double free?): {free}")
+            raise ValueError(
+                f"{name} holds slots that are not allocated (freed already or never handed "
+                f"out): {free}"
+            )
 
     def check_if_visible(self, name: str, index: object, *, distinct: bool) -> None:
         """:meth:`allocated` for CPU tensors; for CUDA ones only the type and shape unless
