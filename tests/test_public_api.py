@@ -49,6 +49,9 @@ KEPT = {
         "MLATokenToKVPool",
         "MHATokenToKVPoolHost",
         "MLATokenToKVPoolHost",
+        "MambaStateParams",
+        "MambaPool",
+        "HybridReqToTokenPool",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

@@ -12,6 +12,9 @@ from hicache.pools.host_layouts import (
     check_pair,
 )
 from hicache.pools.host_pool import HostKVPool
+from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
+from hicache.pools.mamba_params import MambaStateParams
+from hicache.pools.mamba_pool import MambaPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.protocols import SlotAllocator
@@ -23,11 +26,14 @@ __all__ = [
     "ROUTES",
     "SUPPORTED_PAIRS",
     "HostKVPool",
+    "HybridReqToTokenPool",
     "KVPool",
     "MHATokenToKVPool",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
     "MLATokenToKVPoolHost",
+    "MambaPool",
+    "MambaStateParams",
     "ReqToTokenPool",
     "SlotAllocator",
     "TokenToKVPoolAllocator",
