@@ -49,6 +49,8 @@ KEPT = {
         "MLATokenToKVPool",
         "MHATokenToKVPoolHost",
         "MLATokenToKVPoolHost",
+        "NSATokenToKVPool",
+        "DoubleSparseTokenToKVPool",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

@@ -2,6 +2,7 @@
 
 from hicache.pools.allocator import TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool
+from hicache.pools.double_sparse_pool import DoubleSparseTokenToKVPool
 from hicache.pools.host_layouts import (
     IO_BACKENDS,
     LAYOUTS,
@@ -14,6 +15,7 @@ from hicache.pools.host_layouts import (
 from hicache.pools.host_pool import HostKVPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
+from hicache.pools.nsa_pool import NSATokenToKVPool
 from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
 
@@ -22,12 +24,14 @@ __all__ = [
     "LAYOUTS",
     "ROUTES",
     "SUPPORTED_PAIRS",
+    "DoubleSparseTokenToKVPool",
     "HostKVPool",
     "KVPool",
     "MHATokenToKVPool",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
     "MLATokenToKVPoolHost",
+    "NSATokenToKVPool",
     "ReqToTokenPool",
     "SlotAllocator",
     "TokenToKVPoolAllocator",
