@@ -13,7 +13,10 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
     heavy_channel_num]`` in ``dtype`` (fp8 stored as uint8): per token and head, the key's
     heavy channels that double-sparsity attention scores with.
 
-    The host tier does not carry the labels, so host pools refuse this pool.
+    ``row_buffers`` is ``[k_buffer, v_buffer, label_buffer]``, so ``move_kv_cache``, the CPU
+    copies and buffer infos carry the labels; ``get_kv_size_bytes`` counts them with the keys
+    (``(K + label bytes, V bytes)``). The host tier does not carry the labels, so host pools
+    refuse this pool.
     """
 
     kind = "DoubleSparse"
@@ -28,10 +31,35 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
         layer_num: int,
         device: torch.device | str,
         heavy_channel_num: int,
+        *,
+        start_layer: int | None = None,
+        end_layer: int | None = None,
+        enable_kv_cache_copy: bool = False,
     ) -> None:
-        super().__init__(size, page_size, dtype, head_num, head_dim, layer_num, device)
+        # set before the base constructor: its _create_buffers() makes the labels too
         self.heavy_channel_num = check_int("heavy_channel_num", heavy_channel_num, minimum=1)
-        self.label_buffer = self._new_layers((self.num_slots, head_num, heavy_channel_num))
+        super().__init__(
+            size,
+            page_size,
+            dtype,
+            head_num,
+            head_dim,
+            layer_num,
+            device,
+            start_layer=start_layer,
+            end_layer=end_layer,
+            enable_kv_cache_copy=enable_kv_cache_copy,
+        )
+
+    def _create_buffers(self) -> None:
+        super()._create_buffers()
+        shape = (self.num_slots, self.head_num, self.heavy_channel_num)
+        self.label_buffer = self._new_layers(shape)
+
+    @property
+    def row_buffers(self) -> list[list[torch.Tensor]]:
+        """``[k_buffer, v_buffer, label_buffer]``."""
+        return [*self.part_buffers, self.label_buffer]
 
     def _dims(self) -> dict[str, int]:
         return {**super()._dims(), "heavy_channel_num": self.heavy_channel_num}
@@ -39,8 +67,7 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
     def get_label_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s labels, ``[size + page_size, H, heavy_channel_num]`` in
         ``dtype``."""
-        self._wait_layer(layer_id)
-        return self._view(self.label_buffer[layer_id])
+        return self._view(self.label_buffer[self._wait_layer(layer_id)])
 
     def set_kv_buffer(  # type: ignore[override]  # SGLang's signature: labels too
         self,
@@ -56,9 +83,9 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
         fp8 pools also take floating inputs and cast them. Nothing is written when an argument
         is invalid.
         """
-        self.check_layer(layer_id)
+        local = self._local_layer(layer_id)
         self._check_loc(loc)
         shape = (loc.numel(), self.head_num, self.heavy_channel_num)
         label = self._to_store("cache_label", cache_label, shape)
         super().set_kv_buffer(layer_id, loc, cache_k, cache_v)  # checks K and V first
-        self.label_buffer[layer_id][loc] = label
+        self.label_buffer[local][loc] = label

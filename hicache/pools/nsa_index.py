@@ -107,6 +107,12 @@ class IndexKLayout:
         token = torch.arange(seq_len, device=page_indices.device)
         return page_indices.long()[token // self.page_size], token % self.page_size
 
+    def read(self, buf: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of slots ``slots``' (``[n]``) keys ``[n, head_dim]`` and scales ``[n,
+        scale_bytes]``, uint8 on ``buf``'s device."""
+        page, offset = self.split(slots)
+        return self.keys(buf)[page, offset], self.scales(buf)[page, offset]
+
     def write(
         self, buf: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, scales: torch.Tensor
     ) -> None:

@@ -3,6 +3,8 @@ FP8 key cache (layout in :mod:`hicache.pools.nsa_index`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hicache.checks import check_int
@@ -56,8 +58,23 @@ class NSATokenToKVPool(MLATokenToKVPool):
         device: torch.device | str,
         index_head_dim: int,
         kv_cache_dim: int | None = None,
+        *,
+        start_layer: int | None = None,
+        end_layer: int | None = None,
+        enable_kv_cache_copy: bool = False,
     ) -> None:
-        super().__init__(size, page_size, dtype, kv_lora_rank, qk_rope_head_dim, layer_num, device)
+        super().__init__(
+            size,
+            page_size,
+            dtype,
+            kv_lora_rank,
+            qk_rope_head_dim,
+            layer_num,
+            device,
+            start_layer=start_layer,
+            end_layer=end_layer,
+            enable_kv_cache_copy=enable_kv_cache_copy,
+        )
         self._check_nsa_args(index_head_dim, kv_cache_dim)
         self.index_head_dim = index_head_dim
         self.kv_cache_dim = self.kv_dim
@@ -91,8 +108,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
     def get_index_k_with_scale_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s index buffer, ``[index_num_pages, page_size * (index_head_dim +
         4)]`` uint8 on ``device`` (the storage itself)."""
-        self._wait_layer(layer_id)
-        return self.index_k_with_scale_buffer[layer_id]
+        return self.index_k_with_scale_buffer[self._wait_layer(layer_id)]
 
     def _gather(
         self, layer_id: int, seq_len: int, page_indices: torch.Tensor
@@ -104,9 +120,9 @@ class NSATokenToKVPool(MLATokenToKVPool):
         check_page_indices(page_indices, needed, self.index_num_pages)
         if page_indices.device != self.device:
             raise ValueError(f"page_indices must be on {self.device}, got {page_indices.device}")
-        self._wait_layer(layer_id)
+        buf = self.index_k_with_scale_buffer[self._wait_layer(layer_id)]
         page, offset = self.index_layout.sequence(page_indices, seq_len)
-        return self.index_k_with_scale_buffer[layer_id], page, offset
+        return buf, page, offset
 
     def get_index_k_continuous(
         self, layer_id: int, seq_len: int, page_indices: torch.Tensor
@@ -144,14 +160,61 @@ class NSATokenToKVPool(MLATokenToKVPool):
         float8_e4m3fn) and scales ``index_k_scale`` (``[n]`` or ``[n, 1]`` float32), both on
         ``device``, in layer ``layer_id``'s pages. Nothing is written when an argument is
         invalid."""
-        self.check_layer(layer_id)
+        local = self._local_layer(layer_id)
         self._check_loc(loc)
         n = loc.numel()  # one fp32 scale per token: index_head_dim == quant_block_size
         check_tensor("index_k", index_k, [(n, self.index_head_dim)], INDEX_K_DTYPE, self.device)
         check_tensor("index_k_scale", index_k_scale, [(n,), (n, 1)], torch.float32, self.device)
         scales = index_k_scale.reshape(n, 1).contiguous().view(torch.uint8)
-        buf = self.index_k_with_scale_buffer[layer_id]
+        buf = self.index_k_with_scale_buffer[local]
         self.index_layout.write(buf, loc, index_k.view(torch.uint8), scales)
+
+    def move_kv_cache(self, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
+        """Move the latents (:meth:`KVPoolOps.move_kv_cache`, which checks both first) and the
+        index keys and scales of slots ``src_loc`` to ``tgt_loc``, token by token."""
+        super().move_kv_cache(tgt_loc, src_loc)
+        for buf in self.index_k_with_scale_buffer:
+            self.index_layout.move(buf, tgt_loc, src_loc)
+
+    def get_cpu_copy(  # type: ignore[override]  # SGLang's dict of the latents and the index
+        self, indices: torch.Tensor
+    ) -> dict[str, Any]:
+        """As SGLang's: ``{"kv": the latents' copy (:meth:`KVPoolOps.get_cpu_copy`), "index_k":
+        [layer] -> (keys [n, index_head_dim], scales [n, 4]) uint8 on the CPU}`` of slots
+        ``indices`` (``[n]``)."""
+        kv = super().get_cpu_copy(indices)
+        index = [self.index_layout.read(b, indices) for b in self.index_k_with_scale_buffer]
+        return {"kv": kv, "index_k": [(k.cpu(), s.cpu()) for k, s in index]}
+
+    def load_cpu_copy(  # type: ignore[override]  # SGLang's dict of the latents and the index
+        self, kv_cache_cpu: dict[str, Any], indices: torch.Tensor
+    ) -> None:
+        """Write back ``kv_cache_cpu`` (:meth:`get_cpu_copy` of the same ``indices``): latents,
+        index keys and scales; everything is checked before anything is written."""
+        self._check_loc(indices, "indices")
+        index = self._check_index_copy(kv_cache_cpu, indices.numel())
+        super().load_cpu_copy(kv_cache_cpu["kv"], indices)
+        for buf, (keys, scales) in zip(self.index_k_with_scale_buffer, index, strict=True):
+            self.index_layout.write(buf, indices, keys.to(self.device), scales.to(self.device))
+
+    def _check_index_copy(self, kv_cache_cpu: Any, n: int) -> list[tuple[torch.Tensor, ...]]:
+        if not isinstance(kv_cache_cpu, dict) or set(kv_cache_cpu) != {"kv", "index_k"}:
+            raise ValueError('kv_cache_cpu must be a dict of "kv" and "index_k"')
+        index = kv_cache_cpu["index_k"]
+        if not isinstance(index, list) or len(index) != self.layer_num:
+            raise ValueError(f'kv_cache_cpu["index_k"] must be a list of {self.layer_num} layers')
+        cpu, widths = torch.device("cpu"), (self.index_head_dim, self.index_layout.scale_bytes)
+        for pair in index:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise ValueError('kv_cache_cpu["index_k"] layers must be (keys, scales) pairs')
+            for t, width in zip(pair, widths, strict=True):
+                check_tensor('kv_cache_cpu["index_k"]', t, [(n, width)], torch.uint8, cpu)
+        return index
+
+    def get_kv_size_bytes(self) -> int:
+        """Bytes of the latents and the index buffers."""
+        index = sum(b.nbytes for b in self.index_k_with_scale_buffer)
+        return sum(self._kind_bytes()) + index
 
     def get_state_buf_infos(self) -> tuple[list[int], list[int], list[int]]:
         """``(data_ptrs, data_lens, item_lens)`` of the index buffers, one entry per layer:

@@ -109,3 +109,22 @@ def test_constructor_rejects_bad_heavy_channel_num(heavy: object, exc: type) -> 
 def test_host_pool_refuses_double_sparse() -> None:
     with pytest.raises(TypeError, match="MHATokenToKVPool of kind 'MHA'.*kind 'DoubleSparse'"):
         MHATokenToKVPoolHost(ds_pool(), 2.0, 0, 16, "layer_first")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_whole_pool_ops_carry_labels(device: str) -> None:
+    pool = ds_pool(device=device)
+    assert pool.row_buffers[2] is pool.label_buffer
+    fill_random(all_buffers(pool), seed=4)
+    labels = [b.clone() for b in pool.label_buffer]
+    tgt, src = torch.tensor([16, 30], device=device), torch.tensor([30, 70], device=device)
+    pool.move_kv_cache(tgt, src)
+    for buf, old in zip(pool.label_buffer, labels, strict=True):
+        assert torch.equal(as_bytes(buf[tgt]), as_bytes(old[src]))
+    copy = pool.get_cpu_copy(src)
+    for buf in all_buffers(pool):
+        poison(buf)
+    pool.load_cpu_copy(copy, src)
+    assert torch.equal(as_bytes(pool.label_buffer[1][src]), as_bytes(labels[1][[70, 70]]))
+    k, v, label = (80 * H * d * 2 * 2 for d in (D, D, C))  # slots * H * dim * fp16 * layers
+    assert pool.get_kv_size_bytes() == (k + label, v)

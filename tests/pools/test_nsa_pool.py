@@ -7,54 +7,17 @@ import pytest
 import torch
 
 from hicache.pools import MLATokenToKVPool, MLATokenToKVPoolHost, NSATokenToKVPool
-from tests.pools.helpers import DEVICES, POISON, fill_random, poison, random_like
-
-PAGE, HEAD = 64, 128
-ROW = PAGE * HEAD + PAGE * 4  # one page: 64 keys of 128 bytes, then 64 fp32 scales
-
-
-class FakeCounter:
-    def __init__(self) -> None:
-        self.waits: list[int] = []
-
-    def wait_until(self, layer_id: int) -> None:
-        self.waits.append(layer_id)
-
-
-def nsa_pool(device: str = "cpu", layers: int = 2, size: int = 128) -> NSATokenToKVPool:
-    return NSATokenToKVPool(size, PAGE, 16, torch.bfloat16, 8, layers, device, 128)
-
-
-def index_inputs(n: int, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    keys = random_like(torch.empty(n, HEAD, dtype=torch.float8_e4m3fn), gen)
-    scales = torch.rand(n, generator=gen) + 0.5
-    return keys.to(device), scales.to(device)
-
-
-def reference_write(buf: torch.Tensor, loc: list[int], keys: torch.Tensor, scales: torch.Tensor):
-    """SGLang's layout, byte offsets into the flat buffer: page p = slot // 64 starts at p * ROW;
-    the slot's key at + (slot % 64) * 128, its scale at + 64 * 128 + (slot % 64) * 4."""
-    flat = buf.flatten()
-    key_bytes, scale_bytes = keys.cpu().view(torch.uint8), scales.cpu().view(torch.uint8)
-    for i, slot in enumerate(loc):
-        base, offset = slot // PAGE * ROW, slot % PAGE
-        flat[base + offset * HEAD : base + (offset + 1) * HEAD] = key_bytes[i]
-        start = base + PAGE * HEAD + offset * 4
-        flat[start : start + 4] = scale_bytes[4 * i : 4 * i + 4]
-    return flat.view(buf.shape)
-
-
-def reference_read(buf: torch.Tensor, seq_len: int, pages: list[int]):
-    """Token ``t`` of a sequence lies in page ``pages[t // 64]`` at offset ``t % 64``."""
-    flat = buf.cpu().flatten()
-    keys, scales = [torch.empty(0, HEAD, dtype=torch.uint8)], [torch.empty(0, 4, dtype=torch.uint8)]
-    for t in range(seq_len):
-        base, offset = pages[t // PAGE] * ROW, t % PAGE
-        keys.append(flat[None, base + offset * HEAD : base + (offset + 1) * HEAD])
-        start = base + PAGE * HEAD + offset * 4
-        scales.append(flat[None, start : start + 4])
-    return torch.cat(keys), torch.cat(scales)
+from tests.pools.helpers import DEVICES, POISON, fill_random, poison
+from tests.pools.nsa_helpers import (
+    HEAD,
+    PAGE,
+    ROW,
+    FakeCounter,
+    index_inputs,
+    nsa_pool,
+    reference_read,
+    reference_write,
+)
 
 
 @pytest.mark.parametrize("device", DEVICES)
