@@ -52,6 +52,8 @@ KEPT = {
         "MambaStateParams",
         "MambaPool",
         "HybridReqToTokenPool",
+        "NSATokenToKVPool",
+        "DoubleSparseTokenToKVPool",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

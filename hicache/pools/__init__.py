@@ -2,6 +2,7 @@
 
 from hicache.pools.allocator import TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool
+from hicache.pools.double_sparse_pool import DoubleSparseTokenToKVPool
 from hicache.pools.host_layouts import (
     IO_BACKENDS,
     LAYOUTS,
@@ -17,6 +18,7 @@ from hicache.pools.mamba_params import MambaStateParams
 from hicache.pools.mamba_pool import MambaPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
+from hicache.pools.nsa_pool import NSATokenToKVPool
 from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
 
@@ -25,6 +27,7 @@ __all__ = [
     "LAYOUTS",
     "ROUTES",
     "SUPPORTED_PAIRS",
+    "DoubleSparseTokenToKVPool",
     "HostKVPool",
     "HybridReqToTokenPool",
     "KVPool",
@@ -34,6 +37,7 @@ __all__ = [
     "MLATokenToKVPoolHost",
     "MambaPool",
     "MambaStateParams",
+    "NSATokenToKVPool",
     "ReqToTokenPool",
     "SlotAllocator",
     "TokenToKVPoolAllocator",

@@ -107,10 +107,11 @@ class HostKVPool:
         pin_memory: bool,
         io_backend: str | None,
     ) -> None:
-        if not isinstance(device_pool, cls.device_pool_type):
+        expected = cls.device_pool_type  # of its kind: a subclass's extra buffers aren't carried
+        if not isinstance(device_pool, expected) or device_pool.kind != expected.kind:
             raise TypeError(
-                f"device_pool must be a {cls.device_pool_type.__name__}, "
-                f"got {type(device_pool).__name__}"
+                f"device_pool must be a {expected.__name__} of kind {expected.kind!r}, "
+                f"got a {type(device_pool).__name__} of kind {getattr(device_pool, 'kind', None)!r}"
             )
         if page_size != device_pool.page_size:
             raise ValueError(
