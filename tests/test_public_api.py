@@ -49,6 +49,9 @@ KEPT = {
         "MLATokenToKVPool",
         "MHATokenToKVPoolHost",
         "MLATokenToKVPoolHost",
+        "SWAKVPool",
+        "SWATokenToKVPoolAllocator",
+        "HybridLinearKVPool",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

@@ -12,10 +12,13 @@ from hicache.pools.host_layouts import (
     check_pair,
 )
 from hicache.pools.host_pool import HostKVPool
+from hicache.pools.hybrid_linear_pool import HybridLinearKVPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
+from hicache.pools.swa_allocator import SWATokenToKVPoolAllocator
+from hicache.pools.swa_pool import SWAKVPool
 
 __all__ = [
     "IO_BACKENDS",
@@ -23,12 +26,15 @@ __all__ = [
     "ROUTES",
     "SUPPORTED_PAIRS",
     "HostKVPool",
+    "HybridLinearKVPool",
     "KVPool",
     "MHATokenToKVPool",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
     "MLATokenToKVPoolHost",
     "ReqToTokenPool",
+    "SWAKVPool",
+    "SWATokenToKVPoolAllocator",
     "SlotAllocator",
     "TokenToKVPoolAllocator",
     "check_io_backend",
