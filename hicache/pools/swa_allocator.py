@@ -112,10 +112,9 @@ class SWATokenToKVPoolAllocator:
     def free(self, free_index: torch.Tensor) -> None:
         """Free full-pool slots ``free_index`` (the pages holding them) and their SWA slots.
 
-        The full allocator's checks (integer 1-D tensor, range, repeats, double free) run before
-        any change; the SWA slots freed are those the mapping still holds.
+        The checks (int32/int64 1-D tensor, range, repeats, double free) run before any change; the SWA slots freed are those the mapping still holds.
         """
-        self.full_attn_allocator.free(free_index)
+        self.full_attn_allocator.free(self._check_full_slots(free_index))
         self._release_swa(self._page_slots(free_index))
 
     def free_swa(self, free_index: torch.Tensor) -> None:
