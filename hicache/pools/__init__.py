@@ -13,6 +13,9 @@ from hicache.pools.host_layouts import (
 )
 from hicache.pools.host_pool import HostKVPool
 from hicache.pools.hybrid_linear_pool import HybridLinearKVPool
+from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
+from hicache.pools.mamba_params import MambaStateParams
+from hicache.pools.mamba_pool import MambaPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.protocols import SlotAllocator
@@ -27,11 +30,14 @@ __all__ = [
     "SUPPORTED_PAIRS",
     "HostKVPool",
     "HybridLinearKVPool",
+    "HybridReqToTokenPool",
     "KVPool",
     "MHATokenToKVPool",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
     "MLATokenToKVPoolHost",
+    "MambaPool",
+    "MambaStateParams",
     "ReqToTokenPool",
     "SWAKVPool",
     "SWATokenToKVPoolAllocator",

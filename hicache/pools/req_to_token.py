@@ -52,12 +52,17 @@ class ReqToTokenPool:
         """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
         included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
         (numpy or 0-d torch integers) are accepted."""
-        ids: list[object] = [idx] if _is_scalar(idx) else list(cast(Iterable[object], idx))
-        rows = [_row_id(r) for r in ids]
-        if len(set(rows)) != len(rows) or not self._used.issuperset(rows):
-            raise ValueError(f"idx must be distinct rows currently allocated, got {idx!r}")
+        rows = self._checked_rows(idx)
         self._used.difference_update(rows)
         self._free.extend(rows)
+
+    def _checked_rows(self, idx: int | list[int], name: str = "idx") -> list[int]:
+        """The row ids of ``idx`` once checked as :meth:`free` takes them (nothing changes)."""
+        ids: list[object] = [idx] if _is_scalar(idx) else list(cast(Iterable[object], idx))
+        rows = [_row_id(r, name) for r in ids]
+        if len(set(rows)) != len(rows) or not self._used.issuperset(rows):
+            raise ValueError(f"{name} must be distinct rows currently allocated, got {idx!r}")
+        return rows
 
     def is_allocated(self, idx: int) -> bool:
         """Whether row ``idx`` is handed out (allocated and not yet freed)."""
