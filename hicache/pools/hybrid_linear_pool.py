@@ -14,6 +14,7 @@ import torch
 from hicache.checks import check_int
 from hicache.pools.composite_pool import CompositeKVPool, check_layer_ids
 from hicache.pools.device_pool import KVPool
+from hicache.pools.kv_ops import CpuCopy
 from hicache.pools.mha_pool import MHATokenToKVPool
 from hicache.pools.mla_pool import MLATokenToKVPool
 
@@ -70,6 +71,12 @@ class HybridLinearKVPool(CompositeKVPool):
             raise TypeError(
                 f"mamba_pool must have get_contiguous_buf_infos(), got {type(mamba_pool).__name__}"
             )
+        linear = set(getattr(getattr(mamba_pool, "cache_params", None), "layers", ()))
+        if linear & set(full_ids):
+            raise ValueError(
+                "full_attention_layer_ids must not hold mamba_pool's linear layers, got "
+                f"{sorted(linear & set(full_ids))}"
+            )
         if not isinstance(use_mla, bool):
             raise TypeError(f"use_mla must be a bool, got {type(use_mla).__name__}")
         common: dict[str, Any] = {"size": size, "page_size": page_size, "dtype": dtype}
@@ -124,3 +131,11 @@ class HybridLinearKVPool(CompositeKVPool):
     def move_kv_cache(self, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
         """``full_kv_pool.move_kv_cache(tgt_loc, src_loc)`` (mamba states are per request)."""
         self.full_kv_pool.move_kv_cache(tgt_loc, src_loc)
+
+    def get_cpu_copy(self, indices: torch.Tensor) -> CpuCopy:
+        """``full_kv_pool.get_cpu_copy(indices)`` (SGLang 0.5.23's mamba part is not taken)."""
+        return self.full_kv_pool.get_cpu_copy(indices)
+
+    def load_cpu_copy(self, kv_cache_cpu: CpuCopy, indices: torch.Tensor) -> None:
+        """``full_kv_pool.load_cpu_copy(kv_cache_cpu, indices)``."""
+        self.full_kv_pool.load_cpu_copy(kv_cache_cpu, indices)

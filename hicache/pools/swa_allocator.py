@@ -112,7 +112,8 @@ class SWATokenToKVPoolAllocator:
     def free(self, free_index: torch.Tensor) -> None:
         """Free full-pool slots ``free_index`` (the pages holding them) and their SWA slots.
 
-        The checks (int32/int64 1-D tensor, range, repeats, double free) run before any change; the SWA slots freed are those the mapping still holds.
+        The checks (int32/int64 1-D tensor, range, repeats, double free) run before any
+        change; the SWA slots freed are those the mapping still holds.
         """
         self.full_attn_allocator.free(self._check_full_slots(free_index))
         self._release_swa(self._page_slots(free_index))
@@ -171,7 +172,7 @@ class SWATokenToKVPoolAllocator:
     def _page_slots(self, indices: torch.Tensor) -> torch.Tensor:
         """Every slot of the pages holding ``indices`` (int64, on the mapping's device)."""
         ps = self.page_size
-        pages = torch.unique(indices.to(self.device, torch.int64) // ps)
+        pages: torch.Tensor = torch.unique(indices.to(self.device, torch.int64) // ps)
         return (pages[:, None] * ps + torch.arange(ps, device=self.device)).flatten()
 
     def _release_swa(self, full_slots: torch.Tensor) -> None:

@@ -203,3 +203,38 @@ class SWAKVPool(CompositeKVPool):
         src_swa = self._translate("src_loc", src_loc)
         self.full_kv_pool.move_kv_cache(tgt_loc, src_loc)
         self.swa_kv_pool.move_kv_cache(tgt_swa, src_swa)
+
+    def get_cpu_copy(self, indices: torch.Tensor) -> dict[str, Any]:
+        """CPU copies of full-pool slots ``indices``: ``{"full": the full pool's copy, "swa":
+        the SWA pool's copy of the tokens that have an SWA slot (None when none has, or no
+        mapping is registered), "swa_mask": which tokens those are (bool, CPU, or None)}``."""
+        full = self.full_kv_pool.get_cpu_copy(indices)
+        if self.full_to_swa_index_mapping is None:
+            return {"full": full, "swa": None, "swa_mask": None}
+        swa = self._translate("indices", indices)
+        mask = swa > 0
+        swa_copy = self.swa_kv_pool.get_cpu_copy(swa[mask]) if bool(mask.any()) else None
+        return {"full": full, "swa": swa_copy, "swa_mask": mask.cpu()}
+
+    def load_cpu_copy(self, kv_cache_cpu: dict[str, Any], indices: torch.Tensor) -> None:
+        """Write back a :meth:`get_cpu_copy` at new full-pool slots ``indices`` (as many): the
+        SWA rows at the SWA slots ``indices`` map to now. ``ValueError`` before any write when
+        a token that had an SWA slot has none now, or ``kv_cache_cpu`` is not such a copy."""
+        swa_loc = self._swa_load_slots(kv_cache_cpu, indices)
+        self.full_kv_pool.load_cpu_copy(kv_cache_cpu["full"], indices)
+        if swa_loc is not None:
+            self.swa_kv_pool.load_cpu_copy(kv_cache_cpu["swa"], swa_loc)
+
+    def _swa_load_slots(self, kv_cache_cpu: Any, indices: torch.Tensor) -> torch.Tensor | None:
+        if not isinstance(kv_cache_cpu, dict) or set(kv_cache_cpu) != {"full", "swa", "swa_mask"}:
+            raise ValueError("kv_cache_cpu must be what get_cpu_copy returns")
+        mask = kv_cache_cpu["swa_mask"]
+        if kv_cache_cpu["swa"] is None:
+            return None
+        swa = self._translate("indices", indices)
+        if not isinstance(mask, torch.Tensor) or mask.shape != indices.shape:
+            raise ValueError(f"kv_cache_cpu's swa_mask must have shape {tuple(indices.shape)}")
+        swa = swa[mask.to(swa.device)]
+        if not bool((swa > 0).all()):
+            raise ValueError("indices: a token that had an SWA slot has none now")
+        return swa
