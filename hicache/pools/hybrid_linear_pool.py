@@ -28,6 +28,31 @@ class StatePool(Protocol):
     def get_contiguous_buf_infos(self) -> BufInfos: ...
 
 
+def _check_mamba_pool(mamba_pool: Any, full_ids: list[int]) -> None:
+    """``TypeError`` unless ``mamba_pool`` has ``get_contiguous_buf_infos()``; ``ValueError``
+    when its linear layers (``cache_params.layers``, where it has them) meet ``full_ids``."""
+    if not callable(getattr(mamba_pool, "get_contiguous_buf_infos", None)):
+        raise TypeError(
+            f"mamba_pool must have get_contiguous_buf_infos(), got {type(mamba_pool).__name__}"
+        )
+    linear = set(getattr(getattr(mamba_pool, "cache_params", None), "layers", ()))
+    if linear & set(full_ids):
+        raise ValueError(
+            "full_attention_layer_ids must not hold mamba_pool's linear layers, got "
+            f"{sorted(linear & set(full_ids))}"
+        )
+
+
+def _full_kv_pool(cls: Any, common: dict[str, Any], layer_num: int, dims: dict[str, Any]) -> KVPool:
+    """The inner pool: ``cls`` (default MHA, or MLA when ``dims`` are MLA's) of ``layer_num``."""
+    if cls is None:
+        cls = MLATokenToKVPool if "kv_lora_rank" in dims else MHATokenToKVPool
+    if not (isinstance(cls, type) and issubclass(cls, KVPool)):
+        raise TypeError(f"full_kv_pool_class must be a KVPool subclass, got {cls!r}")
+    pool: KVPool = cls(**common, layer_num=layer_num, **dims)
+    return pool
+
+
 class HybridLinearKVPool(CompositeKVPool):
     """Full-attention layers' KV in ``full_kv_pool``; linear layers have none.
 
@@ -67,30 +92,17 @@ class HybridLinearKVPool(CompositeKVPool):
     ) -> None:
         super().__init__(0 if start_layer is None else check_int("start_layer", start_layer))
         full_ids = check_layer_ids("full_attention_layer_ids", full_attention_layer_ids)
-        if not callable(getattr(mamba_pool, "get_contiguous_buf_infos", None)):
-            raise TypeError(
-                f"mamba_pool must have get_contiguous_buf_infos(), got {type(mamba_pool).__name__}"
-            )
-        linear = set(getattr(getattr(mamba_pool, "cache_params", None), "layers", ()))
-        if linear & set(full_ids):
-            raise ValueError(
-                "full_attention_layer_ids must not hold mamba_pool's linear layers, got "
-                f"{sorted(linear & set(full_ids))}"
-            )
+        _check_mamba_pool(mamba_pool, full_ids)
         if not isinstance(use_mla, bool):
             raise TypeError(f"use_mla must be a bool, got {type(use_mla).__name__}")
-        common: dict[str, Any] = {"size": size, "page_size": page_size, "dtype": dtype}
-        common |= {"device": device, "layer_num": len(full_ids)}
-        shape: dict[str, Any]
-        if use_mla:
-            shape = {"kv_lora_rank": kv_lora_rank, "qk_rope_head_dim": qk_rope_head_dim}
-        else:
-            shape = {"head_num": head_num, "head_dim": head_dim}
-        default = MLATokenToKVPool if use_mla else MHATokenToKVPool
-        cls = default if full_kv_pool_class is None else full_kv_pool_class
-        if not (isinstance(cls, type) and issubclass(cls, KVPool)):
-            raise TypeError(f"full_kv_pool_class must be a KVPool subclass, got {cls!r}")
-        self.full_kv_pool = cls(**common, **shape)
+        self.full_kv_pool = _full_kv_pool(
+            full_kv_pool_class,
+            {"size": size, "page_size": page_size, "dtype": dtype, "device": device},
+            len(full_ids),
+            {"kv_lora_rank": kv_lora_rank, "qk_rope_head_dim": qk_rope_head_dim}
+            if use_mla
+            else {"head_num": head_num, "head_dim": head_dim},
+        )
         self.size, self.dtype, self.page_size = size, dtype, self.full_kv_pool.page_size
         self.device = self.full_kv_pool.device
         self.head_num, self.head_dim = head_num, head_dim

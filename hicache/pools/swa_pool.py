@@ -28,6 +28,17 @@ def _split_size(size: int | tuple[int, int]) -> tuple[int, int]:
     return size if isinstance(size, tuple) else (size, 0)
 
 
+def _layer_lists(swa_layer_ids: Any, full_layer_ids: Any) -> tuple[list[int], list[int]]:
+    swa_ids = check_layer_ids("swa_attention_layer_ids", swa_layer_ids)
+    full_ids = check_layer_ids("full_attention_layer_ids", full_layer_ids)
+    if set(swa_ids) & set(full_ids):
+        raise ValueError(
+            "swa_attention_layer_ids and full_attention_layer_ids must be disjoint, both hold "
+            f"{sorted(set(swa_ids) & set(full_ids))}"
+        )
+    return swa_ids, full_ids
+
+
 class SWAKVPool(CompositeKVPool):
     """KV of a sliding-window model: full-attention layers in ``full_kv_pool`` (``size`` slots),
     sliding-window layers in ``swa_kv_pool`` (``size_swa`` slots).
@@ -76,13 +87,9 @@ class SWAKVPool(CompositeKVPool):
     ) -> None:
         super().__init__()
         check_int("size_swa", size_swa, minimum=1)
-        swa_ids = check_layer_ids("swa_attention_layer_ids", swa_attention_layer_ids)
-        full_ids = check_layer_ids("full_attention_layer_ids", full_attention_layer_ids)
-        if set(swa_ids) & set(full_ids):
-            raise ValueError(
-                "swa_attention_layer_ids and full_attention_layer_ids must be disjoint, both "
-                f"hold {sorted(set(swa_ids) & set(full_ids))}"
-            )
+        if {"start_layer", "end_layer"} & set(kwargs):
+            raise ValueError("start_layer/end_layer are not taken: layer ids here are global")
+        swa_ids, full_ids = _layer_lists(swa_attention_layer_ids, full_attention_layer_ids)
         default_cls = token_to_kv_pool_class
         full_cls = _kv_pool_class("full_kv_pool_class", full_kv_pool_class or default_cls)
         swa_cls = _kv_pool_class("swa_kv_pool_class", swa_kv_pool_class or default_cls)
@@ -90,16 +97,14 @@ class SWAKVPool(CompositeKVPool):
         common |= {"head_dim": head_dim, "device": device, **kwargs}
         if full_kv_pool_kwargs is None:
             full_kv_pool_kwargs = {k: v for k, v in common.items() if k not in _SWA_ONLY_KWARGS}
-        if swa_kv_pool_kwargs is None:
-            swa_kv_pool_kwargs = common
-        self.full_kv_pool = full_cls(
-            size=size, dtype=dtype, layer_num=len(full_ids), **full_kv_pool_kwargs
-        )
-        self.swa_kv_pool = swa_cls(
-            size=size_swa, dtype=dtype, layer_num=len(swa_ids), **swa_kv_pool_kwargs
-        )
-        if self.swa_kv_pool.page_size != self.full_kv_pool.page_size:
-            raise ValueError("full_kv_pool_kwargs and swa_kv_pool_kwargs must agree on page_size")
+        full = full_cls(size=size, dtype=dtype, layer_num=len(full_ids), **full_kv_pool_kwargs)
+        swa_kwargs = common if swa_kv_pool_kwargs is None else swa_kv_pool_kwargs
+        swa = swa_cls(size=size_swa, dtype=dtype, layer_num=len(swa_ids), **swa_kwargs)
+        if (swa.page_size, swa.device) != (full.page_size, full.device):
+            raise ValueError(
+                "full_kv_pool_kwargs and swa_kv_pool_kwargs must agree on page_size and device"
+            )
+        self.full_kv_pool, self.swa_kv_pool = full, swa
         self.size, self.size_swa, self.dtype = size, size_swa, dtype
         self.page_size = self.full_kv_pool.page_size
         self.head_num, self.head_dim = head_num, head_dim

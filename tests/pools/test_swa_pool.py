@@ -251,6 +251,12 @@ def test_register_mapping_misuse(mapping: torch.Tensor, error: type) -> None:
         ({"full_attention_layer_ids": ["0"]}, TypeError, "full_attention_layer_ids"),
         ({"token_to_kv_pool_class": dict}, TypeError, "full_kv_pool_class"),
         ({"swa_kv_pool_class": MHATokenToKVPool, "head_dim": 0}, ValueError, "head_dim"),
+        ({"start_layer": 2}, ValueError, "start_layer"),
+        (
+            {"swa_kv_pool_kwargs": {"page_size": 4, "head_num": 2, "head_dim": 4, "device": "cpu"}},
+            ValueError,
+            "page_size",
+        ),
     ],
 )
 def test_constructor_misuse(kwargs: dict[str, object], error: type, name: str) -> None:
