@@ -54,6 +54,9 @@ KEPT = {
         "HybridReqToTokenPool",
         "NSATokenToKVPool",
         "DoubleSparseTokenToKVPool",
+        "SWAKVPool",
+        "SWATokenToKVPoolAllocator",
+        "HybridLinearKVPool",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

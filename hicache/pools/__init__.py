@@ -13,6 +13,7 @@ from hicache.pools.host_layouts import (
     check_pair,
 )
 from hicache.pools.host_pool import HostKVPool
+from hicache.pools.hybrid_linear_pool import HybridLinearKVPool
 from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
 from hicache.pools.mamba_params import MambaStateParams
 from hicache.pools.mamba_pool import MambaPool
@@ -21,6 +22,8 @@ from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.nsa_pool import NSATokenToKVPool
 from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
+from hicache.pools.swa_allocator import SWATokenToKVPoolAllocator
+from hicache.pools.swa_pool import SWAKVPool
 
 __all__ = [
     "IO_BACKENDS",
@@ -29,6 +32,7 @@ __all__ = [
     "SUPPORTED_PAIRS",
     "DoubleSparseTokenToKVPool",
     "HostKVPool",
+    "HybridLinearKVPool",
     "HybridReqToTokenPool",
     "KVPool",
     "MHATokenToKVPool",
@@ -39,6 +43,8 @@ __all__ = [
     "MambaStateParams",
     "NSATokenToKVPool",
     "ReqToTokenPool",
+    "SWAKVPool",
+    "SWATokenToKVPoolAllocator",
     "SlotAllocator",
     "TokenToKVPoolAllocator",
     "check_io_backend",
