@@ -131,3 +131,16 @@ def test_load_refused_when_a_windowed_token_has_no_swa_slot() -> None:
     with pytest.raises(ValueError, match="kv_cache_cpu"):
         pool.load_cpu_copy(copy["full"], new)  # type: ignore[arg-type]
     assert all(torch.equal(as_bytes(g), as_bytes(w)) for g, w in zip(bufs, want, strict=True))
+
+
+def test_load_with_a_bad_swa_part_writes_nothing() -> None:
+    pool, alloc, old = copy_setup("cpu")
+    copy = pool.get_cpu_copy(old)
+    new = alloc.alloc(4)
+    assert new is not None
+    copy["swa"] = copy["swa"][:-1]  # a layer short: only the SWA part is wrong
+    bufs = poisoned(pool)
+    want = snapshot(bufs)
+    with pytest.raises(ValueError, match="kv_cache_cpu"):
+        pool.load_cpu_copy(copy, new)
+    assert all(torch.equal(as_bytes(g), as_bytes(w)) for g, w in zip(bufs, want, strict=True))
