@@ -54,6 +54,12 @@ class KVPool:
     ----------
     size : usable slots (``page_size .. size + page_size - 1``); slots ``[0, page_size)`` pad.
     page_size, layer_num, device : as given.
+    start_layer, end_layer : the model layers this pool holds, ``end_layer`` inclusive
+        (``start_layer + layer_num - 1``; a pipeline stage's share). Getters and
+        ``set_kv_buffer`` take these global ids and map them to ``layer_id - start_layer``;
+        the transfer side (host pools, counters) numbers layers locally, ``[0, layer_num)``.
+    enable_kv_cache_copy : prepare ``move_kv_cache``'s kernel at construction (SGLang's
+        flag); without it the first move prepares it.
     dtype : the KV dtype the model sees; ``store_dtype`` what buffers hold (uint8 for fp8).
     item_size : bytes of one token in one layer (the transfer ops' ``item_size``).
     geometry : what a host pool must agree on to back this pool up: kind (``"MHA"``/``"MLA"``),
@@ -62,16 +68,38 @@ class KVPool:
     Getters (``get_key_buffer`` etc.) first call the registered counter's ``wait_until(layer)``
     so attention on layer ``l`` never reads KV still being loaded; they return views in
     ``dtype``. ``set_kv_buffer`` validates shapes, dtypes, device and slot range before writing.
+
+    Subclasses set their dimensions, then call ``_create_buffers()`` (the one place buffers
+    and pointer tables are made, so a subclass can make others without the default ones).
     """
 
     kind: str  # "MHA" or "MLA"
     head_num: int  # KV heads (1 for MLA)
 
     def __init__(
-        self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: Any
+        self,
+        size: int,
+        page_size: int,
+        dtype: torch.dtype,
+        layer_num: int,
+        device: Any,
+        start_layer: int | None = None,
+        end_layer: int | None = None,
+        enable_kv_cache_copy: bool = False,
     ) -> None:
+        if not isinstance(enable_kv_cache_copy, bool):
+            raise TypeError(
+                f"enable_kv_cache_copy must be a bool, got {type(enable_kv_cache_copy).__name__}"
+            )
         for name, value in (("size", size), ("page_size", page_size), ("layer_num", layer_num)):
             check_int(name, value, minimum=1)
+        start = 0 if start_layer is None else check_int("start_layer", start_layer)
+        last = start + layer_num - 1
+        if end_layer is not None and check_int("end_layer", end_layer) != last:
+            raise ValueError(
+                f"end_layer must be start_layer + layer_num - 1 = {last} (inclusive), "
+                f"got {end_layer}"
+            )
         if size % page_size:
             raise ValueError(f"size must be a multiple of page_size={page_size}, got {size}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -81,6 +109,8 @@ class KVPool:
         self.dtype = dtype
         self.store_dtype = store_dtype_of(dtype)
         self.layer_num = layer_num
+        self.start_layer, self.end_layer = start, last
+        self.enable_kv_cache_copy = enable_kv_cache_copy
         self.device = canonical_device(device)
         self.layer_transfer_counter: LayerTransferCounter | None = None
 
@@ -101,6 +131,20 @@ class KVPool:
     def part_data_ptrs(self) -> list[torch.Tensor]:
         """Each part's uint64 pointer table of its layer buffers (on ``device``)."""
         raise NotImplementedError
+
+    @property
+    def row_buffers(self) -> list[list[torch.Tensor]]:
+        """Every per-layer buffer whose dim 0 is the token slot, ``[buffer_kind][layer]``:
+        ``part_buffers`` here; pools with more per-token state (scales, labels) add theirs, so
+        ``move_kv_cache``, the CPU copies, buffer infos and sizes cover all of it."""
+        return self.part_buffers
+
+    def _create_buffers(self) -> None:
+        """Allocate the layer buffers and their pointer tables (called once by ``__init__``)."""
+        raise NotImplementedError
+
+    def _init_kv_copy(self) -> None:
+        """Prepare ``move_kv_cache`` once the buffers exist (called once by ``__init__``)."""
 
     @property
     def num_slots(self) -> int:
@@ -133,13 +177,27 @@ class KVPool:
             for _ in range(self.layer_num)
         ]
 
-    def _wait_layer(self, layer_id: int) -> None:
-        self.check_layer(layer_id)
+    def _wait_layer(self, layer_id: int) -> int:
+        """Wait on the counter for global layer ``layer_id``; return its local index."""
+        local = self._local_layer(layer_id)
         if self.layer_transfer_counter is not None:
-            self.layer_transfer_counter.wait_until(layer_id)
+            self.layer_transfer_counter.wait_until(local)
+        return local
+
+    def _local_layer(self, layer_id: int) -> int:
+        """``layer_id - start_layer``: ``TypeError``/``ValueError`` unless ``layer_id`` is an
+        int in ``[start_layer, end_layer]``."""
+        if isinstance(layer_id, bool) or not isinstance(layer_id, int):
+            raise TypeError(f"layer_id must be an int, got {type(layer_id).__name__}")
+        if not self.start_layer <= layer_id <= self.end_layer:
+            raise ValueError(
+                f"layer_id must be in [{self.start_layer}, {self.end_layer}], got {layer_id}"
+            )
+        return layer_id - self.start_layer
 
     def check_layer(self, layer_id: int) -> None:
-        """``TypeError``/``ValueError`` unless ``layer_id`` is an int in ``[0, layer_num)``."""
+        """``TypeError``/``ValueError`` unless ``layer_id`` is a local layer index (an int in
+        ``[0, layer_num)``), as the transfer side numbers layers."""
         if isinstance(layer_id, bool) or not isinstance(layer_id, int):
             raise TypeError(f"layer_id must be an int, got {type(layer_id).__name__}")
         if not 0 <= layer_id < self.layer_num:

@@ -28,12 +28,22 @@ class MLATokenToKVPool(KVPool):
         qk_rope_head_dim: int,
         layer_num: int,
         device: torch.device | str,
+        *,
+        start_layer: int | None = None,
+        end_layer: int | None = None,
+        enable_kv_cache_copy: bool = False,
     ) -> None:
-        super().__init__(size, page_size, dtype, layer_num, device)
+        super().__init__(
+            size, page_size, dtype, layer_num, device, start_layer, end_layer, enable_kv_cache_copy
+        )
         self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank, minimum=1)
         self.qk_rope_head_dim = check_int("qk_rope_head_dim", qk_rope_head_dim, minimum=0)
         self.head_num = 1
         self.kv_dim = kv_lora_rank + qk_rope_head_dim
+        self._create_buffers()
+        self._init_kv_copy()
+
+    def _create_buffers(self) -> None:
         self.kv_buffer = self._new_layers((self.num_slots, 1, self.kv_dim))
         self.kv_data_ptrs = pointer_table(self.kv_buffer, self.device)
 
@@ -55,26 +65,23 @@ class MLATokenToKVPool(KVPool):
 
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s latents, ``[size + page_size, 1, kv_dim]`` in ``dtype``."""
-        self._wait_layer(layer_id)
-        return self._view(self.kv_buffer[layer_id])
+        return self._view(self.kv_buffer[self._wait_layer(layer_id)])
 
     def get_value_buffer(self, layer_id: int) -> torch.Tensor:
         """The first ``kv_lora_rank`` channels: ``[size + page_size, 1, kv_lora_rank]``."""
-        self._wait_layer(layer_id)
-        return self._view(self.kv_buffer[layer_id])[..., : self.kv_lora_rank]
+        return self._view(self.kv_buffer[self._wait_layer(layer_id)])[..., : self.kv_lora_rank]
 
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(latents, latents[..., :kv_lora_rank])`` of layer ``layer_id`` (one wait)."""
-        self._wait_layer(layer_id)
-        latent = self._view(self.kv_buffer[layer_id])
+        latent = self._view(self.kv_buffer[self._wait_layer(layer_id)])
         return latent, latent[..., : self.kv_lora_rank]
 
     def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_kv: torch.Tensor) -> None:
         """Write ``cache_kv`` (``[len(loc), 1, kv_dim]``, ``dtype``, on ``device``) at ``loc``."""
-        self.check_layer(layer_id)
+        local = self._local_layer(layer_id)
         self._check_loc(loc)
         kv = self._to_store("cache_kv", cache_kv, (loc.numel(), 1, self.kv_dim))
-        self.kv_buffer[layer_id][loc] = kv
+        self.kv_buffer[local][loc] = kv
 
 
 class MLATokenToKVPoolHost(HostKVPool):
