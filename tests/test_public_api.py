@@ -49,6 +49,8 @@ KEPT = {
         "MLATokenToKVPool",
         "MHATokenToKVPoolHost",
         "MLATokenToKVPoolHost",
+        "MHATokenToKVPoolFP4",
+        "MLATokenToKVPoolFP4",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

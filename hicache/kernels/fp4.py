@@ -39,6 +39,8 @@ from hicache.kernels.dispatch import forced_backend
 from hicache.kernels.fp4_kernel import fp4_dequantize_kernel, fp4_quantize_kernel
 from hicache.kernels.fp4_reference import BLOCK, dequantize_reference, quantize_reference
 
+__all__ = ["FLOAT_DTYPES", "dequantize_fp4", "quantize_fp4"]
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 TILE = 128  # blocks of 16 per Triton program
 

@@ -2,6 +2,7 @@
 
 from hicache.pools.allocator import TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool
+from hicache.pools.fp4_pools import MHATokenToKVPoolFP4, MLATokenToKVPoolFP4
 from hicache.pools.host_layouts import (
     IO_BACKENDS,
     LAYOUTS,
@@ -25,8 +26,10 @@ __all__ = [
     "HostKVPool",
     "KVPool",
     "MHATokenToKVPool",
+    "MHATokenToKVPoolFP4",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
+    "MLATokenToKVPoolFP4",
     "MLATokenToKVPoolHost",
     "ReqToTokenPool",
     "SlotAllocator",

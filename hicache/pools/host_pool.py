@@ -112,6 +112,13 @@ class HostKVPool:
                 f"device_pool must be a {cls.device_pool_type.__name__}, "
                 f"got {type(device_pool).__name__}"
             )
+        kind = getattr(cls.device_pool_type, "kind", None)
+        if device_pool.kind != kind:  # a subclass storing another format (FP4)
+            raise TypeError(
+                f"device_pool must be of kind {kind!r} for {cls.__name__}, got "
+                f"{type(device_pool).__name__} of kind {device_pool.kind!r}: the host tier "
+                "does not carry it"
+            )
         if page_size != device_pool.page_size:
             raise ValueError(
                 f"page_size must equal device_pool.page_size={device_pool.page_size}, "
