@@ -86,6 +86,9 @@ class Env:
     backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; default 0: off) of
         device memory a CUDA controller stages kernel-backend backups through
         (``hicache.pools.backup_staging``).
+    native_move_kv_cache : ``HICACHE_NATIVE_MOVE_KV_CACHE`` — device pools' ``move_kv_cache``
+        uses torch indexing instead of the Triton kernel (SGLang's
+        ``SGLANG_NATIVE_MOVE_KV_CACHE``).
     mooncake : ``HICACHE_MOONCAKE_*`` — the Mooncake Store backend's settings as raw
         ``(name, value)`` pairs, ``name`` the lower-cased rest (``HICACHE_MOONCAKE_PROTOCOL``
         -> ``protocol``); parsed by ``hicache.storage.mooncake_config``.
@@ -96,6 +99,7 @@ class Env:
     host_ram_reserve_gb: float | Invalid
     check_ownership: bool | Invalid = False
     backup_staging_mb: float | Invalid = 0.0
+    native_move_kv_cache: bool | Invalid = False
     mooncake: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -106,6 +110,7 @@ class Env:
             host_ram_reserve_gb=_amount("HICACHE_HOST_RAM_RESERVE_GB", 2.0, "GB"),
             backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 0.0, "MiB"),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
+            native_move_kv_cache=_flag("HICACHE_NATIVE_MOVE_KV_CACHE", False),
             mooncake=_prefixed("HICACHE_MOONCAKE_"),
         )
 
@@ -126,6 +131,11 @@ def ownership_checked() -> bool:
 def backup_staging_bytes() -> int:
     """Device bytes of a controller's backup staging buffer (``HICACHE_BACKUP_STAGING_MB``)."""
     return int(require(ENV.backup_staging_mb) * 2**20)
+
+
+def native_move_kv_cache() -> bool:
+    """Whether ``move_kv_cache`` takes the torch path (``HICACHE_NATIVE_MOVE_KV_CACHE``)."""
+    return require(ENV.native_move_kv_cache)
 
 
 def mooncake_settings() -> dict[str, str]:

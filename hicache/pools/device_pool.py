@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 import torch
 
-from hicache import env
 from hicache.checks import check_int
 from hicache.devices import canonical_device
+from hicache.pools.kv_ops import KVPoolOps
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -47,7 +47,7 @@ def geometry_mismatch(geometry: dict[str, object], device_pool: object) -> list[
     ]
 
 
-class KVPool:
+class KVPool(KVPoolOps):
     """Contract shared by the device pools.
 
     Attributes
@@ -68,6 +68,9 @@ class KVPool:
     Getters (``get_key_buffer`` etc.) first call the registered counter's ``wait_until(layer)``
     so attention on layer ``l`` never reads KV still being loaded; they return views in
     ``dtype``. ``set_kv_buffer`` validates shapes, dtypes, device and slot range before writing.
+
+    Whole-pool operations (``move_kv_cache``, CPU copies, buffer infos, sizes) come from
+    :class:`hicache.pools.kv_ops.KVPoolOps`, over ``row_buffers``.
 
     Subclasses set their dimensions, then call ``_create_buffers()`` (the one place buffers
     and pointer tables are made, so a subclass can make others without the default ones).
@@ -143,14 +146,6 @@ class KVPool:
         """Allocate the layer buffers and their pointer tables (called once by ``__init__``)."""
         raise NotImplementedError
 
-    def _init_kv_copy(self) -> None:
-        """Prepare ``move_kv_cache`` once the buffers exist (called once by ``__init__``)."""
-
-    @property
-    def num_slots(self) -> int:
-        """Rows of each layer buffer: ``size + page_size``."""
-        return self.size + self.page_size
-
     @property
     def geometry(self) -> dict[str, object]:
         return {
@@ -205,19 +200,6 @@ class KVPool:
 
     def _view(self, buf: torch.Tensor) -> torch.Tensor:
         return buf if self.store_dtype == self.dtype else buf.view(self.dtype)
-
-    def _check_loc(self, loc: Any) -> None:
-        if not isinstance(loc, torch.Tensor):
-            raise TypeError(f"loc must be a torch.Tensor, got {type(loc).__name__}")
-        if loc.dtype not in (torch.int64, torch.int32) or loc.dim() != 1:
-            raise TypeError(
-                f"loc must be a 1-D int64 (or int32) tensor, got {loc.dtype} {tuple(loc.shape)}"
-            )
-        if loc.numel() == 0 or (loc.device.type != "cpu" and not env.device_indices_checked()):
-            return
-        lo, hi = int(loc.min()), int(loc.max())
-        if lo < 0 or hi >= self.num_slots:
-            raise ValueError(f"loc must lie in [0, {self.num_slots}), got values in [{lo}, {hi}]")
 
     def _to_store(self, name: str, cache: Any, shape: tuple[int, ...]) -> torch.Tensor:
         """Validate ``cache`` against ``shape``/``dtype``/``device``; return it as stored."""

@@ -75,6 +75,12 @@ class MHATokenToKVPool(KVPool):
     def part_data_ptrs(self) -> list[torch.Tensor]:
         return [self.k_data_ptrs, self.v_data_ptrs]
 
+    def get_kv_size_bytes(self) -> tuple[int, int]:
+        """``(K bytes, V bytes)`` as SGLang: row-buffer kinds at even positions count as K,
+        odd ones as V (``k, v`` then, e.g., ``k_scale, v_scale``)."""
+        sizes = self._kind_bytes()
+        return sum(sizes[0::2]), sum(sizes[1::2])
+
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s keys, ``[size + page_size, H, D]`` in ``dtype``."""
         return self._view(self.k_buffer[self._wait_layer(layer_id)])
