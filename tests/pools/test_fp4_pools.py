@@ -192,3 +192,46 @@ def test_the_host_tier_refuses_fp4_pools():
     slots = torch.arange(PAGE, 2 * PAGE)
     with pytest.raises(ValueError, match="kind: host pool MHA, device pool MHA_FP4"):
         host.load_to_device_per_layer(mha_fp4(), slots - PAGE, slots, 0, "kernel")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("make", [mha_fp4, mla_fp4])
+def test_move_kv_cache_moves_codes_and_scales(make, native, device):
+    pool = make(device)
+    pool.use_native_move_kv_cache = native
+    poisoned(pool)
+    src, tgt = loc_on(device), torch.tensor([40, 20, 21, 47, 16], device=device)  # overlapping
+    shape = (5, 2, 32) if isinstance(pool, MHATokenToKVPoolFP4) else (5, 1, 32)
+    for layer in range(LAYERS):
+        caches = [rand(shape, torch.bfloat16, device, 10 * layer + i) for i in range(2)]
+        pool.set_kv_buffer(layer, src, *caches[: len(pool.part_buffers)])
+    before = [buf.clone() for kind in pool.row_buffers for buf in kind]
+    want_keys = [pool.get_key_buffer(layer)[src] for layer in range(LAYERS)]
+    pool.move_kv_cache(tgt, src)
+    for old, new in zip(before, (buf for kind in pool.row_buffers for buf in kind), strict=True):
+        expect = old.clone()
+        expect[tgt] = old[src]
+        assert torch.equal(new, expect)
+    for layer in range(LAYERS):
+        assert torch.equal(pool.get_key_buffer(layer)[tgt], want_keys[layer])
+
+
+def test_cpu_copy_round_trip_and_sizes_cover_the_scales():
+    pool = mha_fp4()
+    loc = loc_on("cpu")
+    pool.set_kv_buffer(
+        0, loc, rand((5, 2, 32), torch.float32, "cpu", 5), rand((5, 2, 32), torch.float32, "cpu", 6)
+    )
+    want = pool.get_kv_buffer(0)
+    copy = pool.get_cpu_copy(loc)
+    assert len(copy[0][0]) == 4  # k, v, k_scale, v_scale
+    for kind in pool.row_buffers:
+        for buf in kind:
+            poison(buf)
+    pool.load_cpu_copy(copy, loc)
+    got = pool.get_kv_buffer(0)
+    assert all(torch.equal(g[loc], w[loc]) for g, w in zip(got, want, strict=True))
+    m = SIZE + PAGE
+    assert pool.get_kv_size_bytes() == (LAYERS * m * (32 + 4), LAYERS * m * (32 + 4))
+    assert mla_fp4().get_kv_size_bytes() == LAYERS * m * (16 + 2)
