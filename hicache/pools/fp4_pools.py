@@ -24,48 +24,53 @@ from hicache.pools.mha_pool import MHATokenToKVPool
 from hicache.pools.mla_pool import MLATokenToKVPool
 
 
-def _check_format(pool: KVPool, dims: dict[str, int]) -> None:
-    """``TypeError`` unless ``pool.dtype`` is a float the quantizer takes; ``ValueError``
-    unless each of ``dims`` is a multiple of 16 (one scale per 16 values of a row)."""
-    if pool.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be one of {FLOAT_DTYPES} for an FP4 pool, got {pool.dtype}")
-    for name, value in dims.items():
-        if value % BLOCK:
-            raise ValueError(f"{name} must be a multiple of {BLOCK} for an FP4 pool, got {value}")
+class FP4Rows(KVPool):
+    """Base of both FP4 pools (first in their bases, before the MHA or MLA pool): the format
+    check, buffer creation, checked quantize and dequantize."""
+
+    def _check_format(self, dims: dict[str, int]) -> None:
+        """``TypeError`` unless ``dtype`` is a float the quantizer takes, ``ValueError`` unless
+        each of ``dims`` is a multiple of 16 (one scale per 16 values of a row); then make
+        ``store_dtype`` uint8."""
+        if self.dtype not in FLOAT_DTYPES:
+            raise TypeError(
+                f"dtype must be one of {FLOAT_DTYPES} for an FP4 pool, got {self.dtype}"
+            )
+        for name, value in dims.items():
+            if value % BLOCK:
+                raise ValueError(
+                    f"{name} must be a multiple of {BLOCK} for an FP4 pool, got {value}"
+                )
+        self.store_dtype = torch.uint8
+
+    def _fp4_layers(self, heads: int, dim: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-layer data ``[num_slots, heads, dim // 2]`` and scales ``[num_slots, heads * dim
+        // 16]``, both uint8 zeros (a zero scale reads back as 0.0)."""
+        data = self._new_layers((self.num_slots, heads, dim // 2))
+        return data, self._new_layers((self.num_slots, heads * dim // BLOCK))
+
+    def _quantize_input(
+        self, name: str, cache: Any, shape: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Check ``cache`` (``shape``, a float dtype, on ``device``); return its packed codes
+        ``[n, H, D // 2]`` and scales flattened to SGLang's ``[n, H * D // 16]``."""
+        if not isinstance(cache, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(cache).__name__}")
+        if tuple(cache.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(cache.shape)}")
+        if cache.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must have dtype in {FLOAT_DTYPES}, got {cache.dtype}")
+        if cache.device != self.device:
+            raise ValueError(f"{name} must be on {self.device}, got {cache.device}")
+        packed, scales = quantize_fp4(cache)
+        return packed, scales.reshape(shape[0], -1)
+
+    def _dequantize(self, data: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        """A layer's ``[num_slots, H, D]`` values in ``dtype`` (a new tensor)."""
+        return dequantize_fp4(data, scales.view(data.shape[0], data.shape[1], -1), self.dtype)
 
 
-def _fp4_layers(pool: KVPool, heads: int, dim: int) -> tuple[list[torch.Tensor], ...]:
-    """Per-layer data ``[num_slots, heads, dim // 2]`` and scales ``[num_slots, heads * dim //
-    16]``, both uint8 zeros (a zero scale reads back as 0.0)."""
-    data = pool._new_layers((pool.num_slots, heads, dim // 2))
-    scales = pool._new_layers((pool.num_slots, heads * dim // BLOCK))
-    return data, scales
-
-
-def _quantize_input(
-    pool: KVPool, name: str, cache: Any, shape: tuple[int, ...]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check ``cache`` (``shape``, a float dtype, on the pool's device); return its packed
-    codes ``[n, H, D // 2]`` and scales flattened to SGLang's ``[n, H * D // 16]``."""
-    if not isinstance(cache, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(cache).__name__}")
-    if tuple(cache.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(cache.shape)}")
-    if cache.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must have dtype in {FLOAT_DTYPES}, got {cache.dtype}")
-    if cache.device != pool.device:
-        raise ValueError(f"{name} must be on {pool.device}, got {cache.device}")
-    packed, scales = quantize_fp4(cache)
-    return packed, scales.reshape(shape[0], -1)
-
-
-def _dequantize(pool: KVPool, data: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """A layer's ``[num_slots, H, D]`` values in ``pool.dtype`` (a new tensor)."""
-    heads = data.shape[1]
-    return dequantize_fp4(data, scales.view(data.shape[0], heads, -1), pool.dtype)
-
-
-class MHATokenToKVPoolFP4(MHATokenToKVPool):
+class MHATokenToKVPoolFP4(FP4Rows, MHATokenToKVPool):
     """:class:`MHATokenToKVPool` stored as FP4: ``k_buffer[l]`` ``[size + page_size, H, D // 2]``
     and ``k_scale_buffer[l]`` ``[size + page_size, H * D // 16]`` uint8 (V alike, with
     ``Dv``); ``D`` and ``Dv`` multiples of 16. ``item_size`` is a packed K row's bytes,
@@ -74,10 +79,9 @@ class MHATokenToKVPoolFP4(MHATokenToKVPool):
     kind = "MHA_FP4"
 
     def _create_buffers(self) -> None:
-        _check_format(self, {"head_dim": self.head_dim, "v_head_dim": self.v_head_dim})
-        self.store_dtype = torch.uint8
-        self.k_buffer, self.k_scale_buffer = _fp4_layers(self, self.head_num, self.head_dim)
-        self.v_buffer, self.v_scale_buffer = _fp4_layers(self, self.head_num, self.v_head_dim)
+        self._check_format({"head_dim": self.head_dim, "v_head_dim": self.v_head_dim})
+        self.k_buffer, self.k_scale_buffer = self._fp4_layers(self.head_num, self.head_dim)
+        self.v_buffer, self.v_scale_buffer = self._fp4_layers(self.head_num, self.v_head_dim)
         self.k_data_ptrs = pointer_table(self.k_buffer, self.device)
         self.v_data_ptrs = pointer_table(self.v_buffer, self.device)
 
@@ -94,19 +98,19 @@ class MHATokenToKVPoolFP4(MHATokenToKVPool):
         """Layer ``layer_id``'s keys dequantized: a new ``[size + page_size, H, D]`` in
         ``dtype``."""
         local = self._wait_layer(layer_id)
-        return _dequantize(self, self.k_buffer[local], self.k_scale_buffer[local])
+        return self._dequantize(self.k_buffer[local], self.k_scale_buffer[local])
 
     def get_value_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s values dequantized: a new ``[size + page_size, H, Dv]``."""
         local = self._wait_layer(layer_id)
-        return _dequantize(self, self.v_buffer[local], self.v_scale_buffer[local])
+        return self._dequantize(self.v_buffer[local], self.v_scale_buffer[local])
 
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys, values)`` of layer ``layer_id``, dequantized (one wait)."""
         local = self._wait_layer(layer_id)
         return (
-            _dequantize(self, self.k_buffer[local], self.k_scale_buffer[local]),
-            _dequantize(self, self.v_buffer[local], self.v_scale_buffer[local]),
+            self._dequantize(self.k_buffer[local], self.k_scale_buffer[local]),
+            self._dequantize(self.v_buffer[local], self.v_scale_buffer[local]),
         )
 
     def set_kv_buffer(
@@ -118,15 +122,15 @@ class MHATokenToKVPoolFP4(MHATokenToKVPool):
         local = self._local_layer(layer_id)
         self._check_loc(loc)
         n = loc.numel()
-        k, k_scale = _quantize_input(self, "cache_k", cache_k, (n, self.head_num, self.head_dim))
-        v, v_scale = _quantize_input(self, "cache_v", cache_v, (n, self.head_num, self.v_head_dim))
+        k, k_scale = self._quantize_input("cache_k", cache_k, (n, self.head_num, self.head_dim))
+        v, v_scale = self._quantize_input("cache_v", cache_v, (n, self.head_num, self.v_head_dim))
         self.k_buffer[local][loc] = k
         self.k_scale_buffer[local][loc] = k_scale
         self.v_buffer[local][loc] = v
         self.v_scale_buffer[local][loc] = v_scale
 
 
-class MLATokenToKVPoolFP4(MLATokenToKVPool):
+class MLATokenToKVPoolFP4(FP4Rows, MLATokenToKVPool):
     """:class:`MLATokenToKVPool` stored as FP4: ``kv_buffer[l]`` ``[size + page_size, 1,
     kv_dim // 2]`` and ``kv_scale_buffer[l]`` ``[size + page_size, kv_dim // 16]`` uint8,
     ``kv_dim = kv_lora_rank + qk_rope_head_dim`` a multiple of 16. ``item_size`` is a packed
@@ -135,9 +139,8 @@ class MLATokenToKVPoolFP4(MLATokenToKVPool):
     kind = "MLA_FP4"
 
     def _create_buffers(self) -> None:
-        _check_format(self, {"kv_lora_rank + qk_rope_head_dim": self.kv_dim})
-        self.store_dtype = torch.uint8
-        self.kv_buffer, self.kv_scale_buffer = _fp4_layers(self, 1, self.kv_dim)
+        self._check_format({"kv_lora_rank + qk_rope_head_dim": self.kv_dim})
+        self.kv_buffer, self.kv_scale_buffer = self._fp4_layers(1, self.kv_dim)
         self.kv_data_ptrs = pointer_table(self.kv_buffer, self.device)
 
     @property
@@ -152,7 +155,7 @@ class MLATokenToKVPoolFP4(MLATokenToKVPool):
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         """Layer ``layer_id``'s latents dequantized: a new ``[size + page_size, 1, kv_dim]``."""
         local = self._wait_layer(layer_id)
-        return _dequantize(self, self.kv_buffer[local], self.kv_scale_buffer[local])
+        return self._dequantize(self.kv_buffer[local], self.kv_scale_buffer[local])
 
     def get_value_buffer(self, layer_id: int) -> torch.Tensor:
         """The first ``kv_lora_rank`` channels of the dequantized latents."""
@@ -168,6 +171,6 @@ class MLATokenToKVPoolFP4(MLATokenToKVPool):
         ``device``) into slots ``loc`` of layer ``layer_id``."""
         local = self._local_layer(layer_id)
         self._check_loc(loc)
-        kv, scale = _quantize_input(self, "cache_kv", cache_kv, (loc.numel(), 1, self.kv_dim))
+        kv, scale = self._quantize_input("cache_kv", cache_kv, (loc.numel(), 1, self.kv_dim))
         self.kv_buffer[local][loc] = kv
         self.kv_scale_buffer[local][loc] = scale
