@@ -154,6 +154,9 @@ def test_constructor_misuse(kwargs, error, match):
     v_head_dim = args.pop("v_head_dim", None)
     with pytest.raises(error, match=match):
         MHATokenToKVPoolFP4(SIZE, PAGE, device="cpu", v_head_dim=v_head_dim, **args)
+
+
+def test_mla_constructor_needs_a_latent_of_whole_blocks():
     with pytest.raises(ValueError, match="kv_lora_rank \\+ qk_rope_head_dim must be"):
         MLATokenToKVPoolFP4(SIZE, PAGE, torch.bfloat16, 16, 8, 1, "cpu")
 
