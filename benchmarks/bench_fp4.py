@@ -4,11 +4,12 @@ Run: ``python3 benchmarks/bench_fp4.py [--device auto|cuda|cpu] [--quick] [--jso
 
 Rows are KV layers of ``tokens x heads x head_dim`` values in ``--dtype`` (bfloat16 by default).
 GB/s counts the full-precision bytes (``quantize``'s input, ``dequantize``'s output) over the
-time of one call; ``copy_`` is a device-to-device ``dst.copy_(src)`` of those same bytes (it
-reads and writes them all; the quantizer reads them and, for 16-bit values, writes 9/32 as many, or the reverse), and
-each ratio is the op's GB/s over the copy's. ``auto`` runs what ``hicache.kernels.fp4`` picks
-(Triton on CUDA); ``reference`` forces the torch reference. On CUDA, times are CUDA events (see
-``_common.Clock``); sizes up to a few tens of MB may stay in L2 for the copy and the ops alike.
+time of one call. ``copy_`` is a device-to-device ``dst.copy_(src)`` of those same bytes: it
+reads and writes them all, while quantize reads them and, for 16-bit values, writes 9/32 as
+many bytes (dequantize the reverse). Each ratio is the op's GB/s over the copy's. ``auto`` runs
+what ``hicache.kernels.fp4`` picks (Triton on CUDA), ``reference`` the torch reference. On
+CUDA, times are CUDA events (``_common.Clock``); sizes up to a few tens of MB may stay in L2,
+for the copy and the ops alike.
 ``--quick`` is a CPU smoke run: two small sizes, few samples.
 """
 
