@@ -57,6 +57,8 @@ KEPT = {
         "SWAKVPool",
         "SWATokenToKVPoolAllocator",
         "HybridLinearKVPool",
+        "MHATokenToKVPoolFP4",
+        "MLATokenToKVPoolFP4",
     ],
     "hicache.controller": ["HiCacheController", "LayerDoneCounter", "LayerLoadingEvent"],
     "hicache.radix": [

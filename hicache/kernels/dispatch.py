@@ -31,6 +31,11 @@ def force_backend(name: str) -> Iterator[None]:
         _forced.reset(token)
 
 
+def forced_backend() -> str | None:
+    """The backend an enclosing :func:`force_backend` block forces, else None."""
+    return _forced.get()
+
+
 def execute(plan: CopyPlan, block_quota: object, num_warps_per_block: object) -> None:
     """Check the launch arguments, then copy: Triton when ``plan.device`` is CUDA."""
     check_launch(block_quota, num_warps_per_block)

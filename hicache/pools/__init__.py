@@ -3,6 +3,7 @@
 from hicache.pools.allocator import TokenToKVPoolAllocator
 from hicache.pools.device_pool import KVPool
 from hicache.pools.double_sparse_pool import DoubleSparseTokenToKVPool
+from hicache.pools.fp4_pools import MHATokenToKVPoolFP4, MLATokenToKVPoolFP4
 from hicache.pools.host_layouts import (
     IO_BACKENDS,
     LAYOUTS,
@@ -36,8 +37,10 @@ __all__ = [
     "HybridReqToTokenPool",
     "KVPool",
     "MHATokenToKVPool",
+    "MHATokenToKVPoolFP4",
     "MHATokenToKVPoolHost",
     "MLATokenToKVPool",
+    "MLATokenToKVPoolFP4",
     "MLATokenToKVPoolHost",
     "MambaPool",
     "MambaStateParams",

@@ -124,16 +124,18 @@ class KVPoolOps:
     def load_cpu_copy(self, kv_cache_cpu: CpuCopy, indices: torch.Tensor) -> None:
         """Write back ``kv_cache_cpu`` (from :meth:`get_cpu_copy` of the same ``indices``) at
         ``indices``; shapes and dtypes are checked before anything is written."""
-        self._write_cpu_copy(kv_cache_cpu, self._checked_cpu_copy(kv_cache_cpu, indices))
+        self.write_cpu_copy(kv_cache_cpu, self.check_cpu_copy(kv_cache_cpu, indices))
 
-    def _checked_cpu_copy(self, kv_cache_cpu: Any, indices: torch.Tensor) -> list[torch.Tensor]:
-        """Every check of :meth:`load_cpu_copy`; the chunks of ``indices`` to write at."""
+    def check_cpu_copy(self, kv_cache_cpu: Any, indices: torch.Tensor) -> list[torch.Tensor]:
+        """Every check of :meth:`load_cpu_copy` (nothing written); the chunks of ``indices`` to
+        pass to :meth:`write_cpu_copy` (a composite pool checks all its pools before writing)."""
         self._check_loc(indices, "indices")
         chunks = _chunks(indices)
         self._check_cpu_copy(kv_cache_cpu, chunks)
         return chunks
 
-    def _write_cpu_copy(self, kv_cache_cpu: CpuCopy, chunks: list[torch.Tensor]) -> None:
+    def write_cpu_copy(self, kv_cache_cpu: CpuCopy, chunks: list[torch.Tensor]) -> None:
+        """The write half of :meth:`load_cpu_copy`, after :meth:`check_cpu_copy`."""
         _sync(self.device)
         for layer, per_chunk in enumerate(kv_cache_cpu):
             for chunk, tensors in zip(chunks, per_chunk, strict=True):

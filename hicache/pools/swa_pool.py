@@ -226,13 +226,13 @@ class SWAKVPool(CompositeKVPool):
         SWA rows at the SWA slots ``indices`` map to now. ``ValueError`` before any write when
         a token that had an SWA slot has none now, or ``kv_cache_cpu`` is not such a copy."""
         swa_loc = self._swa_load_slots(kv_cache_cpu, indices)
-        full_chunks = self.full_kv_pool._checked_cpu_copy(kv_cache_cpu["full"], indices)
+        full_chunks = self.full_kv_pool.check_cpu_copy(kv_cache_cpu["full"], indices)
         swa_chunks = None
         if swa_loc is not None:
-            swa_chunks = self.swa_kv_pool._checked_cpu_copy(kv_cache_cpu["swa"], swa_loc)
-        self.full_kv_pool._write_cpu_copy(kv_cache_cpu["full"], full_chunks)
+            swa_chunks = self.swa_kv_pool.check_cpu_copy(kv_cache_cpu["swa"], swa_loc)
+        self.full_kv_pool.write_cpu_copy(kv_cache_cpu["full"], full_chunks)
         if swa_chunks is not None:
-            self.swa_kv_pool._write_cpu_copy(kv_cache_cpu["swa"], swa_chunks)
+            self.swa_kv_pool.write_cpu_copy(kv_cache_cpu["swa"], swa_chunks)
 
     def _swa_load_slots(self, kv_cache_cpu: Any, indices: torch.Tensor) -> torch.Tensor | None:
         if not isinstance(kv_cache_cpu, dict) or set(kv_cache_cpu) != {"full", "swa", "swa_mask"}:
