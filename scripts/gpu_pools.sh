@@ -12,7 +12,7 @@ TESTS=${GPU_TESTS:-tests/kernels tests/pools tests/controller tests/engine}
 PYTHONPATH=$ROOT timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -o addopts="" -rfE \
   -p no:cacheprovider -m "not slow and not mooncake" $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -12
 cd "$ROOT/benchmarks"
-PYTHONPATH=$ROOT timeout 120 python3 bench_move_kv.py --json "$OUT/move_kv.json" 2>&1 | tee "$OUT/move_kv.log" | tail -16
+PYTHONPATH=$ROOT timeout 120 python3 bench_move_kv.py 2>&1 | tee "$OUT/move_kv.log" | tail -16
 PYTHONPATH=$ROOT timeout 90 python3 bench_fp4.py --json "$OUT/fp4.json" 2>&1 | tee "$OUT/fp4.log" | tail -14
 TRANSFER_ARGS=${TRANSFER_ARGS:---sections h2d --items 2K --budget-s 40}
 for tree in ${BASE_DIR:+"$ROOT/$BASE_DIR"} "$ROOT"; do
