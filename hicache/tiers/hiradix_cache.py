@@ -66,6 +66,8 @@ class HiRadixCache(RadixCache):
     cache_controller : the ``HiCacheController`` moving KV between the tiers.
     host_tier : the ``HostTier`` (host copies, pending transfers, host-evictable leaves).
     storage_tier : the ``StorageTier`` below the host tier, or None without one.
+    tiers : the chain of tiers that answers the tier calls: a ``HostLink`` over a
+        ``StorageLink``, or over ``NoLowerTier`` without a storage tier.
     hi_config : the validated ``HiCacheConfig``.
 
     Raises ``TypeError``/``ValueError`` before allocating anything on bad settings, and
@@ -154,13 +156,12 @@ class HiRadixCache(RadixCache):
         below = NoLowerTier(self.tree, self.device) if storage is None else StorageLink(storage)
         allocator = self.token_to_kv_pool_allocator
         assert allocator is not None  # build_controller refused None
-        threshold = self.hi_config.load_back_threshold
         return HostLink(
             self.ledger,
             self.host_tier,
             self.cache_controller,
             allocator,
-            threshold,
+            self.hi_config.load_back_threshold,
             self.tp,
             self.tree_digest,
             below,
