@@ -33,11 +33,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import format_table  # noqa: E402
+from hicache.backends.keys import object_keys  # noqa: E402
+from hicache.backends.mooncake import MooncakeStore  # noqa: E402
+from hicache.backends.mooncake_servers import isolation_problem, start_servers  # noqa: E402
+from hicache.backends.pages import PageIO  # noqa: E402
 from hicache.pools import MHATokenToKVPool, MHATokenToKVPoolHost  # noqa: E402
-from hicache.storage.keys import object_keys  # noqa: E402
-from hicache.storage.mooncake import MooncakeStore  # noqa: E402
-from hicache.storage.mooncake_servers import isolation_problem, start_servers  # noqa: E402
-from hicache.storage.pages import PageIO  # noqa: E402
 
 PAGE, LAYERS, DIM = 16, 4, 128  # object bytes = PAGE * LAYERS * heads * DIM * 2 = 16 KiB * heads
 SIZES = {"64 KiB": 4, "256 KiB": 16, "1 MiB": 64}  # heads for each object size

@@ -33,10 +33,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hicache.backends import HiCacheStorage, KVFingerprint, PageIO, StorageKeys  # noqa: E402
+from hicache.backends.file import HiCacheFile  # noqa: E402
+from hicache.backends.memory import MemoryStorage  # noqa: E402
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost  # noqa: E402
-from hicache.storage import HiCacheStorage, KVFingerprint, PageIO, StorageKeys  # noqa: E402
-from hicache.storage.file import HiCacheFile  # noqa: E402
-from hicache.storage.memory import MemoryStorage  # noqa: E402
 
 KIB = 1024
 PAGE = 16  # tokens per page; layers set the object size (1 KiB per token and layer)

@@ -3,12 +3,13 @@
 The names a scheduler needs to embed the cache; everything else lives in the subpackages
 (``hicache.kernels`` the transfer ops, ``hicache.pools`` the host pools and layouts,
 ``hicache.controller`` the transfer controller, ``hicache.radix`` the tree's internals,
-``hicache.storage`` the storage backends).
+``hicache.tiers`` the host and storage tiers, ``hicache.backends`` the storage backends).
 
 ``build_kv_stack`` wires a device pool, its allocator, a request pool and a cache in the
 right order; the pools and caches can also be built by hand with their SGLang signatures.
 """
 
+from hicache.backends import StorageConfig
 from hicache.pools import (
     MHATokenToKVPool,
     MLATokenToKVPool,
@@ -17,7 +18,6 @@ from hicache.pools import (
 )
 from hicache.radix import (
     HiCacheConfig,
-    HiRadixCache,
     MatchResult,
     RadixCache,
     RadixKey,
@@ -25,7 +25,7 @@ from hicache.radix import (
     TokenBuffer,
 )
 from hicache.stack import KVStack, build_kv_stack
-from hicache.storage import StorageConfig
+from hicache.tiers.hiradix_cache import HiRadixCache
 
 __version__ = "0.5.0"
 

@@ -48,7 +48,7 @@ def setup_logging(level: str) -> None:
 
 def _preset(name: str) -> str:
     """`` (cpu X, cuda Y)``: the presets' values of option ``name``."""
-    from hicache.bench.config import CPU_DEFAULTS, CUDA_DEFAULTS
+    from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 
     key = name.replace("-", "_")
     if key not in CPU_DEFAULTS:
@@ -122,8 +122,8 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
 
 def _storage_options(p: argparse.ArgumentParser) -> None:
     """``--storage`` and its settings (bench/storage_run.py)."""
+    from hicache.backends.config import PREFETCH_POLICIES
     from hicache.bench.config import STORAGE_BACKENDS
-    from hicache.storage.config import PREFETCH_POLICIES
 
     g = p.add_argument_group(
         "storage tier (L3)",
@@ -152,8 +152,9 @@ def _storage_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sglang_options(p: argparse.ArgumentParser) -> None:
-    """SGLang bench_multiturn's names for the same settings (bench/config.SGLANG_MULTITURN)."""
-    from hicache.bench.config import ARRIVALS, SGLANG_MULTITURN
+    """SGLang bench_multiturn's names for the same settings (bench/presets.SGLANG_MULTITURN)."""
+    from hicache.bench.config import ARRIVALS
+    from hicache.bench.presets import SGLANG_MULTITURN
 
     g = p.add_argument_group(
         "SGLang bench_multiturn names",

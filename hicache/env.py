@@ -91,7 +91,7 @@ class Env:
         ``SGLANG_NATIVE_MOVE_KV_CACHE``).
     mooncake : ``HICACHE_MOONCAKE_*`` — the Mooncake Store backend's settings as raw
         ``(name, value)`` pairs, ``name`` the lower-cased rest (``HICACHE_MOONCAKE_PROTOCOL``
-        -> ``protocol``); parsed by ``hicache.storage.mooncake_config``.
+        -> ``protocol``); parsed by ``hicache.backends.mooncake_config``.
     """
 
     triton_interpret: bool

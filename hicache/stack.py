@@ -22,7 +22,8 @@ from hicache.pools import (
     TokenToKVPoolAllocator,
 )
 from hicache.pools.host_layouts import check_ram, host_slots
-from hicache.radix import HiCacheConfig, HiRadixCache, RadixCache, RadixCacheConfig
+from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
+from hicache.tiers.hiradix_cache import HiRadixCache
 
 _MHA_DIMS = ("head_num", "head_dim")
 _MLA_DIMS = ("kv_lora_rank", "qk_rope_head_dim")

@@ -24,6 +24,6 @@ timeout 120 unshare --net bash -c "$NS python3 -m pytest -q -m mooncake -p no:ca
 ARGS=${BENCH_ARGS:---users 16 --rounds 3}
 timeout "${BENCH_TIMEOUT:-150}" python3 -m hicache bench --no-progress --storage file $ARGS \
   --out-dir "$OUT/bench_file" 2>&1 | tee "$OUT/bench_file.log" | tail -24
-timeout "${BENCH_TIMEOUT:-150}" unshare --net bash -c "$NS python3 -m hicache.storage.mooncake_servers \
+timeout "${BENCH_TIMEOUT:-150}" unshare --net bash -c "$NS python3 -m hicache.backends.mooncake_servers \
   --segment '${SEGMENT:-16 GB}' python3 -m hicache bench --no-progress --storage mooncake $ARGS \
   --out-dir $OUT/bench_mooncake" 2>&1 | tee "$OUT/bench_mooncake.log" | tail -24

@@ -96,9 +96,8 @@ class HiCacheController:
         device_pool = check_pools(token_to_kv_pool_allocator, mem_pool_host, page_size)
         check_load_cache_event(load_cache_event)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
-        self.mem_pool_device = device_pool
-        self.mem_pool_host = mem_pool_host
         self.load_cache_event = load_cache_event
+        self.mem_pool_device, self.mem_pool_host = device_pool, mem_pool_host
         self.device = torch.device(device_pool.device)
         self.layer_num: int = device_pool.layer_num
         self.write_stream = new_stream(self.device)
@@ -155,9 +154,8 @@ class HiCacheController:
         has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
         the next :meth:`start_writing`.
         """
-        op = issue.write_op(
-            (self.mem_pool_device, self.mem_pool_host), device_indices, node_id, host_indices
-        )
+        pools = (self.mem_pool_device, self.mem_pool_host)
+        op = issue.write_op(pools, device_indices, node_id, host_indices)
         if op is None:
             return None
         self.write_queue.append(op)
@@ -185,9 +183,8 @@ class HiCacheController:
         return op.device_indices
 
     def unqueue_load(self, node_id: int) -> None:
-        """Take back the load :meth:`load` queued last, for ``node_id``, before it is issued:
-        its device slots go back to the allocator. ``ValueError`` (no change) when the last
-        queued load is not that node's."""
+        """Take back the load :meth:`load` queued last, ``node_id``'s (else ``ValueError``, no
+        change), before it is issued: its device slots go back to the allocator."""
         if not self.load_queue or self.load_queue[-1].node_ids != [node_id]:
             raise ValueError(f"unqueue_load: the last queued load is not node {node_id}'s")
         self.evict_device(self.load_queue.pop().device_indices)
@@ -230,12 +227,11 @@ class HiCacheController:
         self.issue_pending()
         if not self.load_queue:
             return -1
-        counter = self.layer_done_counter
         op = CacheOperation.merge(self.load_queue)
         wait_for_compute(self.load_stream, self.device)
-        producer = issue.claim_ring_slot(counter, self.counters)
+        producer = issue.claim_ring_slot(self.layer_done_counter, self.counters)
         pools = (self.mem_pool_device, self.mem_pool_host)
-        batch = counter.events[producer]
+        batch = self.layer_done_counter.events[producer]
         layers = issue.issue_load(op, batch, self.load_stream, pools, self.config, self.counters)
         self._pending = None if layers.done else layers
         self.load_queue.clear()
@@ -267,8 +263,8 @@ class HiCacheController:
     def evict_device(self, device_indices: torch.Tensor) -> int:
         """Free device slots through the allocator; returns how many were given.
 
-        The slots must not belong to a batch whose ack has not completed.
-        Raises whatever the allocator raises on slots that are not allocated (state unchanged).
+        The slots must not belong to a batch whose ack has not completed. Raises whatever the
+        allocator raises on slots that are not allocated (state unchanged).
         """
         self.token_to_kv_pool_allocator.free(device_indices)
         return device_indices.numel()

@@ -17,17 +17,12 @@ never read still lands.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from hicache.devices import EventLike, stream_scope
-
-
-class LayerRunner(Protocol):
-    """A load planned once for its batch: ``run(layer)`` issues that layer's copies."""
-
-    def run(self, layer: int) -> None: ...
+from hicache.pools.load_plan import LayerRunner
 
 
 class LayerIssue:

@@ -1,8 +1,15 @@
-"""hicache.radix: the radix prefix tree over KV slots; HiRadixCache adds the host tier."""
+"""hicache.radix: the radix prefix tree over KV slots, the device-only cache and the request glue.
+
+``HiRadixCache`` (the tree over the device, host and storage tiers) is built on this package in
+``hicache.tiers``; it is still importable from here by name, loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from hicache.radix.base import BasePrefixCache, MatchResult
 from hicache.radix.config import HiCacheConfig, RadixCacheConfig
-from hicache.radix.hiradix_cache import HiRadixCache
 from hicache.radix.key import RadixKey
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import EVICTION_POLICIES
@@ -28,3 +35,12 @@ __all__ = [
     "TokenBuffer",
     "TreeNode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``HiRadixCache``, imported from ``hicache.tiers`` when first asked for."""
+    if name == "HiRadixCache":
+        from hicache.tiers.hiradix_cache import HiRadixCache
+
+        return HiRadixCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,19 +13,7 @@ import torch
 
 from hicache.radix.node import TreeNode
 from hicache.radix.stats import CacheStats
-
-
-class SlotAllocator(Protocol):
-    """The slice of ``TokenToKVPoolAllocator`` the tree uses: it frees evicted slots, and its
-    usable slots are ``page_size .. size + page_size - 1`` (slot 0's page is reserved)."""
-
-    size: int
-    page_size: int
-    device: torch.device
-
-    def alloc(self, n: int) -> torch.Tensor | None: ...
-    def free(self, indices: torch.Tensor) -> Any: ...
-    def available_size(self) -> int: ...
+from hicache.radix.tier import TierChain
 
 
 class ReqToTokenTable(Protocol):
@@ -60,11 +48,17 @@ class MatchResult(NamedTuple):
 class BasePrefixCache(ABC):
     """A prefix cache over KV slots: keys are token-id prefixes, values are slot indices.
 
+    The calls about the tiers below the device (``init_load_back`` .. ``note_prefill``) are
+    written here once: each forwards to ``tiers``, the first link of the cache's chain of tiers
+    (``tier.TierChain``; ``NoLowerTier`` without a host tier).
+
     Keys are RadixKeys or sequences of ints and are truncated to whole pages. The cache owns the
     slots of its nodes; a caller owns a slot until ``insert``/``cache_*_req`` hands it over and
     must not use cached slots without holding a lock on the node that reaches them.
     Bad public input raises ``TypeError``/``ValueError`` before any state changes.
     """
+
+    tiers: TierChain
 
     @abstractmethod
     def match_prefix(self, key: Any) -> MatchResult:
@@ -164,7 +158,6 @@ class BasePrefixCache(ABC):
 
     # ---- lower tiers: no-ops without one (``RadixCache``), the host tier in ``HiRadixCache`` ----
 
-    @abstractmethod
     def init_load_back(
         self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
     ) -> tuple[torch.Tensor, TreeNode]:
@@ -186,13 +179,13 @@ class BasePrefixCache(ABC):
         that reads the slots must ``consume_load_batch(ready_to_load_host_cache())`` first.
         Validated before any change.
         """
+        return self.tiers.init_load_back(last_host_node, host_hit_length, mem_quota)
 
-    @abstractmethod
     def ready_to_load_host_cache(self) -> int:
         """Issue the queued loads (layer by layer); returns the load batch index, or -1 when
         nothing was queued (always -1 without a host tier). Pops finished acks (never blocks)."""
+        return self.tiers.ready_to_load_host_cache()
 
-    @abstractmethod
     def consume_load_batch(self, index: int) -> None:
         """The next forward pass reads the KV of load batch ``index`` layer by layer (the value
         ``ready_to_load_host_cache`` returned; -1: nothing was loaded, wait on nothing).
@@ -200,32 +193,32 @@ class BasePrefixCache(ABC):
         ``TypeError`` for a non-int, ``ValueError`` for an index that is neither -1 nor a
         batch issued since the last reset (only -1 without a host tier); no change then.
         """
+        self.tiers.consume_load_batch(index)
 
-    @abstractmethod
     def check_hicache_events(self) -> None:
         """Issue queued writes, then pop finished write and load acks and unlock their nodes
         (never blocks; a no-op without a host tier)."""
+        self.tiers.check_hicache_events()
 
-    @abstractmethod
     def drain_transfers(self) -> None:
         """Issue queued writes, block until every issued write and load has landed, then pop
         their acks and unlock their nodes (a no-op without a host tier). Queued loads are not
         issued: ``ready_to_load_host_cache`` does that for its forward pass."""
+        self.tiers.drain_transfers()
 
-    @abstractmethod
     def host_size(self) -> int:
         """Tokens with a host copy, writes in flight included (0 without a host tier)."""
+        return self.tiers.host_size()
 
-    @abstractmethod
     def evict_host(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` host tokens (an int ``>= 0``) by deleting unlocked
         childless host-only nodes in policy order; never the host copy of a node still on the
         device. Returns the tokens freed (fewer only when none is left; 0 without a host tier).
         """
+        return self.tiers.evict_host(num_tokens)
 
     # ---- storage tier (L3): no-ops without one ------------------------------------------------
 
-    @abstractmethod
     def prefetch_from_storage(
         self,
         req_id: str,
@@ -249,8 +242,8 @@ class BasePrefixCache(ABC):
         threshold, or when loading would be slower than recomputing. Host slots are taken
         only once storage says the pages are there. Validated before any change.
         """
+        return self.tiers.prefetch_from_storage(req_id, last_host_node, new_input_tokens)
 
-    @abstractmethod
     def check_prefetch_progress(self, req_id: str) -> bool:
         """Whether request ``req_id`` may be scheduled now (True when it has no prefetch).
 
@@ -258,21 +251,22 @@ class BasePrefixCache(ABC):
         arrived, as a whole-page prefix, are inserted as host-only nodes under the request's
         ``last_host_node`` (a fresh ``match_prefix`` finds them and ``init_load_back`` loads
         them), the rest is cancelled, and True is returned."""
+        return self.tiers.check_prefetch_progress(req_id)
 
-    @abstractmethod
     def pop_prefetch_loaded_tokens(self, req_id: str) -> int:
         """Tokens the finished prefetch of ``req_id`` added to the tree (0 if none); forgets
         the figure."""
+        return self.tiers.pop_prefetch_loaded_tokens(req_id)
 
-    @abstractmethod
     def release_aborted_request(self, req_id: str) -> None:
         """Cancel ``req_id``'s prefetch (the request was aborted); its host slots are freed
         once its I/O has stopped. A no-op for an unknown id."""
+        self.tiers.release_aborted_request(req_id)
 
-    @abstractmethod
     def note_prefill(self, tokens: int, seconds: float) -> None:
         """Report a measured prefill (``tokens`` computed in ``seconds``): the cost model
         compares it with each tier's measured bandwidth to skip loads slower than recompute."""
+        self.tiers.note_prefill(tokens, seconds)
 
     @abstractmethod
     def stats(self) -> CacheStats:

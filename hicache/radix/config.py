@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hicache.backends import StorageConfig
 from hicache.checks import check_int
 from hicache.controller import check_write_policy
 from hicache.controller.integrity import check_verify
 from hicache.pools import check_pair
 from hicache.radix.policies import check_policy
-from hicache.storage import StorageConfig
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class HiCacheConfig:
         from the host tier and recomputed (``hicache.controller.integrity``).
     verify_sample_period : under ``sample``, one load-back in this many is verified.
     storage : the storage tier (L3) below the host tier, or None (none); see
-        ``hicache.storage.StorageConfig``.
+        ``hicache.backends.StorageConfig``.
     layers_ahead : None (default): a load batch is issued whole by
         ``ready_to_load_host_cache``; an int ``n >= 1``: its first ``n`` layers there, the rest
         as the forward pass reads them (``HiCacheController``'s ``layers_ahead``).

@@ -1,9 +1,10 @@
-"""The lower-tier hooks of a cache with no tier below the device (``RadixCache``).
+"""The null link of the tier chain: the answers of a cache with no tier below the device.
 
-Their contract is in ``base.BasePrefixCache``: nothing is ever on the host, so a load-back loads
-nothing, there is no load batch to consume, no transfer to drain and no host token to evict.
-Arguments are still validated, so a caller written against ``HiRadixCache`` gets the same
-errors. ``HiRadixCache`` overrides every hook.
+``RadixCache``'s whole chain (``tier.TierChain``), and the storage link of a ``HiRadixCache``
+without storage. The contract is in ``base.BasePrefixCache``: nothing is ever on the host, so a
+load-back loads nothing, there is no load batch to consume, no transfer to drain, no host token
+to evict and nothing to prefetch. Arguments are still validated, so a caller written against
+``HiRadixCache`` gets the same errors.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from hicache.radix.tree import RadixTree
 
 
 class NoLowerTier:
-    """Mixed into ``RadixCache`` ahead of ``BasePrefixCache``; reads only ``tree`` and
-    ``device``."""
+    """No tier below: validates against ``tree``; empty results on ``device``."""
 
-    tree: RadixTree
-    device: torch.device
+    def __init__(self, tree: RadixTree, device: torch.device) -> None:
+        self.tree, self.device = tree, device
 
     def init_load_back(
         self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
@@ -58,11 +58,7 @@ class NoLowerTier:
         return 0
 
     def prefetch_from_storage(
-        self,
-        req_id: str,
-        last_host_node: TreeNode,
-        new_input_tokens: Any,
-        last_hash: bytes | None = None,
+        self, req_id: str, last_host_node: TreeNode, new_input_tokens: Any
     ) -> bool:
         """No storage tier: validates the request id and node, starts nothing (False)."""
         check_req_id(req_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from hicache.pools import SlotAllocator
 from hicache.radix.events import DEVICE, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners
@@ -43,7 +44,7 @@ class Ledger:
     def __init__(
         self,
         tree: RadixTree,
-        allocator: Any,
+        allocator: SlotAllocator | None,
         device: torch.device,
         policy: str,
         owners: SlotOwners,

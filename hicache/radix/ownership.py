@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from hicache import env
+from hicache.pools import SlotAllocator
 from hicache.radix.key import RadixKey
 from hicache.radix.slots import Slots, check_value
 
@@ -34,10 +35,25 @@ if TYPE_CHECKING:
     from hicache.radix.tree import RadixTree
 
 
-def slot_bounds(allocator: Any) -> tuple[int, int] | None:
+def check_allocator(
+    allocator: SlotAllocator | None, has_req_pool: bool, page_size: int
+) -> torch.device:
+    """The device of a cache's slots: the allocator's, or the CPU without one (or for a test
+    double, a ``Mock``). ``ValueError`` when a request pool comes without an allocator or the
+    allocator's integer ``page_size`` is not ``page_size``."""
+    if has_req_pool and allocator is None:
+        raise ValueError("req_to_token_pool needs a token_to_kv_pool_allocator")
+    allocator_page = getattr(allocator, "page_size", page_size)
+    if type(allocator_page) is int and allocator_page != page_size:  # not a test double's
+        raise ValueError(f"page_size={page_size} differs from the allocator's {allocator_page}")
+    device = getattr(allocator, "device", None)
+    return torch.device(device) if isinstance(device, (str, torch.device)) else torch.device("cpu")
+
+
+def slot_bounds(allocator: SlotAllocator | None) -> tuple[int, int] | None:
     """``[lo, hi)`` of the slots ``allocator`` hands out (slot 0's page is reserved), or None
-    for a duck-typed allocator (a test double) without integer ``size`` and ``page_size``: its
-    slots are then not range-checked or tracked."""
+    without an allocator or for a duck-typed one (a test double) without integer ``size`` and
+    ``page_size``: its slots are then not range-checked or tracked."""
     size, page = getattr(allocator, "size", None), getattr(allocator, "page_size", None)
     if type(size) is not int or type(page) is not int:
         return None
@@ -60,7 +76,7 @@ def _fail(name: str, what: str) -> None:
     raise ValueError(f"{name} {what}")
 
 
-def check_pages(slots: Slots, name: str, allocator: Any) -> None:
+def check_pages(slots: Slots, name: str, allocator: SlotAllocator | None) -> None:
     """``ValueError`` unless ``slots`` (int ``[n]``) are in range, in whole aligned pages (the
     last page may be partial) and each page at most once. See the module docstring. One sort
     of the page starts settles both the range and the repeats."""
@@ -71,7 +87,7 @@ def check_pages(slots: Slots, name: str, allocator: Any) -> None:
     if bounds is None:
         return
     lo, hi = bounds
-    page = allocator.page_size
+    page = lo  # the reserved first page
     starts = ids if page == 1 else _page_starts(ids, name, page)
     ordered = np.sort(starts)
     low, high = int(ordered[0]), int(ordered[-1]) + page - 1
@@ -115,10 +131,12 @@ class SlotOwners:
     pure index, without an allocator) every method is a no-op.
     """
 
-    def __init__(self, allocator: Any) -> None:
-        bounds = None if allocator is None else slot_bounds(allocator)
-        on = bounds is not None and (
-            torch.device(allocator.device).type == "cpu" or env.device_indices_checked()
+    def __init__(self, allocator: SlotAllocator | None) -> None:
+        bounds = slot_bounds(allocator)
+        on = (
+            bounds is not None
+            and allocator is not None
+            and (torch.device(allocator.device).type == "cpu" or env.device_indices_checked())
         )
         self._held = np.zeros(bounds[1], dtype=bool) if on and bounds else None
 
@@ -144,7 +162,7 @@ class SlotOwners:
             _fail(name, "holds slots that a tree node already owns")
 
 
-def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
+def check_allocated(slots: Slots, name: str, allocator: SlotAllocator | None) -> None:
     """Debug check (``HICACHE_CHECK_OWNERSHIP=1``, else a no-op): ``ValueError`` unless every
     slot of ``slots`` is allocated (not free) in ``allocator``; O(allocator) per call."""
     if not env.ownership_checked() or allocator is None:
@@ -157,7 +175,7 @@ def check_allocated(slots: Slots, name: str, allocator: Any) -> None:
 def check_insert_value(
     key: RadixKey,
     value: Any,
-    allocator: Any,
+    allocator: SlotAllocator | None,
     device: torch.device,
     owners: SlotOwners,
     tree: RadixTree,

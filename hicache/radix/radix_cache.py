@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from hicache.checks import check_int
+from hicache.pools import SlotAllocator
 from hicache.radix import invariants
-from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable, SlotAllocator
+from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable
 from hicache.radix.config import RadixCacheConfig
 from hicache.radix.device_only import NoLowerTier
 from hicache.radix.digest import tree_digest
@@ -26,23 +27,18 @@ from hicache.radix.events import EventQueue, KVEvent, NodeEvents, events_enabled
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
 from hicache.radix.node import TreeNode
-from hicache.radix.ownership import SlotOwners, check_insert_value
+from hicache.radix.ownership import SlotOwners, check_allocator, check_insert_value
 from hicache.radix.req import CheckedReq, check_req
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.stats import CacheStats, PrefixCounter
+from hicache.radix.tier import TierChain
 from hicache.radix.tree import RadixTree
 from hicache.tp import as_tp_group
 
 _PRIORITY_MIN = -(2**63)
 
 
-def _device_of(allocator: SlotAllocator | None) -> torch.device:
-    """The allocator's device; the CPU without one, or for a test double (a ``Mock``)."""
-    device = getattr(allocator, "device", None)
-    return torch.device(device) if isinstance(device, (str, torch.device)) else torch.device("cpu")
-
-
-class RadixCache(NoLowerTier, BasePrefixCache):
+class RadixCache(BasePrefixCache):
     """Radix prefix cache over device KV slots; see ``BasePrefixCache`` for the contract.
 
     Parameters
@@ -62,6 +58,7 @@ class RadixCache(NoLowerTier, BasePrefixCache):
     Attributes
     ----------
     tree : the ``RadixTree``; ledger : its ``Ledger``; slot_owners : the ledger's ``SlotOwners``.
+    tiers : the chain of tiers below the device (``tier.TierChain``): ``NoLowerTier`` here.
     """
 
     def __init__(
@@ -82,16 +79,11 @@ class RadixCache(NoLowerTier, BasePrefixCache):
             enable_kv_events=enable_kv_events, enable_kv_cache_events=enable_kv_cache_events
         )
         allocator = token_to_kv_pool_allocator
-        if req_to_token_pool is not None and allocator is None:
-            raise ValueError("req_to_token_pool needs a token_to_kv_pool_allocator")
-        allocator_page = getattr(allocator, "page_size", page_size)
-        if type(allocator_page) is int and allocator_page != page_size:  # not a test double's
-            raise ValueError(f"page_size={page_size} differs from the allocator's {allocator_page}")
+        self.device = check_allocator(allocator, req_to_token_pool is not None, page_size)
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = allocator
         self.page_size = page_size
         self.disable = disable
-        self.device = _device_of(allocator)
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self.tree = RadixTree(page_size, self._no_indices())
@@ -101,15 +93,13 @@ class RadixCache(NoLowerTier, BasePrefixCache):
             self.tree, allocator, self.device, eviction_policy, self.slot_owners, events
         )
         self._counts = PrefixCounter()  # lookups and inserts (``stats``)
+        self.tiers: TierChain = NoLowerTier(self.tree, self.device)
 
     @property
     def root(self) -> TreeNode:
         return self.tree.root
 
-    @property
-    def root_node(self) -> TreeNode:
-        """The root, under SGLang's name (same object as :attr:`root`)."""
-        return self.tree.root
+    root_node = root  # SGLang's name
 
     # ---- queries and updates ---------------------------------------------------------------
 
@@ -169,8 +159,7 @@ class RadixCache(NoLowerTier, BasePrefixCache):
     # ---- requests ----------------------------------------------------------------------------
 
     def cache_finished_req(self, req: Any) -> None:
-        # Everything that can fail (validation, then the allocator's free of the duplicate and
-        # tail slots) happens before the tree changes.
+        # What can fail (validation, the allocator's free of duplicate/tail slots) runs first.
         idx, row, key, present = self._check_req(req)
         if self.disable:
             self.ledger.free([row])

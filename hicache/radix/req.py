@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from hicache.checks import check_int
+from hicache.pools import SlotAllocator
 from hicache.radix.key import RadixKey, as_token_array
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_allocated, check_pages
@@ -178,7 +179,7 @@ class CheckedReq(NamedTuple):
 
 
 def check_req(
-    req: Any, pool: Any, tree: RadixTree, allocator: Any, owners: SlotOwners
+    req: Any, pool: Any, tree: RadixTree, allocator: SlotAllocator | None, owners: SlotOwners
 ) -> CheckedReq:
     """Validate ``req`` for ``cache_*_req`` against ``pool`` (the request table) and ``tree``
     (no state change; the rules are in ``BasePrefixCache.cache_finished_req``). The request's

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hicache.controller.stats import TransferStats
 
 if TYPE_CHECKING:
-    from hicache.storage.guard import StorageStats
+    from hicache.backends.guard import StorageStats
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class StorageTierStats:
     prefetches : prefetches started (a query was sent).
     prefetch_revoked : prefetches ended by their query (a hit below ``prefetch_threshold``).
     prefetch_skipped_slower : prefetches not loaded because loading would take longer than
-        recomputing (``hicache.storage.cost``).
+        recomputing (``hicache.backends.cost``).
     prefetch_loaded_tokens : tokens prefetches inserted into the tree as host-only nodes.
     backup_pages : pages written to storage (present afterwards) by backups.
     pending_prefetches, pending_backups : prefetches and node backups in flight (gauges).

@@ -21,13 +21,18 @@ Rules every lower tier keeps:
   anything else changed.
 - **Device eviction.** A device leaf this tier ``holds`` loses only its device copy and stays
   in the tree; any other device leaf is deleted.
+
+The cache's own calls about the tiers below it (SGLang's ``init_load_back``,
+``prefetch_from_storage``, ...) go down a chain of link objects, :class:`TierChain`: the host
+link answers the host calls and forwards the storage calls to the storage link below it, and
+``NoLowerTier`` stands in for a missing tier.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -119,3 +124,32 @@ class BelowHost(Protocol):
 
     def settle(self) -> None:
         """Block until no storage write reads host slots."""
+
+
+class StorageChain(Protocol):
+    """The cache calls a storage link answers (``BasePrefixCache`` holds their contract): the
+    last link of ``TierChain``, a ``StorageLink`` or, without storage, ``NoLowerTier``."""
+
+    def prefetch_from_storage(
+        self, req_id: str, last_host_node: TreeNode, new_input_tokens: Any
+    ) -> bool: ...
+    def check_prefetch_progress(self, req_id: str) -> bool: ...
+    def pop_prefetch_loaded_tokens(self, req_id: str) -> int: ...
+    def release_aborted_request(self, req_id: str) -> None: ...
+    def note_prefill(self, tokens: int, seconds: float) -> None: ...
+    def check_hicache_events(self) -> None: ...
+    def drain_transfers(self) -> None: ...
+
+
+class TierChain(StorageChain, Protocol):
+    """The chain of tiers below the device (``BasePrefixCache.tiers``): every call of the cache
+    about a lower tier goes to its first link, which answers its own and forwards the rest.
+    ``NoLowerTier`` (device only), or a ``HostLink`` over a ``StorageLink`` / ``NoLowerTier``."""
+
+    def init_load_back(
+        self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None
+    ) -> tuple[torch.Tensor, TreeNode]: ...
+    def ready_to_load_host_cache(self) -> int: ...
+    def consume_load_batch(self, index: int) -> None: ...
+    def host_size(self) -> int: ...
+    def evict_host(self, num_tokens: int) -> int: ...

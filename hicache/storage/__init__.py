@@ -1,35 +1,40 @@
-"""The storage tier (L3): page objects in a store that outlives the process.
+"""hicache.storage: the former name of ``hicache.backends``, kept so existing imports work.
 
-``base.HiCacheStorage`` is the backend contract; ``keys`` builds the page keys (chained page
-hash, namespace, KV fingerprint, TP shard); ``pages.PageIO`` the bytes of each host page;
-``config.StorageConfig`` the settings; ``factory.create_storage_backend`` a backend by name
-(``memory``, ``file``, ``mooncake``); ``guard.GuardedStorage`` wraps any backend (errors
-become misses, a ``breaker.CircuitBreaker``, counters); ``mooncake.MooncakeStore`` (extra
-``hicache[mooncake]``) is imported from its module, never here.
+``from hicache.storage import StorageConfig`` and ``import hicache.storage.file`` give the very
+objects of ``hicache.backends``: a submodule ``hicache.storage.X`` *is* ``hicache.backends.X``
+(one module, one set of classes), imported on first use, so the optional ``mooncake`` backend
+is still imported only when asked for. New code imports ``hicache.backends``.
 """
 
-from hicache.storage.base import HiCacheStorage, HiCacheStorageExtraInfo
-from hicache.storage.breaker import CircuitBreaker
-from hicache.storage.config import StorageConfig
-from hicache.storage.factory import create_storage_backend
-from hicache.storage.file import HiCacheFile
-from hicache.storage.guard import GuardedStorage, StorageStats
-from hicache.storage.keys import KVFingerprint, StorageKeys, object_keys
-from hicache.storage.memory import MemoryStorage
-from hicache.storage.pages import PageIO
+from __future__ import annotations
 
-__all__ = [
-    "CircuitBreaker",
-    "GuardedStorage",
-    "HiCacheFile",
-    "HiCacheStorage",
-    "HiCacheStorageExtraInfo",
-    "KVFingerprint",
-    "MemoryStorage",
-    "PageIO",
-    "StorageConfig",
-    "StorageKeys",
-    "StorageStats",
-    "create_storage_backend",
-    "object_keys",
-]
+import importlib
+import sys
+from collections.abc import Sequence
+from importlib.abc import Loader
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+from hicache.backends import *  # noqa: F403
+from hicache.backends import __all__ as __all__
+
+
+class BackendsAlias(Loader):
+    """Finds ``hicache.storage.X`` and loads it as the module ``hicache.backends.X``."""
+
+    prefix = __name__ + "."
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        return ModuleSpec(name, self) if name.startswith(self.prefix) else None
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return importlib.import_module("hicache.backends." + spec.name[len(self.prefix) :])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: ``create_module`` returned the imported backend module."""
+
+
+if not any(isinstance(f, BackendsAlias) for f in sys.meta_path):
+    sys.meta_path.append(BackendsAlias())

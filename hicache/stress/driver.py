@@ -17,13 +17,14 @@ from typing import Any
 
 import torch
 
-from hicache.radix import HiRadixCache, RadixKey, Req
+from hicache.radix import RadixKey, Req
 from hicache.stress import checker
 from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
 from hicache.stress.faults import STEP_FAULTS, Faults
 from hicache.stress.live import Live, start_request
 from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
+from hicache.tiers.hiradix_cache import HiRadixCache
 
 
 class Driver:

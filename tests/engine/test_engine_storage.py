@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hicache.backends import StorageConfig
 from hicache.engine import CacheSpec, Engine, EngineConfig, Request, Status, build_engine
 from hicache.model import ModelConfig, TinyTransformer
 from hicache.radix import HiCacheConfig
-from hicache.storage import StorageConfig
 from tests.engine.helpers import assert_matches_reference, assert_no_leak
 
 MHA = ModelConfig(attention="mha", num_layers=2)

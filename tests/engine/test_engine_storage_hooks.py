@@ -178,7 +178,7 @@ def test_request_namespace_is_one_to_one_and_checked() -> None:
 
 
 def test_storage_config_needs_a_host_tier() -> None:
-    from hicache.storage import StorageConfig
+    from hicache.backends import StorageConfig
 
     with pytest.raises(ValueError, match="hiradix"):
         CacheSpec(kind="radix", hicache=HiCacheConfig(storage=StorageConfig(backend="memory")))

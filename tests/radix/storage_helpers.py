@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from hicache import KVStack, build_kv_stack
+from hicache.backends import HiCacheStorage, StorageConfig
 from hicache.radix import HiCacheConfig, RadixKey
-from hicache.storage import HiCacheStorage, StorageConfig
 
 PAGE = 4
 LAYERS = 2

@@ -8,73 +8,8 @@ is acyclic, no module imports a ``_private`` name or module of another, and no c
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import hicache
-
-PACKAGE = Path(hicache.__file__).parent
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
-
-
-MODULES = _modules()
-
-
-def _imports(name: str, tree: ast.Module) -> list[tuple[str, str]]:
-    """(module imported, name imported from it or "") for every hicache import of ``name``."""
-    package = name if MODULES[name].name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(a.name, "") for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                head = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(head + ([base] if base else []))
-            found += [(base, a.name) for a in node.names]
-    return [(m, n) for m, n in found if m == "hicache" or m.startswith("hicache.")]
-
-
-def _graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        targets = set()
-        for module, imported in _imports(name, ast.parse(path.read_text())):
-            full = f"{module}.{imported}"
-            targets.add(full if full in MODULES else module)
-        graph[name] = {t for t in targets if t in MODULES and t != name}
-    return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1: on the stack, 2: done
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start)):
-            return found
-    return None
+from tests.import_graph import MODULES, find_cycle, imports_of, module_graph
 
 
 def _private_reads(tree: ast.Module) -> list[str]:
@@ -102,13 +37,13 @@ def _private_reads(tree: ast.Module) -> list[str]:
 
 
 def test_the_module_graph_is_acyclic() -> None:
-    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()) or [])
+    assert find_cycle(module_graph()) is None, " -> ".join(find_cycle(module_graph()) or [])
 
 
 def test_no_module_imports_a_private_name() -> None:
     bad = []
     for name, path in MODULES.items():
-        for module, imported in _imports(name, ast.parse(path.read_text())):
+        for module, imported in imports_of(name, ast.parse(path.read_text())):
             parts = [*module.split("."), *([imported] if imported else [])]
             if any(p.startswith("_") and not p.startswith("__") for p in parts):
                 bad.append(f"{name}: {module} {imported}")
@@ -125,8 +60,8 @@ def test_no_module_reads_another_objects_private_attributes() -> None:
 
 
 def test_the_checks_see_a_cycle_and_a_private_read() -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert _private_reads(ast.parse("cache._evictable\nself._x\nsuper()._y()")) == [
         "line 1: cache._evictable"
     ]

@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
+from hicache.backends.memory import MemoryStorage
 from hicache.radix import RadixKey
-from hicache.storage.memory import MemoryStorage
 from tests.radix.storage_helpers import PAGE, make_stack, storage_config
 
 BASES = [[b * 1000 + i for i in range(48)] for b in range(1, 5)]

@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
+from hicache.backends.memory import MemoryStorage
 from hicache.radix import RadixKey
-from hicache.storage.memory import MemoryStorage
 from tests.radix.storage_helpers import (
     PAGE,
     kv_of,

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from hicache.backends.memory import MemoryStorage
 from hicache.radix import RadixKey
-from hicache.storage.memory import MemoryStorage
 from tests.radix.storage_helpers import (
     PAGE,
     fill,

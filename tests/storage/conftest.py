@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from hicache.backends import HiCacheStorage, KVFingerprint, StorageKeys, create_storage_backend
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.radix.page_hash import namespace_seed, page_hashes
-from hicache.storage import HiCacheStorage, KVFingerprint, StorageKeys, create_storage_backend
 
 PAGE = 4
 POISON = 0xA5

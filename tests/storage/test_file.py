@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from hicache.storage.file import HiCacheFile, bucket_of
-from hicache.storage.file_lru import USAGE_FILE
-from hicache.storage.keys import object_keys
-from hicache.storage.pages import PageIO
+from hicache.backends.file import HiCacheFile, bucket_of
+from hicache.backends.file_lru import USAGE_FILE
+from hicache.backends.keys import object_keys
+from hicache.backends.pages import PageIO
 from tests.storage.conftest import fill_random, keys_for, make_host, page_bytes, poison, slots
 
 KEYS, BATCH, HOST_PAGES = 96, 4, 16  # the multi-process tests
@@ -184,7 +184,7 @@ def test_an_unusable_root_gives_misses_logged_once(
 ) -> None:
     host = make_host("mha", "page_first")
     (tmp_path / "file").write_bytes(b"not a directory")
-    with caplog.at_level(logging.WARNING, "hicache.storage.file"):
+    with caplog.at_level(logging.WARNING, "hicache.backends.file"):
         store = _store(host, tmp_path / "file" / "store")  # construction does not raise
         _check_failing(store, host)
     messages = [r.getMessage() for r in caplog.records]

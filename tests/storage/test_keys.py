@@ -9,14 +9,14 @@ import re
 import numpy as np
 import pytest
 
-from hicache.radix.page_hash import namespace_seed, page_hashes
-from hicache.storage.keys import (
+from hicache.backends.keys import (
     MAX_KEY_CHARS,
     KVFingerprint,
     StorageKeys,
     check_keys,
     object_keys,
 )
+from hicache.radix.page_hash import namespace_seed, page_hashes
 
 FP = KVFingerprint("org/model", "abc123", "torch.bfloat16", 8, 128, 32, 64, "page_first", False)
 MLA = dataclasses.replace(FP, head_num=1, head_dim=576, is_mla=True)

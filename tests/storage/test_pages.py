@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hicache.storage.pages import PageIO
+from hicache.backends.pages import PageIO
 from tests.storage.conftest import page_bytes, page_of, page_view, slots
 
 

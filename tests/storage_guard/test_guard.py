@@ -8,10 +8,10 @@ import threading
 import pytest
 import torch
 
+from hicache.backends.base import HiCacheStorage
+from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.guard import GuardedStorage, StorageStats
 from hicache.pools import MHATokenToKVPool, MHATokenToKVPoolHost
-from hicache.storage.base import HiCacheStorage
-from hicache.storage.breaker import CircuitBreaker
-from hicache.storage.guard import GuardedStorage, StorageStats
 
 PAGE = 4
 
@@ -132,7 +132,7 @@ def test_raising_backend_is_a_miss_logged_once(host_pool, caplog) -> None:  # ty
     fake = Fake()
     guard = guarded(host_pool, fake)
     fake.mode = "raise"
-    with caplog.at_level(logging.WARNING, logger="hicache.storage.guard"):
+    with caplog.at_level(logging.WARNING, logger="hicache.backends.guard"):
         for _ in range(3):
             assert guard.batch_exists(["a", "b"]) == 0
             assert guard.batch_get_v1(["a"], slots(1)) == [False]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache.storage.mooncake_servers import MooncakeServers, isolation_problem, start_servers
+from hicache.backends.mooncake_servers import MooncakeServers, isolation_problem, start_servers
 
 _COUNTER = itertools.count()
 

@@ -6,6 +6,7 @@ import uuid
 
 import torch
 
+from hicache.backends.pages import PageIO
 from hicache.pools import (
     HostKVPool,
     MHATokenToKVPool,
@@ -13,7 +14,6 @@ from hicache.pools import (
     MLATokenToKVPool,
     MLATokenToKVPoolHost,
 )
-from hicache.storage.pages import PageIO
 
 PAGE = 16
 POISON = 0xA5

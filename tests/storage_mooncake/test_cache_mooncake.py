@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from hicache.backends import StorageConfig
+from hicache.backends.mooncake_servers import MooncakeServers
 from hicache.radix import RadixKey
-from hicache.storage import StorageConfig
-from hicache.storage.mooncake_servers import MooncakeServers
 from tests.radix.storage_helpers import (
     kv_of,
     load,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from hicache.storage.factory import create_storage_backend
-from hicache.storage.mooncake_config import MooncakeConfig
+from hicache.backends.factory import create_storage_backend
+from hicache.backends.mooncake_config import MooncakeConfig
 
 
 def test_arguments_then_env_then_defaults() -> None:

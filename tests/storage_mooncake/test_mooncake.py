@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache.storage.breaker import CircuitBreaker
-from hicache.storage.guard import GuardedStorage
-from hicache.storage.keys import object_keys
-from hicache.storage.mooncake import MooncakeStore
-from hicache.storage.mooncake_servers import MooncakeServers
+from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.guard import GuardedStorage
+from hicache.backends.keys import object_keys
+from hicache.backends.mooncake import MooncakeStore
+from hicache.backends.mooncake_servers import MooncakeServers
 from tests.storage_mooncake.helpers import (
     fill_random,
     fresh_keys,

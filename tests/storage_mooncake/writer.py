@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from hicache.storage.mooncake import MooncakeStore
+from hicache.backends.mooncake import MooncakeStore
 from tests.storage_mooncake.helpers import fill_random, host_pool, slots
 
 

@@ -1,0 +1,279 @@
+"""HiCacheFile: the embedded store, one file per page object in a directory on this machine.
+
+An object lives at ``{root}/{bucket}/{object key}.bin``, ``bucket`` being the first two hex
+characters of the page hash in the key (a 256-way fan-out; a key of another shape is bucketed
+by a hash of itself). Writes go to a unique temporary
+(``{final}.tmp.{pid}.{thread}.{uuid}``), then ``os.replace`` renames it into place, so a
+reader sees a whole object or none, from any process. A present object is never rewritten
+(write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
+second old): mtime is the LRU clock that every process using the directory shares. Reads
+``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
+``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
+removed. The byte cap is shared by every instance on the directory (``file_lru``). Any
+``OSError`` after construction is a miss, logged once per kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from hicache import env
+from hicache.backends.base import PageStore
+from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
+from hicache.backends.keys import object_keys
+from hicache.backends.pages import PageIO
+from hicache.checks import check_int
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ROOT = "/tmp/hicache"
+DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
+TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
+_PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
+Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
+
+
+class HiCacheFile(PageStore):
+    """A directory of page objects under a byte cap with LRU eviction; see the module docstring.
+
+    Parameters
+    ----------
+    root : the directory (created if missing); default ``$HICACHE_STORAGE_DIR``, else
+        ``/tmp/hicache``. Instances sharing it (any process) share objects and the cap.
+    max_bytes : the cap on the bytes of committed objects (>= 1); default the lesser of
+        64 GiB and half the free space of ``root``'s file system.
+    evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        max_bytes: int | None = None,
+        evict_ratio: float = 0.9,
+    ) -> None:
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"root must be a path, got {type(root).__name__}")
+        if max_bytes is not None:
+            check_int("max_bytes", max_bytes, minimum=1)
+        if isinstance(evict_ratio, bool) or not isinstance(evict_ratio, (int, float)):
+            raise TypeError(f"evict_ratio must be a number, got {type(evict_ratio).__name__}")
+        if not 0 < evict_ratio <= 1:
+            raise ValueError(f"evict_ratio must be in (0, 1], got {evict_ratio}")
+        self._logged: set[str] = set()
+        self._log_lock = threading.Lock()
+        self.root = os.path.abspath(os.fspath(root if root is not None else _default_root()))
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as err:  # every call will miss; serving goes on without the tier
+            self._fail("create root", err)
+        self.max_bytes = max_bytes if max_bytes is not None else _default_cap(self.root)
+        self.usage = DirectoryUsage(self.root, float(evict_ratio))
+
+    def _paths(self, page_key: str, parts: int) -> list[str]:
+        """Where the objects of page ``page_key`` live (f-strings: this is the hot path)."""
+        base = f"{self.root}/{bucket_of(page_key)}/"
+        return [f"{base}{k}{OBJECT_SUFFIX}" for k in object_keys(page_key, parts)]
+
+    def _count_present(self, pages: PageIO, keys: list[str]) -> int:
+        for i, key in enumerate(keys):
+            if self.closed or not self._present(self._paths(key, pages.parts), pages):
+                return i
+        return len(keys)
+
+    def _present(self, paths: list[str], pages: PageIO) -> bool:
+        return all(self._size(p) == pages.object_bytes for p in paths)
+
+    def _size(self, path: str) -> int:
+        """The file's size, -1 if it is missing or cannot be read."""
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return -1
+        except OSError as err:
+            self._fail("stat", err)
+            return -1
+
+    def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
+        return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
+
+    def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        """Read one page: every object opened and its size checked before any byte lands,
+        so a missing or corrupt object leaves the page's host slots as they were."""
+        paths = self._paths(key, pages.parts)
+        try:
+            with ExitStack() as stack:
+                found = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
+                files = [f for f in found if f is not None]
+                if len(files) != len(paths):
+                    return False
+                targets = pages.target(slot)
+                for file, target in zip(files, targets, strict=True):
+                    got = file.readinto(target.data)
+                    if got != target.nbytes:
+                        raise OSError(f"short read: {got} of {target.nbytes} bytes")
+            pages.commit(slot, targets)
+            return True
+        except OSError as err:
+            self._fail("read", err)
+            return False
+
+    def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
+        """``path`` opened (closed with ``stack``) and touched if its mtime is older than
+        ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt: then it is
+        removed, so that ``batch_exists`` stops offering it; the next eviction scan corrects
+        the byte count)."""
+        try:
+            file = stack.enter_context(open(path, "rb", buffering=0))
+        except FileNotFoundError:
+            return None
+        st = os.fstat(file.fileno())
+        if st.st_size == nbytes:
+            if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
+                self._touch([file.fileno()])
+            return file
+        self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
+        discard([path])
+        return None
+
+    def _touch(self, files: list[str] | list[int]) -> None:
+        """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
+        for file in files:
+            try:
+                os.utime(file)
+            except FileNotFoundError:  # evicted meanwhile
+                pass
+            except OSError as err:  # e.g. another user's file: it ages, nothing breaks
+                self._fail("touch", err)
+
+    def _write_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
+        done = [False] * len(keys)
+        staged: dict[int, Staged] = {}
+        for i, (key, slot) in enumerate(zip(keys, slots, strict=True)):
+            paths = self._paths(key, pages.parts)
+            try:
+                missing = [
+                    (p, a)
+                    for p, a in zip(paths, pages.source(slot), strict=True)
+                    if not self._present([p], pages)
+                ]
+                if not missing:
+                    self._touch(paths)
+                    done[i] = True
+                    continue
+                staged[i] = []  # filled as written, so a failure can discard what was
+                for final, data in missing:
+                    staged[i].append((self._write_tmp(final, data), final))
+            except OSError as err:
+                self._fail("write", err)
+                discard([tmp for tmp, _ in staged.pop(i, [])])
+        self._commit(staged, pages.object_bytes, done)
+        return done
+
+    def _write_tmp(self, final: str, data: np.ndarray) -> str:
+        tmp = f"{final}{TMP_MARK}{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex}"
+        try:
+            file = open(tmp, "xb", buffering=0)
+        except FileNotFoundError:  # the bucket is new
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            file = open(tmp, "xb", buffering=0)
+        try:
+            with file:
+                written = file.write(data.data)
+            if written != data.nbytes:
+                raise OSError(f"short write: {written} of {data.nbytes} bytes")
+        except OSError:
+            discard([tmp])
+            raise
+        return tmp
+
+    def _commit(self, staged: dict[int, Staged], nbytes: int, done: list[bool]) -> None:
+        """Rename the staged pages into place under the directory lock, in order, each only
+        if it fits the cap after eviction; set ``done[i]`` for each page placed."""
+        if not staged:
+            return
+        incoming = nbytes * sum(len(objs) for objs in staged.values())
+        try:
+            with self.usage.locked() as ledger:
+                self.usage.make_room(ledger, incoming, self.max_bytes)
+                for i, objs in staged.items():
+                    done[i] = self._place(ledger, objs, nbytes)
+        except OSError as err:
+            self._fail("commit", err)
+        finally:
+            discard([tmp for i, objs in staged.items() if not done[i] for tmp, _ in objs])
+
+    def _place(self, ledger: Ledger, objs: Staged, nbytes: int) -> bool:
+        if ledger.used + nbytes * len(objs) > self.max_bytes:
+            return False
+        for tmp, final in objs:
+            if self._size(final) == nbytes:  # a racing writer placed it: keep the first
+                discard([tmp])
+                continue
+            os.replace(tmp, final)
+            ledger.used += nbytes
+            ledger.objects += 1
+        return True
+
+    def clear(self) -> None:
+        try:
+            self.usage.clear()
+        except OSError as err:
+            self._fail("clear", err)
+
+    def get_stats(self) -> dict[str, Any]:
+        """``{"backend", "root", "bytes_used", "objects", "max_bytes", "evictions"}`` of the
+        whole directory (every instance sharing it); zeros when it cannot be read."""
+        stats: dict[str, Any] = {"backend": "file", "root": self.root, "max_bytes": self.max_bytes}
+        try:
+            with self.usage.locked(shared=True) as ledger:
+                used, objects, evictions = ledger.used, ledger.objects, ledger.evictions
+        except OSError as err:
+            self._fail("stats", err)
+            used = objects = evictions = 0
+        return stats | {"bytes_used": used, "objects": objects, "evictions": evictions}
+
+    def close(self) -> None:
+        """Later calls are misses; the directory and its objects stay for other instances."""
+        self.closed = True
+
+    def _fail(self, op: str, err: OSError) -> None:
+        kind = f"{op}: {type(err).__name__} {err.errno}"
+        with self._log_lock:
+            if kind in self._logged:
+                return
+            self._logged.add(kind)
+        logger.warning("file store %s: %s failed (%s); treated as a miss", self.root, op, err)
+
+
+def bucket_of(page_key: str) -> str:
+    """The bucket (two hex characters) of a page: the first byte of its page hash, or of a
+    hash of the key for a key of another shape."""
+    found = _PAGE_HASH.match(page_key)
+    if found:
+        return found.group(1)
+    return hashlib.blake2b(page_key.encode(), digest_size=1).hexdigest()
+
+
+def _default_root() -> str:
+    return env.storage_dir() or DEFAULT_ROOT
+
+
+def _default_cap(root: str) -> int:
+    try:
+        return max(1, min(DEFAULT_MAX_BYTES, shutil.disk_usage(root).free // 2))
+    except OSError:
+        return DEFAULT_MAX_BYTES

@@ -1,0 +1,271 @@
+"""GuardedStorage: any backend, made safe to call from an I/O thread, with counters.
+
+It is itself a ``HiCacheStorage``. Arguments are checked here (a caller bug still raises
+``TypeError``/``ValueError``); then every exception from the backend is caught (logged once per
+exception type), counted as a failure and turned into a miss, and so is a malformed result
+(``None``, a list of the wrong length) and a miss the backend itself counted as a failure
+(``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker
+refuses returns a miss at once without reaching the backend, and a failed or slow call counts
+against the breaker. ``stats()`` reads the counters (thread-safe) as a ``StorageStats``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import torch
+
+from hicache.backends.base import HiCacheStorage, HiCacheStorageExtraInfo
+from hicache.backends.breaker import CircuitBreaker
+
+__all__ = ["GuardedStorage", "ReportsFailures", "StorageStats"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StorageStats:
+    """Counters of one guarded backend since it was built.
+
+    Attributes
+    ----------
+    backend : the guard's ``name``.
+    queries, query_pages, hit_pages : ``batch_exists`` calls, pages asked, pages reported
+        present.
+    pages_read, pages_written : pages ``batch_get_v1`` / ``batch_set_v1`` reported done (a set
+        counts pages that were already present too).
+    bytes_read, bytes_written : those pages times the bytes of a page (all its objects).
+    read_seconds, write_seconds : time inside the backend's get / set calls.
+    failures : calls that raised, returned a malformed result, that a ``ReportsFailures``
+        backend reported as failed, or (with a breaker) ran slower than its ``slow_call_s``;
+        and ``clear``/``close`` calls that raised.
+    refused : calls the open breaker refused (fast misses).
+    breaker_state : ``closed``/``open``/``half_open``, or ``none`` without a breaker.
+    """
+
+    backend: str
+    queries: int = 0
+    query_pages: int = 0
+    hit_pages: int = 0
+    pages_read: int = 0
+    pages_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    read_seconds: float = 0.0
+    write_seconds: float = 0.0
+    failures: int = 0
+    refused: int = 0
+    breaker_state: str = "none"
+
+    @property
+    def read_gbps(self) -> float:
+        """``bytes_read / read_seconds`` in GB/s (1e9 bytes), 0.0 before any read time."""
+        return self.bytes_read / self.read_seconds / 1e9 if self.read_seconds > 0 else 0.0
+
+    @property
+    def write_gbps(self) -> float:
+        """``bytes_written / write_seconds`` in GB/s (1e9 bytes), 0.0 before any write time."""
+        return self.bytes_written / self.write_seconds / 1e9 if self.write_seconds > 0 else 0.0
+
+
+@runtime_checkable
+class ReportsFailures(Protocol):
+    """A backend that turns its own failures into misses (as the contract asks) and counts
+    them: a call during which ``failure_count()`` grew counts as failed for the guard and its
+    breaker (e.g. Mooncake's fast RPC_FAIL once the master is gone)."""
+
+    def failure_count(self) -> int: ...
+
+
+def _bools(result: object, n: int) -> list[bool] | None:
+    if isinstance(result, list) and len(result) == n and all(isinstance(b, bool) for b in result):
+        return result
+    return None
+
+
+def _count(result: object, n: int) -> int | None:
+    if isinstance(result, int) and not isinstance(result, bool) and 0 <= result <= n:
+        return result
+    return None
+
+
+class GuardedStorage(HiCacheStorage):
+    """``backend`` behind a guard named ``name``; see the module docstring.
+
+    ``register_mem_pool_host`` registers the pool here and forwards it to the backend (errors
+    there propagate: it is set-up, not serving). ``breaker=None``: no breaker (calls always go
+    to the backend; durations timed with ``time.perf_counter``).
+    """
+
+    def __init__(
+        self, backend: HiCacheStorage, name: str, breaker: CircuitBreaker | None = None
+    ) -> None:
+        if not isinstance(backend, HiCacheStorage):
+            raise TypeError(f"backend must be a HiCacheStorage, got {type(backend).__name__}")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if breaker is not None and not isinstance(breaker, CircuitBreaker):
+            raise TypeError(f"breaker must be a CircuitBreaker, got {type(breaker).__name__}")
+        self.backend, self.name, self.breaker = backend, name, breaker
+        self._clock: Callable[[], float] = breaker.clock if breaker else time.perf_counter
+        self._lock = threading.Lock()
+        self._stats = StorageStats(backend=name)
+        self._logged: set[type[BaseException]] = set()
+        self._page_bytes = 0
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        pages = self.page_io()
+        self._page_bytes = pages.object_bytes * pages.parts
+        self.backend.register_mem_pool_host(mem_pool_host)
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    def _add(self, **deltas: float) -> None:
+        with self._lock:
+            self._stats = replace(
+                self._stats, **{k: getattr(self._stats, k) + v for k, v in deltas.items()}
+            )
+
+    def _call(
+        self, what: str, fn: Callable[[], T], check: Callable[[T], T | None]
+    ) -> tuple[T | None, float]:
+        """``check(fn())`` and its duration, or ``(None, 0.0)`` when refused, raised or
+        malformed; feeds the breaker and the failure counter."""
+        if self.breaker is not None and not self.breaker.allow():
+            self._add(refused=1)
+            return None, 0.0
+        before = self._backend_failures()
+        start = self._clock()
+        try:
+            result = check(fn())
+            if result is None:
+                self._log(what, TypeError(f"{what} returned a malformed result"))
+        except Exception as exc:
+            result = None
+            self._log(what, exc)
+        elapsed = self._clock() - start
+        failed = result is None or self._backend_failures() > before
+        if self.breaker is not None:
+            failed = self.breaker.record(not failed, elapsed)
+        if failed:
+            self._add(failures=1)
+        return result, elapsed
+
+    def _backend_failures(self) -> int:
+        if not isinstance(self.backend, ReportsFailures):
+            return 0
+        try:
+            return int(self.backend.failure_count())
+        except Exception:
+            return 0
+
+    def _log(self, what: str, exc: Exception) -> None:
+        with self._lock:
+            new = type(exc) not in self._logged
+            self._logged.add(type(exc))
+        if new:
+            logger.warning(
+                "storage %s: %s raised %r; treated as a miss (logged once per type)",
+                self.name,
+                what,
+                exc,
+                exc_info=exc,
+            )
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    def batch_exists(
+        self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> int:
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise TypeError("keys must be a list of str")
+        self.page_io()
+        found, _ = self._call(
+            "batch_exists",
+            lambda: self.backend.batch_exists(keys, extra_info),
+            lambda r: _count(r, len(keys)),
+        )
+        self._add(queries=1, query_pages=len(keys), hit_pages=found or 0)
+        return found or 0
+
+    def batch_get_v1(
+        self,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> list[bool]:
+        done, n, elapsed = self._pages("batch_get_v1", keys, host_indices, extra_info)
+        self._add(pages_read=n, bytes_read=n * self._page_bytes, read_seconds=elapsed)
+        return done
+
+    def batch_set_v1(
+        self,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> list[bool]:
+        done, n, elapsed = self._pages("batch_set_v1", keys, host_indices, extra_info)
+        self._add(pages_written=n, bytes_written=n * self._page_bytes, write_seconds=elapsed)
+        return done
+
+    def _pages(
+        self,
+        what: str,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None,
+    ) -> tuple[list[bool], int, float]:
+        """Run the backend's ``what`` (``batch_get_v1``/``batch_set_v1``) guarded: the per-page
+        results (all False on a failure), the pages done and the seconds it took."""
+        self.page_io().page_slots(keys, host_indices)
+        method = getattr(self.backend, what)
+        done, elapsed = self._call(
+            what,
+            lambda: method(keys, host_indices, extra_info),
+            lambda r: _bools(r, len(keys)),
+        )
+        if done is None:
+            return [False] * len(keys), 0, elapsed
+        return done, sum(done), elapsed
+
+    def clear(self) -> None:
+        """The backend's ``clear`` (errors logged and counted, never raised; not refused)."""
+        try:
+            self.backend.clear()
+        except Exception as exc:
+            self._log("clear", exc)
+            self._add(failures=1)
+
+    def stats(self) -> StorageStats:
+        """A snapshot of the counters, with the breaker's current state."""
+        with self._lock:
+            stats = self._stats
+        state = self.breaker.state if self.breaker is not None else "none"
+        return replace(stats, breaker_state=state)
+
+    def get_stats(self) -> dict[str, Any]:
+        """The backend's ``get_stats()`` (``{}`` if it raises) updated with ``stats()`` as a
+        dict and ``read_gbps`` / ``write_gbps``."""
+        try:
+            figures = dict(self.backend.get_stats())
+        except Exception as exc:
+            self._log("get_stats", exc)
+            figures = {}
+        stats = self.stats()
+        figures.update(asdict(stats), read_gbps=stats.read_gbps, write_gbps=stats.write_gbps)
+        return figures
+
+    def close(self) -> None:
+        """The backend's ``close`` (errors logged and counted, never raised)."""
+        try:
+            self.backend.close()
+        except Exception as exc:
+            self._log("close", exc)
+            self._add(failures=1)

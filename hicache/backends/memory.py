@@ -1,0 +1,80 @@
+"""MemoryStorage: page objects in an in-process dict, for tests and single-process use.
+
+The same semantics as every backend (``base.HiCacheStorage``): write-once pages, a page present
+only when every object of it is, wrong arguments raise before any change, calls after
+``close`` are misses. Nothing outlives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from hicache.backends.base import PageStore
+from hicache.backends.keys import object_keys
+from hicache.backends.pages import PageIO
+
+__all__ = ["MemoryStorage"]
+
+
+class MemoryStorage(PageStore):
+    """Object key -> bytes, guarded by a lock (the batch calls may come from I/O threads)."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def _count_present(self, pages: PageIO, keys: list[str]) -> int:
+        with self._lock:
+            for i, key in enumerate(keys):
+                if self.closed or not self._present(key, pages.parts):
+                    return i
+        return len(keys)
+
+    def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
+        return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
+
+    def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        with self._lock:
+            found = [self._objects.get(k) for k in object_keys(key, pages.parts)]
+        data = [raw for raw in found if raw is not None and len(raw) == pages.object_bytes]
+        if self.closed or len(data) != pages.parts:
+            return False
+        targets = pages.target(slot)
+        for target, raw in zip(targets, data, strict=True):
+            target[:] = np.frombuffer(raw, np.uint8)
+        pages.commit(slot, targets)
+        return True
+
+    def _write_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
+        for key, slot in zip(keys, slots, strict=True):
+            names = object_keys(key, pages.parts)
+            with self._lock:
+                if self._present(key, pages.parts):
+                    continue
+            data = [arr.tobytes() for arr in pages.source(slot)]
+            with self._lock:
+                for name, raw in zip(names, data, strict=True):
+                    self._objects.setdefault(name, raw)  # write-once, also against a racing set
+        return [True] * len(keys)
+
+    def _present(self, key: str, parts: int) -> bool:
+        return all(k in self._objects for k in object_keys(key, parts))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._objects.clear()
+
+    def get_stats(self) -> dict[str, Any]:
+        """``{"backend", "objects", "bytes_used"}``."""
+        with self._lock:
+            used = sum(len(raw) for raw in self._objects.values())
+            return {"backend": "memory", "objects": len(self._objects), "bytes_used": used}
+
+    def close(self) -> None:
+        """Drop every object; later calls are misses."""
+        with self._lock:
+            self.closed = True
+            self._objects.clear()

@@ -1,0 +1,64 @@
+"""Invariant checks of a ``HostTier`` through its public queries (``RuntimeError`` naming the
+first broken rule). O(nodes + host slots): tests and debugging only."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import torch
+
+from hicache.radix.node import TreeNode
+from hicache.radix.slots import concat_slots
+from hicache.tiers.host.host_tier import HostTier
+
+
+def _fail(message: str) -> NoReturn:
+    raise RuntimeError(f"hierarchical cache invariant violated: {message}")
+
+
+def check_host_tier(tier: HostTier, nodes: list[TreeNode]) -> None:
+    """The host-tier half of ``HiRadixCache.check_invariants`` over ``nodes`` (every node).
+
+    Host slots: each free in the host pool or owned by exactly one node's ``host_value``, with
+    none unaccounted. Host-evictable leaf set: exactly the unlocked host-only childless nodes,
+    with fresh sort keys. Locked nodes are on the device. Nodes awaiting a transfer ack are in
+    the tree and locked.
+    """
+    leaves = tier.leaves
+    for node in nodes:
+        member = node in leaves
+        if member != tier.is_evictable_leaf(node):
+            _fail(f"node {node.id}: host-evictable-set membership {member} is wrong")
+        if member and leaves.stale(node):
+            _fail(f"node {node.id}: its host-evictable-set sort key is stale")
+        if node.lock_ref and node.slots is None:
+            _fail(f"node {node.id} is locked but has no device copy")
+    if sum(node in leaves for node in nodes) != len(leaves):
+        _fail("the host-evictable set holds nodes that are not in the tree")
+    ids = {node.id for node in nodes}
+    for name, waiting in tier.pending().items():
+        for node in waiting:
+            if node.id not in ids or node.lock_ref <= 0:
+                _fail(f"node {node.id} awaits a {name} ack but is not a locked tree node")
+    _check_host_slots(tier, nodes)
+
+
+def _check_host_slots(tier: HostTier, nodes: list[TreeNode]) -> None:
+    host_pool = tier.controller.mem_pool_host
+    host_pool.check_invariants()
+    held = concat_slots(
+        [n.host_slots for n in nodes if n.host_slots is not None], torch.device("cpu")
+    )
+    if torch.unique(held).numel() != held.numel():
+        _fail("a host slot is owned by two tree positions")
+    free = host_pool.free_slots()
+    if bool(torch.isin(held, free).any()):
+        _fail("a host slot is both in the tree and free in the host pool")
+    if held.numel() != tier.size():
+        _fail(f"host_size() is {tier.size()}, the nodes hold {held.numel()} host slots")
+    owned = held.numel() + free.numel() + tier.reserved()
+    if owned != host_pool.size:
+        _fail(
+            f"host slots leaked: {host_pool.size - owned} are neither free, owned by a node "
+            "nor reserved for a prefetch"
+        )

@@ -1,0 +1,297 @@
+"""HostTier: the host tier (L2) of a HiRadixCache, a ``tier.LowerTier`` over ``host_slots``.
+
+It owns the host side's state: which nodes await a write or a load ack (each holding one
+transfer lock, see ``tier``), the host-evictable leaves and the host size. It moves KV through
+the ``HiCacheController`` and reaches the tree only through its ``tier.TierSite``. A backup is
+queued only for a node whose parent is the root or backed up, so backed-up nodes stay
+root-connected; a backup that finds the host pool short first evicts host-only leaves.
+
+Under TP (``tp``) every rank runs the same calls on an identical tree, and each decision that
+depends on this rank's own pools or transfers is agreed over the ranks: how many of a path's
+backups got host slots (the fewest), whether a load got device slots (all or none), which
+finished transfers are released (``InFlight``). Finished acks are then processed only by
+``step`` (once per scheduler step), ``issue_loads`` and ``drain``, never by ``poll``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from hicache.controller import HiCacheController
+from hicache.radix.config import HiCacheConfig
+from hicache.radix.events import HOST, NodeEvents
+from hicache.radix.node import TreeNode
+from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.stats import HostStats
+from hicache.radix.tier import BelowHost, TierSite
+from hicache.tiers.host.host_storage_slots import StorageSlots
+from hicache.tiers.host.in_flight import InFlight
+from hicache.tp import TPGroup
+
+_CPU = torch.device("cpu")
+T = TypeVar("T")
+
+
+class HostTier(StorageSlots):
+    """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
+
+    Parameters
+    ----------
+    site : the tree and device accounting (a ``Ledger``).
+    controller : moves KV between the device and the host pool.
+    policy : the cache's eviction policy (orders ``leaves``).
+    config : the host-tier settings (write policy).
+    events : where the host tier's KV events go, or None (events off). A node's host pages are
+        reported stored when its backup is queued (its host slots are reserved and ``holds`` is
+        true from then on), removed when they are freed.
+    tp : the TP group whose ranks agree on this tier's decisions (one rank: no collectives).
+    """
+
+    def __init__(
+        self,
+        site: TierSite,
+        controller: HiCacheController,
+        policy: str,
+        config: HiCacheConfig,
+        events: NodeEvents | None = None,
+        tp: TPGroup | None = None,
+    ) -> None:
+        self.site, self.controller, self.config = site, controller, config
+        self.events = events
+        self.tp = TPGroup() if tp is None else tp
+        self.leaves = LeafSet(policy)
+        self._size = 0
+        self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
+        self._backup_tokens = self._load_backs = self._load_back_tokens = self._evicted_tokens = 0
+        self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
+        self.below: BelowHost | None = None
+
+    def attach(self, below: BelowHost) -> None:
+        """Put a storage tier below this one (before the first node is added)."""
+        self.below = below
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def holds(self, node: TreeNode) -> bool:
+        return node.host_slots is not None
+
+    def is_evictable_leaf(self, node: TreeNode) -> bool:
+        """Unlocked, host-only and childless: what ``evict`` may delete."""
+        if node.lock_ref or node.slots is not None or node.host_slots is None or node.children:
+            return False
+        return self.below is None or not self.below.pins(node)
+
+    def refile(self, node: TreeNode) -> None:
+        self.leaves.put(node, self.is_evictable_leaf(node))
+
+    def size(self) -> int:
+        return self._size
+
+    def pending(self) -> dict[str, list[TreeNode]]:
+        """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
+        return self._flight.pending()
+
+    def stats(self) -> HostStats:
+        return HostStats(
+            backup_tokens=self._backup_tokens,
+            load_backs=self._load_backs,
+            load_back_tokens=self._load_back_tokens,
+            evicted_tokens=self._evicted_tokens,
+            size_tokens=self._size,
+            capacity_tokens=self.controller.mem_pool_host.size,
+            pending_writes=len(self._flight.writing),
+            pending_loads=len(self._flight.loading),
+        )
+
+    def transfer_locks(self) -> Counter[int]:
+        return Counter(n.id for nodes in self._flight.pending().values() for n in nodes)
+
+    def chain(self, node: TreeNode) -> list[TreeNode]:
+        """The host-only nodes from below the deepest device node down to ``node``.
+
+        ``TypeError``/``ValueError`` unless ``node`` is in the tree and backed up (or the root).
+        """
+        path = self.site.path_to_root(node)
+        if path and node.host_slots is None:
+            raise ValueError(f"init_load_back: node {node.id} is not backed up to the host")
+        return [n for n in reversed(path) if n.slots is None]
+
+    # ---- backups -----------------------------------------------------------------------------
+
+    def backup_path(self, last: TreeNode) -> None:
+        """Back up the device nodes from the root to ``last`` whose hit count reached the
+        write policy's threshold, parents first; stop at the first the host cannot take.
+
+        A path with a node to back up has no host-only node (a host-only node's ancestors are
+        all backed up), so the ``evict`` a backup may run cannot delete part of it."""
+        hits = self.config.backup_hits
+        if hits is None:
+            return
+        todo = []
+        for node in reversed(self.site.path_to_root(last)):
+            if node.host_slots is not None:
+                continue
+            if node.slots is None or node.hit_count < hits:
+                break
+            todo.append(node)
+        if todo:
+            self._backup(todo)
+
+    def write_back(self, node: TreeNode) -> bool:
+        """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
+        of its ancestors lacking one (parents first). False when that does not apply or the host
+        cannot take them all even after ``evict`` (the caller then deletes the leaf); then
+        nothing is queued, unless the host pool refused an allocation it had room for: the part
+        already queued stays locked until a later call issues its writes."""
+        if node.host_slots is not None or self.config.write_policy != "write_back":
+            return False
+        chain = [n for n in self.site.path_to_root(node) if n.host_slots is None]
+        if not self.make_room(sum(len(n.key) for n in chain)):
+            return False
+        return self._backup(chain[::-1]) == len(chain)
+
+    def _backup(self, nodes: list[TreeNode]) -> int:
+        """Queue backups of the device nodes ``nodes`` (parents first) and lock each until its
+        ack: as many leading ones as the host pool takes on every rank, after evicting host-only
+        leaves when it is short; returns how many (nothing else changed for the rest)."""
+        pool = self.controller.mem_pool_host
+        self.make_room(sum(len(n.key) for n in nodes))
+        got = []
+        for node in nodes:
+            host = pool.alloc(len(node.key))
+            if host is None:
+                break
+            got.append(host)
+        (count,), _ = self.tp.agree([len(got)], where="host backup allocation")
+        for host in got[count:]:
+            pool.free(host)
+        for node, host in zip(nodes, got[:count], strict=False):
+            self._queue_write(node, host)
+        return count
+
+    def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
+        assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
+        self.controller.write(as_tensor(node.slots), node.id, host)
+        node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        if self.events is not None:
+            self.events.stored(node, HOST)
+        n = len(node.key)
+        self._size += n
+        self._backup_tokens += n
+        self.site.lock(node)
+        self._flight.writing[node.id] = node
+
+    # ---- transfers ---------------------------------------------------------------------------
+
+    def load(self, chain: list[TreeNode]) -> torch.Tensor | None:
+        last = chain[-1]
+        host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
+        device = self.tp.keep_if_all(
+            self.controller.load(host, last.id),
+            lambda _: self.controller.unqueue_load(last.id),
+            where="load-back allocation",
+        )
+        if device is None:
+            return None
+        offset = 0
+        for node in chain:
+            self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
+            offset += len(node.key)
+        self._flight.loading[last.id] = last  # keeps the caller's lock until the ack
+        self._load_backs += 1
+        self._load_back_tokens += offset
+        return device
+
+    def cancel_load(self, last: TreeNode) -> None:
+        """The load ending at ``last`` has landed (on every rank) and is not served: release
+        its transfer lock now (its ack, popped later, finds no node)."""
+        self._flight.cancel_load(last)
+        self.site.unlock(last)
+
+    def poll(self) -> None:
+        """Issue queued writes and process finished acks; under TP a no-op (``step`` does it)."""
+        if not self.tp.active:
+            self.step()
+
+    def step(self) -> None:
+        """Issue queued writes, process the transfers every rank has finished (no wait)."""
+        self._settle(self.controller.start_writing, "check_hicache_events")
+
+    def issue_loads(self) -> int:
+        """Issue the queued loads; the producer index (-1: none), then pop finished acks."""
+        producer = self._settle(self.controller.start_loading, "ready_to_load_host_cache")
+        assert producer is not None
+        return producer
+
+    def drain(self) -> None:
+        self._settle(self.controller.drain, "drain")
+
+    def _settle(self, issue: Callable[[], T], where: str) -> T | None:
+        """Run ``issue``, then unlock the nodes whose transfers every rank has finished."""
+        result, written, loaded = self._flight.settle(self.controller, issue, where)
+        for node in (*written, *loaded):
+            self.site.unlock(node)
+        if self.below is not None:
+            for node in written:
+                self.below.backed_up(node)
+        return result
+
+    # ---- freeing -----------------------------------------------------------------------------
+
+    def evict(self, num_tokens: int) -> int:
+        freed: list[Slots] = []
+        count = 0
+        while count < num_tokens:
+            node = self.leaves.pop()
+            if node is None:
+                break
+            assert node.host_slots is not None and node.slots is None
+            freed.append(node.host_slots)
+            count += len(node.key)
+            if self.events is not None:
+                self.events.removed(node, HOST)
+            self.site.delete_leaf(node)
+        self._size -= count
+        self._evicted_tokens += count
+        if freed:
+            self.controller.evict_host(concat_slots(freed, _CPU))
+        return count
+
+    def drop_subtree(self, top: TreeNode) -> None:
+        """Delete ``top`` and its descendants from the tree, freeing their device and host
+        slots. They must be unlocked, with no transfer pending (a host-only node's descendants
+        are host-only)."""
+        if self.below is not None:
+            self.below.settle()
+        nodes, stack = [], [top]
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        host: list[Slots] = []
+        for node in reversed(nodes):  # every node after its descendants: a leaf when deleted
+            assert node.lock_ref == 0 and node.host_slots is not None, "dropping a wrong node"
+            host.append(node.host_slots)
+            if self.events is not None:
+                self.events.removed(node, HOST)
+            node.host_slots = None
+            self._size -= len(node.key)
+            if node.slots is not None:
+                self.site.drop_device(node)  # also files it out of both leaf sets
+            else:
+                self.refile(node)
+            self.site.delete_leaf(node)
+        self.controller.evict_host(concat_slots(host, _CPU))
+
+    def clear(self) -> None:
+        """Wait for transfers in flight and drop them, then empty the host pool."""
+        self.controller.reset()
+        self._flight.clear()
+        self.controller.mem_pool_host.clear()
+        self.leaves.clear()
+        self._size = 0

@@ -1,0 +1,109 @@
+"""StorageBackups: the backup half of the storage tier — host pages written to storage in prefix
+order, each node pinned on the host until storage has acknowledged it.
+
+On each host write ack (``backed_up``), every node from the root down whose pages are not yet
+queued is queued, parents first, on the single backup thread, so a prefix reaches storage
+without holes. The pages queued or present are remembered by hash (``known``: split-proof, as
+a split divides a node's hashes), the oldest forgotten first past ``KNOWN_PAGES_MAX``: a
+forgotten page is at worst written again, and ``batch_set_v1`` skips what is present.
+
+Under TP a node is unpinned on every rank in the same poll, once its backup has finished on all
+of them (the fewest finished, in queue order), and a page any rank failed to write is forgotten
+on all, so every rank pins, and so host-evicts, alike. MLA ranks other than 0 write nothing but
+queue empty backups, to pin as rank 0 does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict, deque
+
+from hicache.backends import StorageKeys
+from hicache.backends.io import Backup, StorageIO
+from hicache.radix.node import TreeNode
+from hicache.radix.page_hash import node_hashes
+from hicache.radix.slots import as_tensor
+from hicache.radix.tree import RadixTree
+from hicache.tiers.host.host_tier import HostTier
+from hicache.tp import TPGroup
+
+KNOWN_PAGES_MAX = 1 << 20
+
+
+class StorageBackups:
+    """Backups to storage of ``tree``'s host copies (``host``) through ``io``."""
+
+    def __init__(self, tree: RadixTree, host: HostTier, io: StorageIO, keys: StorageKeys) -> None:
+        self.tree, self.host, self.io, self.keys = tree, host, io, keys
+        self.tp: TPGroup = host.tp
+        self._queued: deque[Backup] = deque()  # in flight, in queue order
+        self._landed: list[Backup] = []  # finished here (a prefix of ``_queued``), not processed
+        self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
+        self._pins: Counter[int] = Counter()  # node id -> its backups in flight
+        self._known: OrderedDict[bytes, None] = OrderedDict()
+        self.written_pages = 0  # pages present in storage after a backup (counter)
+
+    def pins(self, node: TreeNode) -> bool:
+        return node.id in self._pinned
+
+    def pending(self) -> int:
+        """Node backups in flight."""
+        return self._pins.total()
+
+    def backed_up(self, node: TreeNode) -> None:
+        """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
+        if not self.keys.writes and not self.tp.active:
+            return
+        for n in reversed(self.tree.path_to_root(node)):
+            if n.host_slots is None:
+                return  # prefix order: nothing below a node storage cannot get from the host
+            hashes = node_hashes(n, self.tree.page_size)
+            if hashes[-1] in self._known:
+                continue
+            self.remember(hashes)
+            self._pinned[n.id] = n
+            self._pins[n.id] += 1
+            self.host.refile(n)
+            keys = self.keys.page_keys(hashes) if self.keys.writes else []
+            op = Backup(n, keys, as_tensor(n.host_slots))
+            self._queued.append(op)
+            self.io.backup(op)
+
+    def remember(self, hashes: list[bytes]) -> None:
+        """Pages ``hashes`` are in storage (or queued for it)."""
+        known = self._known
+        for h in hashes:
+            known[h] = None
+        while len(known) > KNOWN_PAGES_MAX:
+            known.popitem(last=False)
+
+    def poll(self) -> None:
+        """Process the backups every rank has finished: unpin their nodes (the host may evict
+        them again); forget the pages of those a rank could not store."""
+        self._landed.extend(self.io.finished_backups())
+        if not self._queued:
+            return
+        failed = [int(op.written_pages < len(op.keys)) for op in self._landed]
+        failed += [0] * (len(self._queued) - len(failed))
+        (count,), failed = self.tp.agree([len(self._landed)], failed, where="storage backups")
+        for i in range(count):
+            op = self._queued.popleft()
+            self.written_pages += op.written_pages
+            self._unpin(op.tag, bool(failed[i]))
+        del self._landed[:count]
+
+    def _unpin(self, node: object, failed: bool) -> None:
+        assert isinstance(node, TreeNode)
+        self._pins[node.id] -= 1
+        if not self._pins[node.id]:
+            del self._pins[node.id], self._pinned[node.id]
+            self.host.refile(node)
+        if failed:  # not stored: let a later backup try again
+            for h in node.hash_value or []:
+                self._known.pop(h, None)
+
+    def clear(self) -> None:
+        """Forget what storage holds (the caller has waited for the backups)."""
+        assert not self._pinned, "clear with backups in flight"
+        self._known.clear()
+        self._queued.clear()
+        self._landed.clear()

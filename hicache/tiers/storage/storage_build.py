@@ -1,0 +1,96 @@
+"""Building a HiRadixCache's storage tier: backend, guard, keys, I/O threads, cost model."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hicache.backends import (
+    HiCacheStorage,
+    KVFingerprint,
+    StorageConfig,
+    StorageKeys,
+    create_storage_backend,
+)
+from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.cost import LoadCost
+from hicache.backends.guard import GuardedStorage
+from hicache.backends.io import StorageIO
+from hicache.radix.tree import RadixTree
+from hicache.tiers.host.host_tier import HostTier
+from hicache.tiers.storage.storage_tier import StorageTier
+
+# Local backends fail fast on their own; anything else (remote, or a caller's instance) gets a
+# circuit breaker, so a dead server costs one bounded wait and then fast misses.
+_LOCAL = ("memory", "file")
+
+
+def fingerprint_of(host_pool: Any, config: StorageConfig) -> KVFingerprint:
+    """What makes ``host_pool``'s page bytes valid: the model (``config``) and the pool's KV
+    dtype, geometry, page size and layout."""
+    return KVFingerprint(
+        model_id=config.model_id,
+        model_revision=config.model_revision,
+        kv_dtype=str(host_pool.dtype).removeprefix("torch."),
+        head_num=host_pool.head_num,
+        head_dim=host_pool.head_dim,
+        layer_num=host_pool.layer_num,
+        page_size=host_pool.page_size,
+        layout=host_pool.layout,
+        is_mla=host_pool.parts == 1,
+    )
+
+
+def build_storage(
+    tree: RadixTree,
+    host: HostTier,
+    host_pool: Any,
+    config: StorageConfig,
+    clock: itertools.count[int],
+) -> StorageTier:
+    """The storage tier ``config`` describes below ``host``, its backend built and its host
+    pool registered. Backend construction errors (a bad setting, a missing package, an
+    unreachable server at setup) propagate: that is set-up, not serving."""
+    if isinstance(config.backend, HiCacheStorage):
+        backend, name = config.backend, type(config.backend).__name__
+    else:
+        backend, name = create_storage_backend(config.backend, config.extra_config), config.backend
+    breaker = None if name in _LOCAL else CircuitBreaker()
+    guarded = GuardedStorage(backend, name, breaker)
+    guarded.register_mem_pool_host(host_pool)
+    rank, size = config.tp_rank, config.tp_size
+    if host.tp.size > 1:  # the cache's TP group names the shard
+        if size not in (1, host.tp.size) or (size > 1 and rank != host.tp.rank):
+            raise ValueError(
+                f"StorageConfig tp_rank/tp_size ({rank}/{size}) differ from the cache's "
+                f"tp_group ({host.tp.rank}/{host.tp.size})"
+            )
+        rank, size = host.tp.rank, host.tp.size
+    keys = StorageKeys(fingerprint_of(host_pool, config), rank, size)
+    cost = LoadCost()
+    io = StorageIO(
+        guarded,
+        host_pool.page_size,
+        config.query_batch_pages,
+        config.io_batch_pages,
+        on_read=cost.note_read,
+    )
+    return StorageTier(tree, host, io, guarded, keys, config, cost, clock)
+
+
+def storage_from_keywords(
+    backend: str | None,
+    prefetch_policy: str,
+    model_name: str | None,
+    extra_config: dict[str, Any] | None,
+) -> StorageConfig | None:
+    """The ``StorageConfig`` of SGLang's keywords (``hicache_storage_backend``, ...), or None
+    when no backend is named."""
+    if backend is None:
+        return None
+    return StorageConfig(
+        backend=backend,
+        extra_config=extra_config or {},
+        model_id=model_name or "unknown",
+        prefetch_policy=prefetch_policy,
+    )

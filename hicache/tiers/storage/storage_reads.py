@@ -1,0 +1,98 @@
+"""PrefetchReads: the reads of a storage tier's prefetches, decided alike on every TP rank:
+what to do with each answered existence query (read the hit into reserved host slots, or end
+the prefetch), and when the slots a cancelled read leaves are released.
+
+The ranks agree on the hit (the shortest over ranks) and on whether loading beats recomputing
+(every rank's cost model says so), then make host room for every read at once (so one rank's
+failed reservation cannot change what another evicts) and read only where every rank got its
+slots. A hit shorter than ``threshold`` tokens is not read (``revoked``); nor is one the cost
+model says is slower to load than to recompute (``slower``). A cancelled read's slots that
+were not adopted are released once every rank's thread has let go of them.
+"""
+
+from __future__ import annotations
+
+from hicache.backends import StorageConfig
+from hicache.backends.cost import LoadCost
+from hicache.backends.io import Prefetch, PrefetchState, StorageIO
+from hicache.tiers.host.host_tier import HostTier
+
+
+class PrefetchReads:
+    """Starts and retires the reads of a storage tier's prefetches (see the module docstring).
+
+    Attributes
+    ----------
+    revoked, slower : prefetches ended as too short / as slower than recomputing (counters).
+    """
+
+    def __init__(
+        self, host: HostTier, io: StorageIO, config: StorageConfig, cost: LoadCost, threshold: int
+    ) -> None:
+        self.host, self.io, self.config, self.cost = host, io, config, cost
+        self.threshold, self.page_size = threshold, host.controller.page_size
+        self.revoked = self.slower = 0
+        self._retiring: list[Prefetch] = []  # cancelled ops whose unadopted slots await release
+
+    def decide(self, ops: list[Prefetch]) -> list[bool]:
+        """Read or end each of ``ops`` (undecided prefetches, the same on every rank) whose
+        query every rank has answered; which ones were decided."""
+        ps, n = self.page_size, len(ops)
+        hits = [-1 if op.state is PrefetchState.QUERYING else op.hit_pages for op in ops]
+        worth = [int(self._worth(max(h, 1))) for h in hits]
+        agreed, _ = self.host.tp.agree(hits + worth, where="storage prefetch hits")
+        reading = []
+        for op, pages, good in zip(ops, agreed[:n], agreed[n:], strict=True):
+            if pages < 0:
+                continue  # some rank's query is still running
+            if pages * ps < self.threshold:
+                self.revoked += 1
+            elif not good:
+                self.slower += 1
+            else:
+                reading.append((op, pages))
+                continue
+            op.cancel()  # QUERIED -> DONE: nothing to read
+        if reading:
+            self._reserve_and_read(reading)
+        return [pages >= 0 for pages in agreed[:n]]
+
+    def _worth(self, pages: int) -> bool:
+        cost_aware = self.config.cost_aware
+        return not cost_aware or self.cost.worth_loading(pages, pages * self.page_size)
+
+    def _reserve_and_read(self, reading: list[tuple[Prefetch, int]]) -> None:
+        ps, host = self.page_size, self.host
+        host.make_room(sum(pages for _, pages in reading) * ps)
+        slots = [host.reserve(pages * ps) for _, pages in reading]
+        got, _ = host.tp.agree([int(s is not None) for s in slots], where="storage prefetch slots")
+        for (op, pages), mine, ok in zip(reading, slots, got, strict=True):
+            if ok and mine is not None:
+                self.io.read(op, mine, pages)
+                continue
+            if mine is not None:
+                host.release(mine)
+            op.cancel()
+
+    def retire(self, op: Prefetch) -> None:
+        """Release ``op``'s remaining reserved slots once its thread is done with them."""
+        self._retiring.append(op)
+        self.release_retired()
+
+    def retiring(self) -> int:
+        """Retired reads whose slots are not yet released."""
+        return len(self._retiring)
+
+    def release_retired(self) -> None:
+        if not self._retiring:
+            return
+        done = [int(op.progress()[0] is PrefetchState.DONE) for op in self._retiring]
+        done, _ = self.host.tp.agree(done, where="storage prefetch release")
+        keep = []
+        for op, ok in zip(self._retiring, done, strict=True):
+            if not ok:
+                keep.append(op)
+            elif op.host_indices is not None:
+                self.host.release(op.host_indices)
+                op.host_indices = None
+        self._retiring = keep

@@ -1,0 +1,292 @@
+"""StorageTier: the storage tier (L3) of a HiRadixCache, below its ``HostTier``.
+
+Storage holds pages by key (``hicache.backends.keys``: the node's chained page hash, so a key
+names a whole prefix in one namespace), not tree nodes: a prefix that only storage has is not
+in the tree. Two flows connect them, both through host slots:
+
+- **Prefetch** (``prefetch`` / ``progress``): on a miss of at least ``prefetch_threshold``
+  tokens below a node the host holds (or the root), the page keys of the rest are asked of
+  storage on the prefetch thread. Only when the answer is long enough, and loading it is
+  expected to beat recomputing (``LoadCost``), are host slots reserved and the pages read. When
+  the prefetch policy lets the request go, the pages read so far (a whole-page prefix) become
+  host-only leaves under the deepest node of their path (the existing load-back takes over),
+  duplicates of nodes that appeared meanwhile are released, and the rest is cancelled; slots
+  still being written are released once the thread lets go of them.
+- **Backup** (``backed_up``, called by the host tier on each host write ack): every node on the
+  path whose pages are not yet queued is written to storage, parents first, on one thread, so
+  no prefix has holes. A node being written is **pinned**: the host tier will not evict it
+  until storage has acknowledged, so the bytes read are the node's.
+
+A failed or refused storage call is a miss; nothing here raises on a backend failure.
+
+Under TP every rank runs the same prefetches, and what depends on a rank's own storage answers,
+threads and clock is agreed (``TPGroup.agree``): the hit length (the shortest), whether loading
+beats recomputing and got host slots (on every rank, or no rank reads), when a request stops
+waiting (as soon as one rank's policy lets it go) and how many pages it adopts (the fewest
+read), and when a cancelled read's slots are released (once every rank's thread let go).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hicache.backends import StorageConfig, StorageKeys
+from hicache.backends.cost import LoadCost
+from hicache.backends.guard import GuardedStorage
+from hicache.backends.io import Prefetch, PrefetchState, StorageIO
+from hicache.radix.device_only import check_req_id
+from hicache.radix.key import RadixKey, edge_ids
+from hicache.radix.node import TreeNode
+from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
+from hicache.radix.stats import StorageTierStats
+from hicache.radix.tree import RadixTree
+from hicache.tiers.host.host_tier import HostTier
+from hicache.tiers.storage.storage_backup import StorageBackups
+from hicache.tiers.storage.storage_reads import PrefetchReads
+
+
+@dataclass
+class _Request:
+    """A prefetch in flight: the operation and the tokens it would insert."""
+
+    op: Prefetch
+    ids: np.ndarray  # the request's tokens from the root through its last prefetched page
+    extra_key: object
+    start: int  # tokens of ``ids`` above the prefetched pages (the anchor's depth)
+    hashes: list[bytes]  # one per prefetched page
+    lead_key: str  # the first page's key (``StorageTier._leaders``)
+    decided: bool = False  # whether ``_start_reads`` has answered its query
+
+
+@dataclass
+class _Follower:
+    """A request whose first pages another request (``leader``) is already reading: it waits
+    for that read, then prefetches what is still missing below it."""
+
+    leader: str
+    ids: np.ndarray  # the request's tokens from the root through its last whole page
+    extra_key: object
+    started: float
+
+
+class StorageTier:
+    """See the module docstring. Built by ``HiRadixCache`` (``storage_build.build_storage``).
+
+    Parameters
+    ----------
+    tree, host : the cache's tree and host tier.
+    io : the I/O threads over the guarded backend ``storage``.
+    keys : the page keys of this rank and model.
+    config : the storage settings.
+    cost : the load-or-recompute model (fed by ``io``'s reads and ``note_prefill``).
+    clock : the cache's access clock (ticks for new nodes).
+    """
+
+    def __init__(
+        self,
+        tree: RadixTree,
+        host: HostTier,
+        io: StorageIO,
+        storage: GuardedStorage,
+        keys: StorageKeys,
+        config: StorageConfig,
+        cost: LoadCost,
+        clock: itertools.count[int],
+    ) -> None:
+        self.tree, self.host, self.io, self.storage = tree, host, io, storage
+        self.keys, self.config, self.cost, self._clock = keys, config, cost, clock
+        self.page_size = tree.page_size
+        ps = self.page_size
+        self.threshold = -(-config.prefetch_threshold // ps) * ps  # whole pages
+        self._requests: dict[str, _Request] = {}
+        self._loaded: dict[str, int] = {}
+        self._leaders: dict[str, str] = {}  # first page key -> the request reading it
+        self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
+        self.backups = StorageBackups(tree, host, io, keys)
+        self.reads = PrefetchReads(host, io, config, cost, self.threshold)
+        self.tp = host.tp
+        self._prefetches = self._loaded_tokens = 0
+
+    # ---- prefetch ----------------------------------------------------------------------------
+
+    def prefetch(self, req_id: str, anchor: TreeNode, tokens: object) -> bool:
+        """Contract in ``BasePrefixCache.prefetch_from_storage``."""
+        check_req_id(req_id)
+        path = self.tree.path_to_root(anchor)
+        key = tokens if isinstance(tokens, RadixKey) else RadixKey(tokens)
+        if req_id in self._requests or req_id in self._followers:
+            raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
+        if path and anchor.extra_key != key.extra_key:
+            raise ValueError("new_input_tokens: its extra_key differs from last_host_node's")
+        ps, ids = self.page_size, key.token_ids
+        n = len(ids) - len(ids) % ps
+        if n < self.threshold or (path and anchor.host_slots is None):
+            return False  # short, or the anchor is not on the host: no host-only child
+        prior = node_hashes(anchor, ps)[-1] if path else namespace_seed(key.extra_key)
+        hashes = page_hashes(ids[:n], ps, prior)
+        above = [node.key for node in reversed(path)]
+        full = np.concatenate([*above, ids[:n]]) if above else ids[:n]
+        keys = self.keys.page_keys(hashes)
+        leader = self._leaders.get(keys[0])
+        if req_id in self._followers:
+            raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
+        if leader is not None:  # its read covers our first page: wait for it, don't read twice
+            self._followers[req_id] = _Follower(leader, full, key.extra_key, time.monotonic())
+            return True
+        op = Prefetch(req_id, keys)
+        self._requests[req_id] = _Request(op, full, key.extra_key, len(full) - n, hashes, keys[0])
+        self._leaders[keys[0]] = req_id
+        self._prefetches += 1
+        self.io.query(op)
+        return True
+
+    def progress(self, req_id: str) -> bool:
+        """Contract in ``BasePrefixCache.check_prefetch_progress``."""
+        check_req_id(req_id)
+        self.poll()
+        follower = self._followers.get(req_id)
+        if follower is not None:
+            return self._follow(req_id, follower)
+        request = self._requests.get(req_id)
+        if request is None:
+            return True
+        state, pages = request.op.progress()
+        tokens = len(request.hashes) * self.page_size
+        mine = [int(state is PrefetchState.DONE), pages]
+        go = int(not self.config.may_wait(request.op.started, tokens))
+        (done, pages), (go,) = self.tp.agree(mine, [go], where="storage prefetch progress")
+        if not done and not go:
+            return False
+        self._finish(req_id, request, pages)
+        return True
+
+    def _follow(self, req_id: str, follower: _Follower) -> bool:
+        """A follower's progress: wait while its leader reads, then prefetch the rest below
+        what the leader put in the tree (or go, when the policy stops waiting)."""
+        if follower.leader in self._requests:
+            wait = self.config.may_wait(follower.started, len(follower.ids))
+            _, (go,) = self.tp.agree((), [int(not wait)], where="storage prefetch follower")
+            if not go:
+                return False
+            del self._followers[req_id]
+            return True
+        del self._followers[req_id]
+        path, _, _ = self.tree.peek(follower.ids, follower.extra_key)
+        anchor = path[-1] if path else self.tree.root
+        done = sum(len(node.key) for node in path)
+        rest = RadixKey.from_validated(follower.ids[done:], follower.extra_key)
+        return not self.prefetch(req_id, anchor, rest)
+
+    def pop_loaded(self, req_id: str) -> int:
+        check_req_id(req_id)
+        return self._loaded.pop(req_id, 0)
+
+    def abort(self, req_id: str) -> None:
+        check_req_id(req_id)
+        self._followers.pop(req_id, None)
+        request = self._requests.pop(req_id, None)
+        if request is not None:
+            self._leaders.pop(request.lead_key, None)
+            request.op.cancel()
+            self.reads.retire(request.op)
+
+    def _finish(self, req_id: str, request: _Request, pages: int) -> None:
+        """End ``request``, adopting its first ``pages`` pages (read on every rank)."""
+        del self._requests[req_id]
+        self._leaders.pop(request.lead_key, None)
+        _, read = request.op.cancel()
+        pages = min(pages, read)
+        adopted = self._adopt(request, pages) if pages else 0
+        self._loaded[req_id] = adopted
+        self._loaded_tokens += adopted
+        self.reads.retire(request.op)
+
+    def _adopt(self, request: _Request, pages: int) -> int:
+        """Insert the first ``pages`` prefetched pages as a host-only leaf; returns its tokens.
+        The slots of pages the tree already holds (or cannot take) stay for ``reads.retire``."""
+        ps, op = self.page_size, request.op
+        assert op.host_indices is not None
+        ids = request.ids[: request.start + pages * ps]
+        path, missing = self.tree.walk(ids, request.extra_key)
+        pos = sum(len(node.key) for node in path)
+        parent = path[-1] if path else self.tree.root
+        if missing is None or pos < request.start or (path and parent.host_slots is None):
+            return 0  # all present, the prefix above was evicted, or the parent is not on host
+        first = (pos - request.start) // ps  # prefetched pages before ``pos`` are duplicates
+        leaf = TreeNode(edge_ids(ids[pos:]), None, parent, request.extra_key, next(self._clock))
+        leaf.host_value = op.host_indices[first * ps : pages * ps]
+        leaf.hash_value = request.hashes[first:pages]
+        self.backups.remember(leaf.hash_value)
+        self.host.adopt(leaf, missing)
+        # The adopted slots now belong to the leaf: retire only the others.
+        op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
+        return len(leaf.key)
+
+    def _start_reads(self) -> None:
+        """Read or end each prefetch whose query every rank has answered (``PrefetchReads``)."""
+        undecided = [r for r in self._requests.values() if not r.decided]
+        if undecided:
+            decided = self.reads.decide([r.op for r in undecided])
+            for request, done in zip(undecided, decided, strict=True):
+                request.decided = done
+
+    # ---- backup (``StorageBackups``) ---------------------------------------------------------
+
+    def pins(self, node: TreeNode) -> bool:
+        return self.backups.pins(node)
+
+    def backed_up(self, node: TreeNode) -> None:
+        self.backups.backed_up(node)
+
+    # ---- polling, draining, stats ------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Process finished backups, start the reads answered queries allow, release retired
+        slots (never blocks)."""
+        self.backups.poll()
+        self._start_reads()
+        self.reads.release_retired()
+
+    def settle(self) -> None:
+        """Block until every queued storage operation has finished; process them. (A poll
+        may start reads, hence the loop: at most two rounds.)"""
+        while True:
+            self.io.drain()
+            self.poll()
+            if not self._busy():
+                return
+
+    def _busy(self) -> bool:
+        running = (PrefetchState.QUERYING, PrefetchState.READING)
+        return bool(self.backups.pending() or self.reads.retiring()) or any(
+            r.op.progress()[0] in running for r in self._requests.values()
+        )
+
+    def clear(self) -> None:
+        """Cancel every prefetch, wait for the threads, release every reserved slot."""
+        for req_id in [*self._requests, *self._followers]:
+            self.abort(req_id)
+        self.settle()
+        self._loaded.clear()
+        self.backups.clear()
+
+    def close(self) -> None:
+        self.clear()
+        self.io.close()
+
+    def stats(self) -> StorageTierStats:
+        return StorageTierStats.of(
+            self.storage.stats(),
+            prefetches=self._prefetches,
+            prefetch_revoked=self.reads.revoked,
+            prefetch_skipped_slower=self.reads.slower,
+            prefetch_loaded_tokens=self._loaded_tokens,
+            backup_pages=self.backups.written_pages,
+            pending_prefetches=len(self._requests) + len(self._followers),
+            pending_backups=self.backups.pending(),
+        )
