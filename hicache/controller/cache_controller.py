@@ -98,8 +98,8 @@ class HiCacheController:
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.load_cache_event = load_cache_event
         self.mem_pool_device, self.mem_pool_host = device_pool, mem_pool_host
-        self.device = torch.device(device_pool.device)
-        self.layer_num: int = device_pool.layer_num
+        self.geometry = device_pool.geometry  # page size, layers, row bytes: checked above
+        self.device, self.layer_num = self.geometry.device, self.geometry.layer_num
         self.write_stream = new_stream(self.device)
         self.staging = controller_staging(mem_pool_host, io_backend)  # used on write_stream only
         self.load_stream = new_stream(self.device, urgent=True)  # a forward pass waits on it

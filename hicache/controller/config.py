@@ -82,10 +82,10 @@ def check_pools(allocator: SlotAllocator, host_pool: HostKVPool, page_size: int)
     device_pool = allocator.get_kvcache()
     if device_pool is None:
         raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
-    if allocator.page_size != page_size or host_pool.page_size != page_size:
+    if allocator.page_size != page_size or host_pool.geometry.page_size != page_size:
         raise ValueError(
             f"page_size={page_size} must equal the allocator's ({allocator.page_size}) "
-            f"and the host pool's ({host_pool.page_size})"
+            f"and the host pool's ({host_pool.geometry.page_size})"
         )
     differences = host_pool.mismatch(device_pool)
     if differences:

@@ -60,8 +60,8 @@ class BackupStaging:
         check_int("slots", slots, minimum=page)  # at least one page
         check_int("block_quota", block_quota, minimum=1)
         self.route, self.block_quota = route, block_quota
-        self.geometry = dict(host_pool.geometry, layout=host_pool.layout)
-        self.layout, self.page_size = host_pool.layout, page
+        self.geometry, self.layout = host_pool.geometry, host_pool.layout
+        self.page_size = page
         self.size = slots // page * page
         self.layer_num, self.item_size = host_pool.layer_num, host_pool.item_size
         self.layout_dim, self.head_num = host_pool.layout_dim, host_pool.head_num
@@ -136,7 +136,7 @@ def check_staging(staging: object, host_pool: Any) -> None:
         return
     if not isinstance(staging, BackupStaging):
         raise TypeError(f"staging must be a BackupStaging or None, got {type(staging).__name__}")
-    if staging.geometry != dict(host_pool.geometry, layout=host_pool.layout):
+    if (staging.geometry, staging.layout) != (host_pool.geometry, host_pool.layout):
         raise ValueError("staging was built for a host pool of another geometry or layout")
 
 

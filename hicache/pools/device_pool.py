@@ -7,12 +7,14 @@ dtypes are stored as uint8 and viewed back in ``dtype`` by the getters.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Protocol
 
 import torch
 
 from hicache.checks import check_int
 from hicache.devices import canonical_device
+from hicache.pools.geometry import PageGeometry
 from hicache.pools.kv_ops import KVPoolOps
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -32,19 +34,12 @@ def pointer_table(tensors: list[torch.Tensor], device: torch.device) -> torch.Te
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
 
 
-def geometry_mismatch(geometry: dict[str, object], device_pool: object) -> list[str]:
+def geometry_mismatch(geometry: PageGeometry, device_pool: object) -> list[str]:
     """Entries ``"key: host pool X, device pool Y"`` where ``device_pool``'s ``geometry``
     differs from ``geometry`` (a host pool's); its kind alone when it is no :class:`KVPool`."""
     if isinstance(device_pool, KVPool):
-        theirs = device_pool.geometry
-    else:
-        theirs = {"kind": type(device_pool).__name__}
-    keys = list(geometry) + [k for k in theirs if k not in geometry]
-    return [
-        f"{k}: host pool {geometry.get(k, '-')}, device pool {theirs.get(k, '-')}"
-        for k in keys
-        if geometry.get(k) != theirs.get(k)
-    ]
+        return geometry.mismatch(device_pool.geometry)
+    return geometry.mismatch({"kind": type(device_pool).__name__})
 
 
 class KVPool(KVPoolOps):
@@ -62,8 +57,9 @@ class KVPool(KVPoolOps):
         flag); without it the first move prepares it.
     dtype : the KV dtype the model sees; ``store_dtype`` what buffers hold (uint8 for fp8).
     item_size : bytes of one token in one layer (the transfer ops' ``item_size``).
-    geometry : what a host pool must agree on to back this pool up: kind (``"MHA"``/``"MLA"``),
-        layers, heads and dims, dtype, page size and device (a dict, in that order).
+    geometry : the pool's :class:`~hicache.pools.geometry.PageGeometry` (kind, layers, dims,
+        dtype, page size, device, parts, row shape and bytes), frozen and built once: what the
+        host pool, the controller and the storage keys read and a pairing compares.
 
     Getters (``get_key_buffer`` etc.) first call the registered counter's ``wait_until(layer)``
     so attention on layer ``l`` never reads KV still being loaded; they return views in
@@ -146,16 +142,21 @@ class KVPool(KVPoolOps):
         """Allocate the layer buffers and their pointer tables (called once by ``__init__``)."""
         raise NotImplementedError
 
-    @property
-    def geometry(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "layer_num": self.layer_num,
-            **self._dims(),
-            "dtype": self.dtype,
-            "page_size": self.page_size,
-            "device": self.device,
-        }
+    @cached_property
+    def geometry(self) -> PageGeometry:
+        """This pool's :class:`PageGeometry`, built once (at first use, after the dims)."""
+        row = self.item_size // (self.head_num * self.store_dtype.itemsize)
+        return PageGeometry(
+            kind=self.kind,
+            layer_num=self.layer_num,
+            dims=tuple(self._dims().items()),
+            dtype=self.dtype,
+            page_size=self.page_size,
+            device=self.device,
+            parts=len(self.part_buffers),
+            row_shape=(self.head_num, row),
+            item_size=self.item_size,
+        )
 
     def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
         """Make every getter wait on ``counter.wait_until(layer)`` first (``TypeError`` unless

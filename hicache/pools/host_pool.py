@@ -74,11 +74,11 @@ class HostKVPool:
     ) -> None:
         self._check_args(device_pool, page_size, layout, pin_memory, io_backend)
         self.device_pool = device_pool
-        self.geometry = device_pool.geometry  # of the pool it was built for
-        self.page_size, self.layout = page_size, layout
-        self.layer_num, self.item_size = device_pool.layer_num, device_pool.item_size
-        self.dtype, self.store_dtype = device_pool.dtype, device_pool.store_dtype
-        self.head_num, self.head_dim = device_pool.head_num, self._head_dim()
+        geometry = self.geometry = device_pool.geometry  # of the pool it was built for
+        self.page_size, self.layout = geometry.page_size, layout
+        self.layer_num, self.item_size = geometry.layer_num, geometry.item_size
+        self.dtype, self.store_dtype = geometry.dtype, device_pool.store_dtype
+        self.head_num, self.head_dim = geometry.row_shape
         self.layout_dim = self.item_size * self.layer_num
         self.device = _CPU
         bytes_per_slot = self.layout_dim * self.parts
@@ -95,9 +95,6 @@ class HostKVPool:
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
         self._planners = LoadPlanners()
 
-    def _head_dim(self) -> int:
-        raise NotImplementedError
-
     @classmethod
     def _check_args(
         cls,
@@ -113,11 +110,8 @@ class HostKVPool:
                 f"device_pool must be a {expected.__name__} of kind {expected.kind!r}, "
                 f"got a {type(device_pool).__name__} of kind {getattr(device_pool, 'kind', None)!r}"
             )
-        if page_size != device_pool.page_size:
-            raise ValueError(
-                f"page_size must equal device_pool.page_size={device_pool.page_size}, "
-                f"got {page_size}"
-            )
+        if page_size != (want := device_pool.geometry.page_size):
+            raise ValueError(f"page_size must equal device_pool.page_size={want}, got {page_size}")
         check_layout(layout, cls.layouts)
         if io_backend is not None:
             check_pair(layout, io_backend)
@@ -289,8 +283,7 @@ class HostKVPool:
 
     def mismatch(self, device_pool: Any) -> list[str]:
         """How ``device_pool`` differs from the pool this host pool was built for (a query):
-        entries like ``"head_dim: host pool 8, device pool 16"``, none when it fits (the same
-        ``geometry``: kind, layers, heads and dims, dtype, page size, device)."""
+        ``PageGeometry.mismatch``'s entries (``"head_dim: host pool 8, device pool 16"``)."""
         if device_pool is self.device_pool:
             return []
         return geometry_mismatch(self.geometry, device_pool)

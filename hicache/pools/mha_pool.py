@@ -141,10 +141,6 @@ class MHATokenToKVPoolHost(HostKVPool):
                 f"v_head_dim={device_pool.v_head_dim}"
             )
 
-    def _head_dim(self) -> int:
-        assert isinstance(self.device_pool, MHATokenToKVPool), "checked in __init__"
-        return self.device_pool.head_dim
-
     @property
     def kv_buffer(self) -> torch.Tensor:
         return self._buffer

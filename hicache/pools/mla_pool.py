@@ -92,10 +92,6 @@ class MLATokenToKVPoolHost(HostKVPool):
     layouts = ("layer_first", "page_first", "page_first_direct")
     device_pool_type = MLATokenToKVPool
 
-    def _head_dim(self) -> int:
-        assert isinstance(self.device_pool, MLATokenToKVPool), "checked in __init__"
-        return self.device_pool.kv_dim
-
     @property
     def kv_buffer(self) -> torch.Tensor:
         return self._buffer[0]

@@ -32,7 +32,7 @@ def test_set_get_byte_exact(dtype: torch.dtype, device: str) -> None:
     assert isinstance(pool, MHATokenToKVPool) and pool.kind == "DoubleSparse"
     assert pool.label_buffer[1].shape == (80, H, C)
     assert pool.label_buffer[1].dtype == pool.store_dtype
-    assert pool.geometry["heavy_channel_num"] == C
+    assert dict(pool.geometry.dims)["heavy_channel_num"] == C
     for buf in all_buffers(pool):
         poison(buf)
     loc = torch.tensor([16, 79, 40, 17], device=device)

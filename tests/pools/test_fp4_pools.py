@@ -112,12 +112,12 @@ def test_buffers_have_sglangs_shapes_and_row_buffers_hold_the_scales():
         pool.v_scale_buffer,
     ]
     assert pool.part_buffers == [pool.k_buffer, pool.v_buffer]
-    assert pool.item_size == 2 * 32 // 2 and pool.geometry["kind"] == "MHA_FP4"
+    assert pool.item_size == 2 * 32 // 2 and pool.geometry.kind == "MHA_FP4"
     assert pool.k_data_ptrs.tolist() == [b.data_ptr() for b in pool.k_buffer]
     mla = mla_fp4()
     assert [b.shape for b in (mla.kv_buffer[0], mla.kv_scale_buffer[0])] == [(m, 1, 16), (m, 2)]
     assert mla.row_buffers == [mla.kv_buffer, mla.kv_scale_buffer] and mla.item_size == 16
-    assert mla.geometry["kind"] == "MLA_FP4"
+    assert mla.geometry.kind == "MLA_FP4"
     # unwritten rows (scale byte 0) read back as zeros
     assert not pool.get_key_buffer(0).any() and not mla.get_key_buffer(0).any()
 

@@ -26,7 +26,7 @@ def _mha(**kw: object) -> MHATokenToKVPool:
 def test_v_head_dim_shapes_and_writes(device: str) -> None:
     pool = MHATokenToKVPool(32, 16, torch.bfloat16, 2, 8, 3, device, v_head_dim=4)
     assert pool.k_buffer[0].shape == (48, 2, 8) and pool.v_buffer[0].shape == (48, 2, 4)
-    assert pool.item_size == 2 * 8 * 2 and pool.geometry["v_head_dim"] == 4
+    assert pool.item_size == 2 * 8 * 2 and dict(pool.geometry.dims)["v_head_dim"] == 4
     gen = torch.Generator().manual_seed(5)
     loc = torch.tensor([16, 3, 40], device=device)
     k = random_like(torch.empty(3, 2, 8, dtype=torch.bfloat16, device=device), gen)

@@ -32,8 +32,11 @@ KNOWN_PAGES_MAX = 1 << 20
 class StorageBackups:
     """Backups to storage of ``tree``'s host copies (``host``) through ``io``."""
 
-    def __init__(self, tree: RadixTree, host: HostTier, io: StorageIO, keys: StorageKeys) -> None:
+    def __init__(
+        self, tree: RadixTree, host: HostTier, io: StorageIO, keys: StorageKeys, page_size: int
+    ) -> None:
         self.tree, self.host, self.io, self.keys = tree, host, io, keys
+        self.page_size = page_size
         self.tp: TPGroup = host.tp
         self._queued: deque[Backup] = deque()  # in flight, in queue order
         self._landed: list[Backup] = []  # finished here (a prefix of ``_queued``), not processed
@@ -56,7 +59,7 @@ class StorageBackups:
         for n in reversed(self.tree.path_to_root(node)):
             if n.host_slots is None:
                 return  # prefix order: nothing below a node storage cannot get from the host
-            hashes = node_hashes(n, self.tree.page_size)
+            hashes = node_hashes(n, self.page_size)
             if hashes[-1] in self._known:
                 continue
             self.remember(hashes)

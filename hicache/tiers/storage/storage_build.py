@@ -16,6 +16,7 @@ from hicache.backends.breaker import CircuitBreaker
 from hicache.backends.cost import LoadCost
 from hicache.backends.guard import GuardedStorage
 from hicache.backends.io import StorageIO
+from hicache.pools.geometry import PageGeometry
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
 from hicache.tiers.storage.storage_tier import StorageTier
@@ -26,18 +27,20 @@ _LOCAL = ("memory", "file")
 
 
 def fingerprint_of(host_pool: Any, config: StorageConfig) -> KVFingerprint:
-    """What makes ``host_pool``'s page bytes valid: the model (``config``) and the pool's KV
-    dtype, geometry, page size and layout."""
+    """What makes ``host_pool``'s page bytes valid: the model (``config``), the device pool's
+    page geometry (KV dtype, row shape, layers, page size, parts) and the host layout."""
+    geometry: PageGeometry = host_pool.geometry
+    heads, dim = geometry.row_shape
     return KVFingerprint(
         model_id=config.model_id,
         model_revision=config.model_revision,
-        kv_dtype=str(host_pool.dtype).removeprefix("torch."),
-        head_num=host_pool.head_num,
-        head_dim=host_pool.head_dim,
-        layer_num=host_pool.layer_num,
-        page_size=host_pool.page_size,
+        kv_dtype=str(geometry.dtype).removeprefix("torch."),
+        head_num=heads,
+        head_dim=dim,
+        layer_num=geometry.layer_num,
+        page_size=geometry.page_size,
         layout=host_pool.layout,
-        is_mla=host_pool.parts == 1,
+        is_mla=geometry.parts == 1,
     )
 
 
@@ -70,7 +73,7 @@ def build_storage(
     cost = LoadCost()
     io = StorageIO(
         guarded,
-        host_pool.page_size,
+        keys.fingerprint.page_size,
         config.query_batch_pages,
         config.io_batch_pages,
         on_read=cost.note_read,

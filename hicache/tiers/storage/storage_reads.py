@@ -27,10 +27,16 @@ class PrefetchReads:
     """
 
     def __init__(
-        self, host: HostTier, io: StorageIO, config: StorageConfig, cost: LoadCost, threshold: int
+        self,
+        host: HostTier,
+        io: StorageIO,
+        config: StorageConfig,
+        cost: LoadCost,
+        threshold: int,
+        page_size: int,
     ) -> None:
         self.host, self.io, self.config, self.cost = host, io, config, cost
-        self.threshold, self.page_size = threshold, host.controller.page_size
+        self.threshold, self.page_size = threshold, page_size
         self.revoked = self.slower = 0
         self._retiring: list[Prefetch] = []  # cancelled ops whose unadopted slots await release
 

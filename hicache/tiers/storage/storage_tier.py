@@ -100,15 +100,15 @@ class StorageTier:
     ) -> None:
         self.tree, self.host, self.io, self.storage = tree, host, io, storage
         self.keys, self.config, self.cost, self._clock = keys, config, cost, clock
-        self.page_size = tree.page_size
+        self.page_size = keys.fingerprint.page_size  # the device pool's geometry's
         ps = self.page_size
         self.threshold = -(-config.prefetch_threshold // ps) * ps  # whole pages
         self._requests: dict[str, _Request] = {}
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
-        self.backups = StorageBackups(tree, host, io, keys)
-        self.reads = PrefetchReads(host, io, config, cost, self.threshold)
+        self.backups = StorageBackups(tree, host, io, keys, self.page_size)
+        self.reads = PrefetchReads(host, io, config, cost, self.threshold, self.page_size)
         self.tp = host.tp
         self._prefetches = self._loaded_tokens = 0
 
