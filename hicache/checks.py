@@ -17,6 +17,16 @@ from hicache import env
 T = TypeVar("T")
 
 
+def check_unsupported_flag(name: str, value: object) -> None:
+    """``TypeError`` unless ``value`` is a bool, ``ValueError`` if True: an SGLang flag taken
+    for its signature (the memory saver, the transposed KV layout) whose feature hicache
+    does not have."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if value:
+        raise ValueError(f"{name} must be False (hicache does not support it), got True")
+
+
 def check_int(name: str, value: Any, minimum: int = 0) -> int:
     """``value`` if an ``int`` (not ``bool``) ``>= minimum``: ``TypeError`` for a non-int, else
     ``ValueError``."""
@@ -34,22 +44,28 @@ def check_choice(name: str, value: object, allowed: Collection[T]) -> T:
     return cast(T, value)  # it is one of ``allowed``
 
 
-def check_index_tensor(name: str, idx: object) -> torch.Tensor:
-    """``idx`` if a 1-D int64 tensor: ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+def check_index_tensor(
+    name: str, idx: object, dtypes: tuple[torch.dtype, ...] = (torch.int64,)
+) -> torch.Tensor:
+    """``idx`` if a 1-D tensor of one of ``dtypes``: ``TypeError``/``ValueError`` naming
+    ``name`` otherwise."""
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
-    if idx.dtype != torch.int64:
-        raise TypeError(f"{name} must be int64, got {idx.dtype}")
+    if idx.dtype not in dtypes:
+        allowed = "/".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"{name} must be {allowed}, got {idx.dtype}")
     if idx.dim() != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(idx.shape)}")
     return idx
 
 
-def check_slot_indices(name: str, indices: object, limit: int) -> torch.Tensor:
-    """``indices`` if a 1-D int64 tensor of slots in ``[0, limit)``: ``TypeError`` /
+def check_slot_indices(
+    name: str, indices: object, limit: int, dtypes: tuple[torch.dtype, ...] = (torch.int64,)
+) -> torch.Tensor:
+    """``indices`` if a 1-D tensor (of ``dtypes``) of slots in ``[0, limit)``: ``TypeError`` /
     ``ValueError``, or ``IndexError`` for a slot out of range, naming ``name``. The range is
     checked on CPU tensors, on CUDA ones only with ``HICACHE_CHECK_DEVICE_INDICES`` (a sync)."""
-    tensor = check_index_tensor(name, indices)
+    tensor = check_index_tensor(name, indices, dtypes)
     if tensor.numel() == 0 or (tensor.device.type != "cpu" and not env.device_indices_checked()):
         return tensor
     low, high = (int(v) for v in torch.aminmax(tensor))

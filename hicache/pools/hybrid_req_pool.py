@@ -21,6 +21,8 @@ from hicache.pools.mamba_req import Held, read_held
 from hicache.pools.mamba_state import MambaSpeculativeState, MambaState
 from hicache.pools.req_to_token import ReqToTokenPool
 
+ROW_DTYPES = (torch.int64, torch.int32)
+
 
 class HybridReqToTokenPool(ReqToTokenPool):
     """``ReqToTokenPool`` whose rows carry Mamba state slots of ``mamba_pool``.
@@ -73,7 +75,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         self.req_index_to_mamba_index_mapping = torch.zeros(size, dtype=torch.int32, device=dev)
         if enable_mamba_extra_buffer:
             self.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.zeros(
-                (size, self.mamba_ping_pong_track_buffer_size), dtype=torch.int64, device=dev
+                (size, self.mamba_ping_pong_track_buffer_size), dtype=torch.int32, device=dev
             )
         # Row -> [state slot, *track slots] it maps (None once free_mamba_cache released it);
         # slot -> the live row mapping it.
@@ -138,23 +140,25 @@ class HybridReqToTokenPool(ReqToTokenPool):
                     track, dtype=torch.int64, device=dev
                 )
                 req.mamba_next_track_idx = 0
-            self.req_index_to_mamba_ping_pong_track_buffer_mapping[row] = torch.tensor(track)
+            self.req_index_to_mamba_ping_pong_track_buffer_mapping[row] = torch.tensor(
+                track, dtype=torch.int32
+            )
             slots += track
         self._row_slots[row] = slots
         self._slot_row.update((s, row) for s in slots if s is not None)
 
     def free(
         self,
-        idx: int | list[int],
+        free_index: int | list[int],
         free_mamba_cache: bool = True,
         mamba_ping_pong_track_buffer_to_keep: int | None = None,
     ) -> None:
-        """Free rows ``idx``; with ``free_mamba_cache`` also the slots they map (state and track
-        slots but the one at ``mamba_ping_pong_track_buffer_to_keep``, which the caller then
-        owns), else the slots stay with the requests. Callers drop their requests' references
-        to freed slots (``free_mamba_cache(req)`` does it for one request)."""
+        """Free rows ``free_index``; with ``free_mamba_cache`` also the slots they map (state
+        and track slots but the one at ``mamba_ping_pong_track_buffer_to_keep``, which the
+        caller then owns), else the slots stay with the requests. Callers drop their requests'
+        references to freed slots (``free_mamba_cache(req)`` does it for one request)."""
         keep = self._check_keep(mamba_ping_pong_track_buffer_to_keep)
-        rows = self._checked_rows(idx)
+        rows = self._checked_rows(free_index)
         slots = [s for r in rows for s in self._slots_to_free(r, keep)] if free_mamba_cache else []
         self.mamba_pool.check_allocated("the rows' state slots", slots)
         super().free(rows)
@@ -214,10 +218,17 @@ class HybridReqToTokenPool(ReqToTokenPool):
             slots = self._row_slots[row]
             slots[slots.index(slot)] = None
 
-    def get_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
-        """State slots (int32, on ``device``) of rows ``req_indices`` (1-D int64)."""
-        check_slot_indices("req_indices", req_indices, self.size)
-        return self.req_index_to_mamba_index_mapping[req_indices]
+    def get_mamba_indices(self, req_indices: torch.Tensor | int) -> torch.Tensor:
+        """State slots (int32, on ``device``, shaped as ``req_indices``) of rows
+        ``req_indices``: a row id (a 0-d result, as SGLang's callers pass ``req.req_pool_idx``)
+        or a 1-D int64/int32 tensor of them."""
+        if isinstance(req_indices, torch.Tensor):
+            check_slot_indices("req_indices", req_indices, self.size, ROW_DTYPES)
+            return self.req_index_to_mamba_index_mapping[req_indices.to(self.device)]
+        row = check_int("req_indices", req_indices)
+        if row >= self.size:
+            raise IndexError(f"req_indices must lie in [0, {self.size}), got {row}")
+        return self.req_index_to_mamba_index_mapping[row]
 
     def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
         """The other track index (``1 - idx``) with two track slots, ``idx`` itself with one."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from hicache.checks import check_int
+from hicache.checks import check_int, check_unsupported_flag
 from hicache.devices import canonical_device
 from hicache.pools.device_pool import LayerTransferCounter
+from hicache.pools.kv_ops import GB
 from hicache.pools.mamba_params import MambaStateParams
 from hicache.pools.mamba_slots import MambaSlots, index_tensor
 from hicache.pools.mamba_state import MambaSpeculativeState, MambaState, StateTensorInfo
@@ -32,7 +33,9 @@ class MambaPool:
         then a :class:`MambaSpeculativeState` with its intermediate buffers.
 
     ``alloc`` zeroes the conv and temporal states it hands out (not the speculative buffers,
-    which verification overwrites). Index arguments are 1-D int64 tensors of allocated slots;
+    which verification overwrites) and returns a 1-D int64 tensor on ``device``, as SGLang's.
+    Index arguments are 1-D int64 (or int32, as ``get_mamba_indices`` gives) tensors of
+    allocated slots;
     bad ones raise ``TypeError`` / ``ValueError`` / ``IndexError`` naming the argument, before
     any change. Where SGLang asserts on exhaustion, ``alloc`` / ``fork_from`` return None.
     """
@@ -54,8 +57,7 @@ class MambaPool:
             raise TypeError(
                 f"cache_params must be a MambaStateParams, got {type(cache_params).__name__}"
             )
-        if enable_memory_saver is not False:
-            raise ValueError(f"enable_memory_saver must be False, got {enable_memory_saver!r}")
+        check_unsupported_flag("enable_memory_saver", enable_memory_saver)
         self._slots = MambaSlots(size)
         self.size = size
         self.spec_state_size = size if spec_state_size is None else spec_state_size
@@ -144,8 +146,8 @@ class MambaPool:
         return index
 
     def free(self, free_index: torch.Tensor) -> None:
-        """Give back distinct allocated slots (1-D int64 tensor, any device; values are read on
-        the CPU). Empty: nothing happens."""
+        """Give back distinct allocated slots (1-D int64 or int32 tensor, any device; values are
+        read on the CPU). Empty: nothing happens."""
         self._slots.release(self._slots.allocated("free_index", free_index))
 
     def clear(self) -> None:
@@ -154,8 +156,8 @@ class MambaPool:
 
     def copy_from(self, src_index: torch.Tensor, dst_index: torch.Tensor) -> None:
         """Conv and temporal state of slot ``src_index[i]`` copied to ``dst_index[i]`` in every
-        layer. Both are 1-D int64 tensors of one length, of allocated slots, ``dst_index``
-        without repeats (checked for CPU tensors; CUDA ones only with
+        layer. Both are 1-D int64 (or int32) tensors of one length, of allocated slots,
+        ``dst_index`` without repeats (checked for CPU tensors; CUDA ones only with
         ``HICACHE_CHECK_DEVICE_INDICES``)."""
         self._slots.check_if_visible("src_index", src_index, distinct=False)
         self._slots.check_if_visible("dst_index", dst_index, distinct=True)
@@ -217,3 +219,8 @@ class MambaPool:
     def mem_usage_bytes(self) -> int:
         """Bytes of every state tensor, speculative buffers included."""
         return self.mamba_cache.mem_usage_bytes()
+
+    @property
+    def mem_usage(self) -> float:
+        """:meth:`mem_usage_bytes` in GB (2**30 bytes), as SGLang's attribute."""
+        return self.mem_usage_bytes() / GB

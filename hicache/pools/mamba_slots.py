@@ -9,6 +9,9 @@ import torch
 from hicache import env
 from hicache.checks import check_index_tensor, check_int
 
+# Slot tensors may be int32: SGLang's callers pass ``get_mamba_indices`` (int32) results.
+INDEX_DTYPES = (torch.int64, torch.int32)
+
 
 class MambaSlots:
     """Slots ``1 .. size`` of a state pool (slot 0 pads and is never handed out).
@@ -49,10 +52,10 @@ class MambaSlots:
         self._free.extend(slots)
 
     def allocated(self, name: str, index: object, *, distinct: bool = True) -> list[int]:
-        """The slots of ``index`` (a 1-D int64 tensor, any device) once checked to be allocated
-        (and ``distinct``): ``TypeError`` / ``ValueError`` / ``IndexError`` naming ``name``.
-        The values are copied to the CPU (a sync for CUDA tensors)."""
-        slots = check_index_tensor(name, index).tolist()
+        """The slots of ``index`` (a 1-D int64 or int32 tensor, any device) once checked to be
+        allocated (and ``distinct``): ``TypeError`` / ``ValueError`` / ``IndexError`` naming
+        ``name``. The values are copied to the CPU (a sync for CUDA tensors)."""
+        slots = check_index_tensor(name, index, INDEX_DTYPES).tolist()
         self.check_values(name, slots, distinct=distinct)
         return slots
 
@@ -74,7 +77,7 @@ class MambaSlots:
     def check_if_visible(self, name: str, index: object, *, distinct: bool) -> None:
         """:meth:`allocated` for CPU tensors; for CUDA ones only the type and shape unless
         ``HICACHE_CHECK_DEVICE_INDICES`` (the values need a sync)."""
-        tensor = check_index_tensor(name, index)
+        tensor = check_index_tensor(name, index, INDEX_DTYPES)
         if tensor.device.type == "cpu" or env.device_indices_checked():
             self.check_values(name, tensor.tolist(), distinct=distinct)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from hicache import env
-from hicache.checks import check_int
+from hicache.checks import check_int, check_unsupported_flag
 from hicache.devices import canonical_device
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
@@ -23,9 +23,21 @@ class ReqToTokenPool:
 
     Row ``r``, column ``p`` holds the KV slot of token ``p`` of the request owning row ``r``.
     Rows are handed out by ``alloc`` and returned by ``free``; the table itself is not cleared.
+
+    SGLang's keywords (``size``, ``max_context_len``, ``device``, ``enable_memory_saver``);
+    the memory saver is not supported, so ``enable_memory_saver`` must be False. ``alloc`` and
+    ``free`` take row counts and ids (SGLang before 0.5.9; later releases pass ``Req``
+    objects): ``alloc(need_size)`` returns None when rows run out, where SGLang asserts.
     """
 
-    def __init__(self, size: int, max_context_len: int, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        size: int,
+        max_context_len: int,
+        device: torch.device | str,
+        enable_memory_saver: bool = False,
+    ) -> None:
+        check_unsupported_flag("enable_memory_saver", enable_memory_saver)
         self.size = check_int("size", size, minimum=1)
         self.max_context_len = check_int("max_context_len", max_context_len, minimum=1)
         self.device = canonical_device(device)
@@ -39,24 +51,24 @@ class ReqToTokenPool:
     def available_size(self) -> int:
         return len(self._free)
 
-    def alloc(self, n: int) -> list[int] | None:
-        """``n`` free row ids, or None when fewer than ``n`` are free."""
-        check_int("n", n, minimum=0)
+    def alloc(self, need_size: int) -> list[int] | None:
+        """``need_size`` free row ids, or None when fewer are free."""
+        n = check_int("need_size", need_size, minimum=0)
         if n > len(self._free):
             return None
         rows, self._free = self._free[:n], self._free[n:]
         self._used.update(rows)
         return rows
 
-    def free(self, idx: int | list[int]) -> None:
+    def free(self, free_index: int | list[int]) -> None:
         """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
         included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
         (numpy or 0-d torch integers) are accepted."""
-        rows = self._checked_rows(idx)
+        rows = self._checked_rows(free_index)
         self._used.difference_update(rows)
         self._free.extend(rows)
 
-    def _checked_rows(self, idx: int | list[int], name: str = "idx") -> list[int]:
+    def _checked_rows(self, idx: int | list[int], name: str = "free_index") -> list[int]:
         """The row ids of ``idx`` once checked as :meth:`free` takes them (nothing changes)."""
         ids: list[object] = [idx] if _is_scalar(idx) else list(cast(Iterable[object], idx))
         rows = [_row_id(r, name) for r in ids]

@@ -243,17 +243,17 @@ def test_req_to_token_pool() -> None:
     pool.write((rows[0], slice(0, 3)), torch.tensor([5, 6, 7]))
     assert pool.req_to_token[rows[0], :3].tolist() == [5, 6, 7]
     pool.free(rows[0])
-    with pytest.raises(ValueError, match="idx"):
+    with pytest.raises(ValueError, match="free_index"):
         pool.free([rows[0]])
-    with pytest.raises(ValueError, match="idx"):
+    with pytest.raises(ValueError, match="free_index"):
         pool.free([rows[1], rows[1]])
     assert pool.available_size() == 2
     for bad in (True, [rows[1], False], 1.0, ["1"]):
-        with pytest.raises(TypeError, match="idx"):
+        with pytest.raises(TypeError, match="free_index"):
             pool.free(bad)
     assert pool.available_size() == 2
     pool.free([np.int64(rows[1]), torch.tensor(rows[2])])  # integer-like ids are row ids
-    with pytest.raises(ValueError, match="n must"):
+    with pytest.raises(ValueError, match="need_size must"):
         pool.alloc(-1)
     pool.clear()
     assert pool.available_size() == 4

@@ -157,11 +157,11 @@ def _misuse_cases() -> list[tuple[object, type, str]]:
             ValueError,
             "mamba_ping_pong_track_buffer",
         ),
-        (lambda h, live: h.free(2), ValueError, "idx"),
+        (lambda h, live: h.free(2), ValueError, "free_index"),
         (lambda h, live: h.free(0, mamba_ping_pong_track_buffer_to_keep=2), ValueError, "keep"),
         (lambda h, live: h.free_mamba_cache(object()), TypeError, "req"),
         (
-            lambda h, live: h.get_mamba_indices(torch.tensor([0], dtype=torch.int32)),
+            lambda h, live: h.get_mamba_indices(torch.tensor([0], dtype=torch.int16)),
             TypeError,
             "req_indices",
         ),

@@ -187,7 +187,7 @@ def test_free_and_clear_return_slots() -> None:
         (lambda m: m.free(idx(3)), ValueError, "freed already"),
         (lambda m: m.free(idx(0)), IndexError, "free_index"),
         (lambda m: m.free(idx(6)), IndexError, "free_index"),
-        (lambda m: m.free(idx(1).to(torch.int32)), TypeError, "free_index"),
+        (lambda m: m.free(idx(1).to(torch.int16)), TypeError, "free_index"),
         (lambda m: m.free(idx(1, 2).reshape(1, 2)), ValueError, "free_index"),
         (lambda m: m.free([1]), TypeError, "free_index"),
         (lambda m: m.copy_from(idx(1), idx(1, 2)), ValueError, "length"),

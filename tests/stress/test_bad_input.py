@@ -321,8 +321,13 @@ POOLS: list[tuple[str, Action, type[Exception], str]] = [
         ValueError,
         "size must be a multiple of page_size",
     ),
-    ("row free twice", lambda w: w.req_pool.free(w.row + 1), ValueError, "idx must be distinct"),
-    ("row alloc negative", lambda w: w.req_pool.alloc(-1), ValueError, "n must be >= 0"),
+    (
+        "row free twice",
+        lambda w: w.req_pool.free(w.row + 1),
+        ValueError,
+        "free_index must be distinct",
+    ),
+    ("row alloc negative", lambda w: w.req_pool.alloc(-1), ValueError, "need_size must be >= 0"),
 ]
 
 CONTROLLER: list[tuple[str, Action, type[Exception], str]] = [
