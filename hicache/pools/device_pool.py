@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from hicache.checks import check_int
+from hicache.checks import check_int, check_unsupported_flag
 from hicache.devices import canonical_device
 from hicache.pools.geometry import PageGeometry
 from hicache.pools.kv_ops import KVPoolOps
@@ -55,6 +55,8 @@ class KVPool(KVPoolOps):
         the transfer side (host pools, counters) numbers layers locally, ``[0, layer_num)``.
     enable_kv_cache_copy : prepare ``move_kv_cache``'s kernel at construction (SGLang's
         flag); without it the first move prepares it.
+    enable_memory_saver : SGLang's keyword, taken for its signature: only False (hicache has
+        no CUDA memory saver).
     dtype : the KV dtype the model sees; ``store_dtype`` what buffers hold (uint8 for fp8).
     item_size : bytes of one token in one layer (the transfer ops' ``item_size``).
     geometry : the pool's :class:`~hicache.pools.geometry.PageGeometry` (kind, layers, dims,
@@ -85,7 +87,9 @@ class KVPool(KVPoolOps):
         start_layer: int | None = None,
         end_layer: int | None = None,
         enable_kv_cache_copy: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
+        check_unsupported_flag("enable_memory_saver", enable_memory_saver)
         if not isinstance(enable_kv_cache_copy, bool):
             raise TypeError(
                 f"enable_kv_cache_copy must be a bool, got {type(enable_kv_cache_copy).__name__}"

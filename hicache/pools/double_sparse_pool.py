@@ -35,6 +35,7 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
         start_layer: int | None = None,
         end_layer: int | None = None,
         enable_kv_cache_copy: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
         # set before the base constructor: its _create_buffers() makes the labels too
         self.heavy_channel_num = check_int("heavy_channel_num", heavy_channel_num, minimum=1)
@@ -49,6 +50,7 @@ class DoubleSparseTokenToKVPool(MHATokenToKVPool):
             start_layer=start_layer,
             end_layer=end_layer,
             enable_kv_cache_copy=enable_kv_cache_copy,
+            enable_memory_saver=enable_memory_saver,
         )
 
     def _create_buffers(self) -> None:

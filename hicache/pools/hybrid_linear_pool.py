@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import torch
 
-from hicache.checks import check_int
+from hicache.checks import check_int, check_unsupported_flag
 from hicache.pools.composite_pool import CompositeKVPool, check_layer_ids
 from hicache.pools.device_pool import KVPool
 from hicache.pools.kv_ops import CpuCopy
@@ -26,6 +26,8 @@ class StatePool(Protocol):
     """What this pool reads of its ``mamba_pool``."""
 
     def get_contiguous_buf_infos(self) -> BufInfos: ...
+
+    def get_state_dim_per_tensor(self) -> list[int]: ...
 
 
 def _check_mamba_pool(mamba_pool: Any, full_ids: list[int]) -> None:
@@ -68,9 +70,11 @@ class HybridLinearKVPool(CompositeKVPool):
     start_layer : first layer of this pipeline stage (getters wait on ``layer_id - start_layer``).
     full_kv_pool_class : the inner pool class (default MHA or MLA by ``use_mla``), built with
         the keywords of that default.
+    enable_kvcache_transpose, enable_memory_saver : SGLang's flags, taken for its signature:
+        only False.
 
     A linear layer's id (or any id not in ``full_attention_layer_ids``) given to a getter or
-    ``set_kv_buffer`` is a ``ValueError`` naming ``layer_id``. SGLang's memory-saver, DSA,
+    ``set_kv_buffer`` is a ``ValueError`` naming ``layer_id``. SGLang 0.5.23's DSA,
     quantisation and shared-pool keywords are not taken.
     """
 
@@ -89,8 +93,12 @@ class HybridLinearKVPool(CompositeKVPool):
         qk_rope_head_dim: int | None = None,
         start_layer: int | None = None,
         full_kv_pool_class: type[KVPool] | None = None,
+        enable_kvcache_transpose: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
         super().__init__(0 if start_layer is None else check_int("start_layer", start_layer))
+        check_unsupported_flag("enable_kvcache_transpose", enable_kvcache_transpose)
+        check_unsupported_flag("enable_memory_saver", enable_memory_saver)
         full_ids = check_layer_ids("full_attention_layer_ids", full_attention_layer_ids)
         _check_mamba_pool(mamba_pool, full_ids)
         if not isinstance(use_mla, bool):
@@ -139,6 +147,11 @@ class HybridLinearKVPool(CompositeKVPool):
     def get_state_buf_infos(self) -> BufInfos:
         """``mamba_pool.get_contiguous_buf_infos()``: the linear layers' state buffers."""
         return self.mamba_pool.get_contiguous_buf_infos()
+
+    def get_state_dim_per_tensor(self) -> list[int]:
+        """``mamba_pool.get_state_dim_per_tensor()``: the tensor-parallel sliceable dim of each
+        entry of :meth:`get_state_buf_infos`."""
+        return self.mamba_pool.get_state_dim_per_tensor()
 
     def move_kv_cache(self, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
         """``full_kv_pool.move_kv_cache(tgt_loc, src_loc)`` (mamba states are per request)."""

@@ -17,8 +17,9 @@ class MHATokenToKVPool(KVPool):
     ``device``; ``item_size = head_num * head_dim * elem_size`` bytes (K's row; V's equals it
     unless ``v_head_dim`` differs, which the host pools refuse). As in SGLang, ``swa_head_num``,
     ``swa_head_dim``, ``swa_v_head_dim`` replace ``head_num``, ``head_dim``, ``v_head_dim`` when
-    given (the sliding-window sub-pool of a hybrid model); ``start_layer``/``end_layer`` and
-    ``enable_kv_cache_copy`` are described on :class:`KVPool`.
+    given (the sliding-window sub-pool of a hybrid model); ``start_layer``/``end_layer``,
+    ``enable_kv_cache_copy`` and ``enable_memory_saver`` are described on :class:`KVPool`.
+    SGLang's ``enable_alt_stream`` (a second CUDA stream for the K and V writes) is not taken.
     """
 
     kind = "MHA"
@@ -40,9 +41,18 @@ class MHATokenToKVPool(KVPool):
         start_layer: int | None = None,
         end_layer: int | None = None,
         enable_kv_cache_copy: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
         super().__init__(
-            size, page_size, dtype, layer_num, device, start_layer, end_layer, enable_kv_cache_copy
+            size,
+            page_size,
+            dtype,
+            layer_num,
+            device,
+            start_layer,
+            end_layer,
+            enable_kv_cache_copy,
+            enable_memory_saver,
         )
         check_int("head_num", head_num, minimum=1)
         check_int("head_dim", head_dim, minimum=1)

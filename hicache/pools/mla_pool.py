@@ -32,9 +32,18 @@ class MLATokenToKVPool(KVPool):
         start_layer: int | None = None,
         end_layer: int | None = None,
         enable_kv_cache_copy: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
         super().__init__(
-            size, page_size, dtype, layer_num, device, start_layer, end_layer, enable_kv_cache_copy
+            size,
+            page_size,
+            dtype,
+            layer_num,
+            device,
+            start_layer,
+            end_layer,
+            enable_kv_cache_copy,
+            enable_memory_saver,
         )
         self.kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank, minimum=1)
         self.qk_rope_head_dim = check_int("qk_rope_head_dim", qk_rope_head_dim, minimum=0)

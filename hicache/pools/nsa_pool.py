@@ -62,6 +62,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
         start_layer: int | None = None,
         end_layer: int | None = None,
         enable_kv_cache_copy: bool = False,
+        enable_memory_saver: bool = False,
     ) -> None:
         super().__init__(
             size,
@@ -74,6 +75,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
             start_layer=start_layer,
             end_layer=end_layer,
             enable_kv_cache_copy=enable_kv_cache_copy,
+            enable_memory_saver=enable_memory_saver,
         )
         self._check_nsa_args(index_head_dim, kv_cache_dim)
         self.index_head_dim = index_head_dim

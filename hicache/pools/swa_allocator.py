@@ -27,9 +27,11 @@ class SWATokenToKVPoolAllocator:
     page_size : slots per page of both pools.
     device : where slots and the mapping live (``kvcache``'s device).
     kvcache : the ``SWAKVPool``.
+    dtype, need_sort : SGLang's keywords (keyword-only here), checked and otherwise unused:
+        ``dtype`` (None or ``kvcache.dtype``) is the pool's already, and freed pages always
+        go back sorted, as SGLang's ``need_sort=True``.
 
-    SGLang's ``dtype`` and ``need_sort`` are not taken (``TokenToKVPoolAllocator`` takes
-    neither); ``alloc`` hands out whole pages at any ``page_size`` (SGLang's token ``alloc``
+    ``alloc`` hands out whole pages at any ``page_size`` (SGLang's token ``alloc``
     needs ``page_size == 1``; ``alloc_extend`` / ``alloc_decode`` are not provided).
     """
 
@@ -40,9 +42,16 @@ class SWATokenToKVPoolAllocator:
         page_size: int,
         device: torch.device | str,
         kvcache: SWAKVPool,
+        *,
+        dtype: torch.dtype | None = None,
+        need_sort: bool = True,
     ) -> None:
         if not isinstance(kvcache, SWAKVPool):
             raise TypeError(f"kvcache must be a SWAKVPool, got {type(kvcache).__name__}")
+        if dtype is not None and dtype != kvcache.dtype:
+            raise ValueError(f"dtype must be kvcache.dtype={kvcache.dtype}, got {dtype!r}")
+        if not isinstance(need_sort, bool):
+            raise TypeError(f"need_sort must be a bool, got {type(need_sort).__name__}")
         for name, value in (("size", size), ("size_swa", size_swa), ("page_size", page_size)):
             check_int(name, value, minimum=1)
         theirs = (kvcache.size, kvcache.size_swa, kvcache.page_size)

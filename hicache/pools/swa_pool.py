@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from hicache import env
-from hicache.checks import check_int
+from hicache.checks import check_int, check_unsupported_flag
 from hicache.pools.composite_pool import CompositeKVPool, check_layer_ids
 from hicache.pools.device_pool import KVPool
 from hicache.pools.mha_pool import MHATokenToKVPool
@@ -61,10 +61,8 @@ class SWAKVPool(CompositeKVPool):
     full_kv_pool_kwargs, swa_kv_pool_kwargs : each side's keywords besides ``size``, ``dtype``
         and ``layer_num``, replacing the default ``page_size, head_num, head_dim, device,
         **kwargs`` (the full side drops ``swa_head_num``, ``swa_head_dim``, ``swa_v_head_dim``).
-    **kwargs : forwarded to both inner constructors.
-
-    SGLang's ``enable_memory_saver`` (0.5.23) and ``enable_kvcache_transpose`` (0.5.9, always
-    False) are not taken.
+    enable_kvcache_transpose : SGLang 0.5.9's flag, which it asserts False: only False.
+    **kwargs : forwarded to both inner constructors (``enable_memory_saver=False`` included).
     """
 
     def __init__(
@@ -83,9 +81,11 @@ class SWAKVPool(CompositeKVPool):
         swa_kv_pool_class: type[KVPool] | None = None,
         full_kv_pool_kwargs: dict[str, Any] | None = None,
         swa_kv_pool_kwargs: dict[str, Any] | None = None,
+        enable_kvcache_transpose: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__()
+        check_unsupported_flag("enable_kvcache_transpose", enable_kvcache_transpose)
         check_int("size_swa", size_swa, minimum=1)
         if {"start_layer", "end_layer"} & set(kwargs):
             raise ValueError("start_layer/end_layer are not taken: layer ids here are global")
@@ -140,11 +140,11 @@ class SWAKVPool(CompositeKVPool):
         self.full_to_swa_index_mapping = mapping
 
     def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
-        """SWA-pool slots (int64, shape and device of ``kv_indices``) of full-pool slots
-        ``kv_indices`` (int32/int64 in ``[-1, size + page_size)``; ``-1`` maps to ``-1``, a slot
-        without an SWA slot to 0, the padding slot). ``ValueError`` before a mapping is
-        registered."""
-        return self._translate("kv_indices", kv_indices)
+        """SWA-pool slots (int32, as SGLang up to 0.5.9 and what attention kernels index with;
+        shape and device of ``kv_indices``) of full-pool slots ``kv_indices`` (int32/int64 in
+        ``[-1, size + page_size)``; ``-1`` maps to ``-1``, a slot without an SWA slot to 0, the
+        padding slot). ``ValueError`` before a mapping is registered."""
+        return self._translate("kv_indices", kv_indices).to(torch.int32)
 
     def _translate(self, name: str, indices: Any) -> torch.Tensor:
         mapping = self.full_to_swa_index_mapping

@@ -127,7 +127,7 @@ def test_translation_follows_the_mapping(device: str) -> None:
     mapping = alloc.full_to_swa_index_mapping
     assert pool.full_to_swa_index_mapping is mapping
     swa = pool.translate_loc_from_full_to_swa(full)
-    assert swa.dtype == torch.int64 and swa.unique().numel() == 4 and bool((swa >= PAGE).all())
+    assert swa.dtype == torch.int32 and swa.unique().numel() == 4 and bool((swa >= PAGE).all())
     assert torch.equal(swa, mapping[full])
     other = torch.tensor([-1, 0, SIZE + PAGE - 1], device=device, dtype=torch.int32)
     assert pool.translate_loc_from_full_to_swa(other).tolist() == [-1, 0, 0]
