@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from hicache.pools.device_pool import KVPool, LayerTransferCounter
+from hicache.pools.device_pool import KVPool, LayerTransferCounter, checked_counter
 
 
 class LayerKVPool(Protocol):
@@ -92,15 +92,12 @@ class CompositeKVPool:
             self.layer_transfer_counter.wait_until(layer_id - self.start_layer)
         return pool, index
 
-    def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
+    def register_layer_transfer_counter(self, counter: LayerTransferCounter | None) -> None:
         """Make every getter wait on ``counter.wait_until(layer_id - start_layer)`` first, the
-        global id (``TypeError`` unless ``counter`` has a callable ``wait_until``). Inner pools'
-        counters are cleared: no getter waits twice, or on an inner layer index."""
-        if not callable(getattr(counter, "wait_until", None)):
-            raise TypeError(
-                f"counter must have a wait_until(layer_id) method, got {type(counter).__name__}"
-            )
-        self.layer_transfer_counter = counter
+        global id (None: no waits; ``TypeError`` unless ``counter`` has a callable
+        ``wait_until``). Inner pools' counters are cleared: no getter waits twice, or on an inner
+        layer index."""
+        self.layer_transfer_counter = checked_counter(counter)
         for pool in self.inner_pools:
             pool.layer_transfer_counter = None
 

@@ -8,7 +8,7 @@ dtypes are stored as uint8 and viewed back in ``dtype`` by the getters.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -22,6 +22,16 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 class LayerTransferCounter(Protocol):
     def wait_until(self, layer_id: int) -> None: ...
+
+
+def checked_counter(counter: object) -> LayerTransferCounter | None:
+    """``counter`` if None (no waits: how SGLang's composite pools clear an inner pool's) or an
+    object with a callable ``wait_until(layer_id)``; ``TypeError`` otherwise."""
+    if counter is not None and not callable(getattr(counter, "wait_until", None)):
+        raise TypeError(
+            f"counter must have a wait_until(layer_id) method, got {type(counter).__name__}"
+        )
+    return cast(LayerTransferCounter | None, counter)
 
 
 def store_dtype_of(dtype: torch.dtype) -> torch.dtype:
@@ -162,14 +172,10 @@ class KVPool(KVPoolOps):
             item_size=self.item_size,
         )
 
-    def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
-        """Make every getter wait on ``counter.wait_until(layer)`` first (``TypeError`` unless
-        ``counter`` has a callable ``wait_until``)."""
-        if not callable(getattr(counter, "wait_until", None)):
-            raise TypeError(
-                f"counter must have a wait_until(layer_id) method, got {type(counter).__name__}"
-            )
-        self.layer_transfer_counter = counter
+    def register_layer_transfer_counter(self, counter: LayerTransferCounter | None) -> None:
+        """Make every getter wait on ``counter.wait_until(layer)`` first (None: no waits;
+        ``TypeError`` unless ``counter`` has a callable ``wait_until``)."""
+        self.layer_transfer_counter = checked_counter(counter)
 
     def _new_layers(self, shape: tuple[int, ...]) -> list[torch.Tensor]:
         return [

@@ -239,7 +239,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
             )
         return 1 - mamba_next_track_idx if size == 2 else mamba_next_track_idx
 
-    def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
+    def register_layer_transfer_counter(self, counter: LayerTransferCounter | None) -> None:
         """Make :meth:`mamba2_layer_cache` wait on ``counter.wait_until(layer_id)`` first."""
         self.mamba_pool.register_layer_transfer_counter(counter)
 

@@ -33,6 +33,7 @@ class KVPoolOps:
     device: torch.device
     enable_kv_cache_copy: bool
     _move_table: MoveTable | None
+    cpu_offloading_chunk_size: int = CPU_OFFLOADING_CHUNK_SIZE  # SGLang's attribute
 
     @property
     def num_slots(self) -> int:
@@ -58,6 +59,9 @@ class KVPoolOps:
         if self._move_table is None:
             self._move_table = build_move_table(self._flat_row_buffers())
         return self._move_table
+
+    def _chunks(self, indices: torch.Tensor) -> list[torch.Tensor]:
+        return list(indices.split(self.cpu_offloading_chunk_size))
 
     def _flat_row_buffers(self) -> list[torch.Tensor]:
         return [buf for kind in self.row_buffers for buf in kind]
@@ -109,13 +113,13 @@ class KVPoolOps:
 
     def get_cpu_copy(self, indices: torch.Tensor) -> CpuCopy:
         """Slots ``indices`` of every row buffer, copied to the CPU, ``[layer][chunk][kind]``
-        tensors of up to ``CPU_OFFLOADING_CHUNK_SIZE`` rows (SGLang's offload before it
+        tensors of up to ``cpu_offloading_chunk_size`` rows (SGLang's offload before it
         releases device memory). Waits for the device before and after."""
         self._check_loc(indices, "indices")
         _sync(self.device)
         copy = [
             [[kind[layer][chunk].to("cpu", non_blocking=True) for kind in self.row_buffers]
-             for chunk in _chunks(indices)]
+             for chunk in self._chunks(indices)]
             for layer in range(self.layer_num)
         ]  # fmt: skip
         _sync(self.device)
@@ -130,7 +134,7 @@ class KVPoolOps:
         """Every check of :meth:`load_cpu_copy` (nothing written); the chunks of ``indices`` to
         pass to :meth:`write_cpu_copy` (a composite pool checks all its pools before writing)."""
         self._check_loc(indices, "indices")
-        chunks = _chunks(indices)
+        chunks = self._chunks(indices)
         self._check_cpu_copy(kv_cache_cpu, chunks)
         return chunks
 
@@ -195,7 +199,3 @@ class KVPoolOps:
 def _sync(device: torch.device) -> None:
     if is_cuda(device):
         torch.cuda.synchronize(device)
-
-
-def _chunks(indices: torch.Tensor) -> list[torch.Tensor]:
-    return list(indices.split(CPU_OFFLOADING_CHUNK_SIZE))

@@ -11,7 +11,7 @@ import torch
 
 from hicache.checks import check_int, check_unsupported_flag
 from hicache.devices import canonical_device
-from hicache.pools.device_pool import LayerTransferCounter
+from hicache.pools.device_pool import LayerTransferCounter, checked_counter
 from hicache.pools.kv_ops import GB
 from hicache.pools.mamba_params import MambaStateParams
 from hicache.pools.mamba_slots import MambaSlots, index_tensor
@@ -96,13 +96,10 @@ class MambaPool:
 
     # -- layers ------------------------------------------------------------------------------
 
-    def register_layer_transfer_counter(self, counter: LayerTransferCounter) -> None:
-        """Make :meth:`mamba2_layer_cache` first call ``counter.wait_until(model layer id)``."""
-        if not callable(getattr(counter, "wait_until", None)):
-            raise TypeError(
-                f"counter must have a wait_until(layer_id) method, got {type(counter).__name__}"
-            )
-        self.layer_transfer_counter = counter
+    def register_layer_transfer_counter(self, counter: LayerTransferCounter | None) -> None:
+        """Make :meth:`mamba2_layer_cache` first call ``counter.wait_until(model layer id)``
+        (None: no waits)."""
+        self.layer_transfer_counter = checked_counter(counter)
 
     def mamba2_layer_cache(self, layer_id: int) -> MambaState:
         """Pool layer ``layer_id``'s state (views; model layer ``cache_params.layers[layer_id]``),

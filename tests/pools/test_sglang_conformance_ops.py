@@ -54,6 +54,10 @@ def test_every_getter_waits_for_its_layer(name: str) -> None:
             counter.waited.clear()
             call()
             assert counter.waited == [layer - getattr(pool, "start_layer", 0)], name
+    pool.register_layer_transfer_counter(None)  # SGLang clears a counter with None
+    counter.waited.clear()
+    pool.get_kv_buffer(kv_layers(pool)[0])
+    assert counter.waited == []
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -78,7 +82,12 @@ def test_cpu_copy_round_trip(name: str, device: str) -> None:
     loc = slots(pool, 5)
     randomize(pool, seed=2)
     want = gather(pool, loc)
+    for p in inner(pool):
+        p.cpu_offloading_chunk_size = 2  # SGLang's attribute: chunks of 2, 2, 1 tokens
     copy = pool.get_cpu_copy(loc)
+    full_copy = copy["full"] if isinstance(copy, dict) and "full" in copy else copy
+    full_copy = full_copy["kv"] if isinstance(full_copy, dict) else full_copy
+    assert [len(c) for c in full_copy] == [3] * inner(pool)[0].layer_num
     flat = _tensors(copy)
     assert flat and all(t.device.type == "cpu" for t in flat)
     randomize(pool, seed=3)  # every byte differs from the copy somewhere
