@@ -145,7 +145,7 @@ def test_host_pool_transfers_check_their_indices(layout, backend, backup, bad, e
     _transfer(host, dev, h, d, backup, backend)
 
 
-@pytest.mark.parametrize("counter", [object(), None, 3])
+@pytest.mark.parametrize("counter", [object(), 3])  # None clears it (SGLang)
 def test_register_layer_transfer_counter_needs_wait_until(counter):
     pool = device_pool()
     with pytest.raises(TypeError, match="counter"):
