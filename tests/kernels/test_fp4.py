@@ -10,7 +10,7 @@ import torch
 from hicache.kernels.dispatch import force_backend
 from hicache.kernels.fp4 import dequantize_fp4, quantize_fp4
 from hicache.kernels.fp4_reference import E2M1_VALUES
-from tests.pools.helpers import DEVICES
+from tests.pools.helpers import DEVICES, TRITON_DEVICE, skip_without_triton
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32]
 BACKENDS = ["reference", "triton"]
@@ -41,6 +41,7 @@ def block_scales(scales: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_triton_quantize_matches_reference(device, dtype, shape):
+    skip_without_triton(device)
     x = random_blocks(shape, dtype, device)
     x.view(-1, 16)[0] = 0  # an all-zero block: the minimum scale
     ref = run("reference", quantize_fp4, x)
@@ -56,6 +57,7 @@ def test_triton_quantize_matches_reference(device, dtype, shape):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_triton_dequantize_matches_reference_on_random_bytes(device, dtype):
+    skip_without_triton(device)
     gen = torch.Generator().manual_seed(1)
     packed = torch.randint(0, 256, (9, 3, 24), dtype=torch.uint8, generator=gen).to(device)
     # every scale byte but 255 (inf * 0 would be a NaN whose payload is the hardware's)
@@ -70,7 +72,7 @@ def test_triton_dequantize_matches_reference_on_random_bytes(device, dtype):
 def test_known_block_codes_nibbles_and_scale(backend):
     # |x| / s on the midpoints: ties round away from zero; -0.1 keeps its sign bit
     row = [0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6, -6, -0.1, 1, 2, 3, 4, -0.5]
-    x = torch.tensor([row, [2 * v for v in row]], dtype=torch.float32)
+    x = torch.tensor([row, [2 * v for v in row]], dtype=torch.float32, device=TRITON_DEVICE)
     packed, scales = run(backend, quantize_fp4, x)
     codes = [0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x7, 0xF, 0x8, 0x2, 0x4, 0x5, 0x6, 0x9]
     want = [lo | (hi << 4) for lo, hi in zip(codes[0::2], codes[1::2], strict=True)]
@@ -113,7 +115,7 @@ def test_matches_float64_nearest_value_oracle():
 @OVERFLOW_OK
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_float16_overflow_past_57344_as_documented(backend):
-    x = torch.zeros(2, 16, dtype=torch.float16)
+    x = torch.zeros(2, 16, dtype=torch.float16, device=TRITON_DEVICE)
     x[0, 0], x[1, 0] = 57344, 57312  # 3.5 * 2**14 rounds up to 65536; the next lower does not
     back = run(backend, dequantize_fp4, *run(backend, quantize_fp4, x), torch.float16)
     assert back[0, 0].isinf() and back[1, 0] == 49152
@@ -121,10 +123,10 @@ def test_float16_overflow_past_57344_as_documented(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_empty_rows_and_non_contiguous_input(backend):
-    packed, scales = run(backend, quantize_fp4, torch.ones(0, 3, 32))
+    packed, scales = run(backend, quantize_fp4, torch.ones(0, 3, 32, device=TRITON_DEVICE))
     assert packed.shape == (0, 3, 16) and scales.shape == (0, 3, 2)
     assert run(backend, dequantize_fp4, packed, scales).shape == (0, 3, 32)
-    base = random_blocks((6, 4, 32), torch.bfloat16, "cpu", seed=4)
+    base = random_blocks((6, 4, 32), torch.bfloat16, TRITON_DEVICE, seed=4)
     view = base[:, 1:3]
     assert not view.is_contiguous()
     got = run(backend, quantize_fp4, view)

@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache import env
 from hicache.kernels import move_kv
 from hicache.kernels.move_kv import build_move_table, move_rows_native, move_rows_triton
-from tests.pools.helpers import DEVICES, fill_random
+from tests.pools.helpers import DEVICES, fill_random, skip_without_triton
 
 SLOTS = 300
-
-
-def _skip_without_triton(device: str) -> None:
-    if device == "cpu" and not env.ENV.triton_interpret:
-        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1")
 
 
 def _buffers(row_bytes: list[int], device: str) -> list[torch.Tensor]:
@@ -41,7 +35,7 @@ def _reference(bufs: list[torch.Tensor], tgt: torch.Tensor, src: torch.Tensor) -
 
 def _move(path: str, bufs: list[torch.Tensor], tgt: torch.Tensor, src: torch.Tensor) -> None:
     if path == "triton":
-        _skip_without_triton(str(tgt.device.type))
+        skip_without_triton(str(tgt.device.type))
         move_rows_triton(build_move_table(bufs), tgt, src)
     else:
         move_rows_native(bufs, tgt, src)
@@ -71,7 +65,7 @@ def test_move_matches_reference(row_bytes: list[int], n: int, path: str, device:
 @pytest.mark.parametrize("device", DEVICES)
 def test_scratch_split_among_launches(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     """With scratch for one column per launch, every column still reads before it writes."""
-    _skip_without_triton(device)
+    skip_without_triton(device)
     bufs = _buffers([16, 16, 8], device)
     table = build_move_table(bufs)
     n = 140

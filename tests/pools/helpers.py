@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from hicache import env
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2]
 POISON = 0xA5
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# Where a Triton kernel runs in a test: the GPU when there is one, else CPU tensors under the
+# interpreter (tests/conftest.py sets TRITON_INTERPRET=1 on CPU-only machines).
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def skip_without_triton(device: str) -> None:
+    """Skip a Triton case on CPU tensors unless the interpreter is on (a GPU machine)."""
+    if device == "cpu" and not env.ENV.triton_interpret:
+        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1")
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:

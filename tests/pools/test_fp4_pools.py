@@ -13,7 +13,7 @@ from hicache.pools import (
     MLATokenToKVPoolFP4,
     MLATokenToKVPoolHost,
 )
-from tests.pools.helpers import DEVICES, POISON, poison
+from tests.pools.helpers import DEVICES, POISON, poison, skip_without_triton
 
 SIZE, PAGE, LAYERS = 32, 16, 2
 
@@ -201,6 +201,8 @@ def test_the_host_tier_refuses_fp4_pools():
 @pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("make", [mha_fp4, mla_fp4])
 def test_move_kv_cache_moves_codes_and_scales(make, native, device):
+    if not native:
+        skip_without_triton(device)
     pool = make(device)
     pool.use_native_move_kv_cache = native
     poisoned(pool)

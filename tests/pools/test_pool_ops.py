@@ -5,17 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache import env
 from hicache.pools import KVPool, MHATokenToKVPool
-from tests.pools.helpers import DEVICES, as_bytes, fill_random, mha_pool, mla_pool, poison
+from tests.pools.helpers import (
+    DEVICES,
+    as_bytes,
+    fill_random,
+    mha_pool,
+    mla_pool,
+    poison,
+    skip_without_triton,
+)
 
 KINDS = {"mha": mha_pool, "mla": mla_pool}
 MOVE_DTYPES = [torch.float16, torch.bfloat16, torch.float8_e4m3fn]
-
-
-def _skip_without_triton(device: str) -> None:
-    if device == "cpu" and not env.ENV.triton_interpret:
-        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1")
 
 
 class ScaledPool(MHATokenToKVPool):
@@ -59,7 +61,7 @@ def test_move_kv_cache_matches_reference(
     kind: str, dtype: torch.dtype, native: bool, device: str
 ) -> None:
     if not native:
-        _skip_without_triton(device)
+        skip_without_triton(device)
     pool = _filled(kind, dtype, device)
     pool.use_native_move_kv_cache = native
     want = [b.clone() for b in _buffers(pool)]
