@@ -12,6 +12,7 @@ import sys
 from typing import Any, NoReturn
 
 from hicache.controller import WRITE_POLICIES
+from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
 
@@ -116,6 +117,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", help="where results.json and rounds.png go (default bench_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_log_level(p)
+    add_metrics_flags(p)
     _storage_options(p)
     _sglang_options(p)
 

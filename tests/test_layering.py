@@ -18,6 +18,7 @@ from tests.import_graph import MODULES, find_cycle, module_graph
 LAYERS = [
     "env",  # every environment variable
     "checks",  # argument checks
+    "durations",  # duration histograms (counted by their owners, read in stats())
     "devices",  # every CPU/CUDA difference
     "kernels",  # the transfer ops
     "pools",  # request rows, allocators, device (L1) and host (L2) pools
@@ -32,6 +33,7 @@ LAYERS = [
     "selfcheck",
     "model",
     "engine",
+    "metric_rows",  # cache.stats() as metric samples, and SGLang's names for them
     "metrics",
     "bench",
     "replay",

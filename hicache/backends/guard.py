@@ -6,7 +6,8 @@ exception type), counted as a failure and turned into a miss, and so is a malfor
 (``None``, a list of the wrong length) and a miss the backend itself counted as a failure
 (``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker
 refuses returns a miss at once without reaching the backend, and a failed or slow call counts
-against the breaker. ``stats()`` reads the counters (thread-safe) as a ``StorageStats``.
+against the breaker. ``stats()`` reads the counters (thread-safe) as a ``StorageStats``, with
+a duration histogram per call kind and the store's usage as of the last write.
 """
 
 from __future__ import annotations
@@ -15,63 +16,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from hicache.backends.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.storage_stats import StorageStats
+from hicache.durations import DurationHistogram
 
 __all__ = ["GuardedStorage", "ReportsFailures", "StorageStats"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class StorageStats:
-    """Counters of one guarded backend since it was built.
-
-    Attributes
-    ----------
-    backend : the guard's ``name``.
-    queries, query_pages, hit_pages : ``batch_exists`` calls, pages asked, pages reported
-        present.
-    pages_read, pages_written : pages ``batch_get_v1`` / ``batch_set_v1`` reported done (a set
-        counts pages that were already present too).
-    bytes_read, bytes_written : those pages times the bytes of a page (all its objects).
-    read_seconds, write_seconds : time inside the backend's get / set calls.
-    failures : calls that raised, returned a malformed result, that a ``ReportsFailures``
-        backend reported as failed, or (with a breaker) ran slower than its ``slow_call_s``;
-        and ``clear``/``close`` calls that raised.
-    refused : calls the open breaker refused (fast misses).
-    breaker_state : ``closed``/``open``/``half_open``, or ``none`` without a breaker.
-    """
-
-    backend: str
-    queries: int = 0
-    query_pages: int = 0
-    hit_pages: int = 0
-    pages_read: int = 0
-    pages_written: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    read_seconds: float = 0.0
-    write_seconds: float = 0.0
-    failures: int = 0
-    refused: int = 0
-    breaker_state: str = "none"
-
-    @property
-    def read_gbps(self) -> float:
-        """``bytes_read / read_seconds`` in GB/s (1e9 bytes), 0.0 before any read time."""
-        return self.bytes_read / self.read_seconds / 1e9 if self.read_seconds > 0 else 0.0
-
-    @property
-    def write_gbps(self) -> float:
-        """``bytes_written / write_seconds`` in GB/s (1e9 bytes), 0.0 before any write time."""
-        return self.bytes_written / self.write_seconds / 1e9 if self.write_seconds > 0 else 0.0
+_CALLS = ("batch_exists", "batch_get_v1", "batch_set_v1")  # the calls timed one by one
 
 
 @runtime_checkable
@@ -118,12 +77,15 @@ class GuardedStorage(HiCacheStorage):
         self._stats = StorageStats(backend=name)
         self._logged: set[type[BaseException]] = set()
         self._page_bytes = 0
+        self._durations = {what: DurationHistogram() for what in _CALLS}
+        self._usage: dict[str, int | None] = {}
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
         pages = self.page_io()
         self._page_bytes = pages.object_bytes * pages.parts
         self.backend.register_mem_pool_host(mem_pool_host)
+        self._read_usage()
 
     # -- machinery ------------------------------------------------------------------------------
 
@@ -151,6 +113,7 @@ class GuardedStorage(HiCacheStorage):
             result = None
             self._log(what, exc)
         elapsed = self._clock() - start
+        self._durations[what].observe(elapsed)
         failed = result is None or self._backend_failures() > before
         if self.breaker is not None:
             failed = self.breaker.record(not failed, elapsed)
@@ -213,6 +176,8 @@ class GuardedStorage(HiCacheStorage):
     ) -> list[bool]:
         done, n, elapsed = self._pages("batch_set_v1", keys, host_indices, extra_info)
         self._add(pages_written=n, bytes_written=n * self._page_bytes, write_seconds=elapsed)
+        if n:
+            self._read_usage()
         return done
 
     def _pages(
@@ -242,22 +207,42 @@ class GuardedStorage(HiCacheStorage):
         except Exception as exc:
             self._log("clear", exc)
             self._add(failures=1)
+        self._read_usage()
+
+    def _read_usage(self) -> None:
+        figures = self._figures()
+        usage = {k: figures.get(k) for k in ("bytes_used", "max_bytes")}
+        with self._lock:
+            self._usage = {k: v if isinstance(v, int) else None for k, v in usage.items()}
+
+    def _figures(self) -> dict[str, Any]:
+        """The backend's ``get_stats()``, ``{}`` when it raises."""
+        try:
+            return dict(self.backend.get_stats())
+        except Exception as exc:
+            self._log("get_stats", exc)
+            return {}
 
     def stats(self) -> StorageStats:
         """A snapshot of the counters, with the breaker's current state."""
         with self._lock:
-            stats = self._stats
-        state = self.breaker.state if self.breaker is not None else "none"
-        return replace(stats, breaker_state=state)
+            stats, usage = self._stats, self._usage
+        b, d = self.breaker, {what: h.snapshot() for what, h in self._durations.items()}
+        return replace(
+            stats,
+            breaker_state="none" if b is None else b.state,
+            breaker_trips=0 if b is None else b.opened,
+            exists_call_seconds=d["batch_exists"],
+            get_call_seconds=d["batch_get_v1"],
+            set_call_seconds=d["batch_set_v1"],
+            used_bytes=usage.get("bytes_used"),
+            capacity_bytes=usage.get("max_bytes"),
+        )
 
     def get_stats(self) -> dict[str, Any]:
         """The backend's ``get_stats()`` (``{}`` if it raises) updated with ``stats()`` as a
         dict and ``read_gbps`` / ``write_gbps``."""
-        try:
-            figures = dict(self.backend.get_stats())
-        except Exception as exc:
-            self._log("get_stats", exc)
-            figures = {}
+        figures = self._figures()
         stats = self.stats()
         figures.update(asdict(stats), read_gbps=stats.read_gbps, write_gbps=stats.write_gbps)
         return figures

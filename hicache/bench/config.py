@@ -15,6 +15,7 @@ from hicache.backends.config import PREFETCH_POLICIES
 from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
+from hicache.metrics import check_endpoint
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig
@@ -41,7 +42,9 @@ class BenchConfig:
     turn of this workload adds about 200 new tokens, which 256 would always recompute.
     ``tp``: tensor-parallel ranks, each a process with its shard of the model and pools
     (``bench.tp_run``; CPU over loopback gloo); ``heads``, ``kv_heads`` (MHA) and
-    ``intermediate`` must be multiples of it."""
+    ``intermediate`` must be multiples of it.
+    ``metrics_port``: serve the running cache's Prometheus metrics on ``metrics_host`` at this
+    port during each measured run (None: no server; one rank only)."""
 
     users: int
     rounds: int
@@ -78,6 +81,8 @@ class BenchConfig:
     prefetch_policy: str = "timeout"
     prefetch_threshold: int = 64
     tp: int = 1
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -98,6 +103,10 @@ class BenchConfig:
         _check_device(self.device)
         self._check_storage()
         self._check_tp()
+        if self.metrics_port is not None:
+            check_endpoint(self.metrics_port, self.metrics_host)
+            if self.tp > 1:
+                raise ValueError("--metrics-port serves one cache: use it without --tp")
         # Build the component configs now, so their checks run before any work starts.
         self.model_config()
         self.cache_spec("hiradix", self.storage_config())

@@ -21,6 +21,7 @@ from hicache.bench.report import format_gain, format_table, per_round, summarize
 from hicache.bench.tp_run import run_tp
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
+from hicache.metrics import serving
 from hicache.model import TinyTransformer, TPShard
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
@@ -47,10 +48,11 @@ def measure(
         if bar is not None:
             bar.update(note=f"round {record.round + 1}/{cfg.rounds}")
 
-    records, wall = drive(engine, ChatWorkload(cfg), tick, cache_salt)
-    if bar is not None:
-        bar.close()
-    engine.cache.drain_transfers()  # the last batches land: their busy time counts
+    with serving(engine.cache, cfg.metrics_port, cfg.metrics_host, {"run": label}):
+        records, wall = drive(engine, ChatWorkload(cfg), tick, cache_salt)
+        if bar is not None:
+            bar.close()
+        engine.cache.drain_transfers()  # the last batches land: their busy time counts
     engine.cache.check_invariants()
     summary = summarize(records, wall, engine.cache.stats(), before)
     return {"summary": summary, "rounds": per_round(records, cfg.rounds)}

@@ -4,7 +4,8 @@ Counting costs one increment per issued batch; nothing runs on the radix tree's 
 time is wall time around the synchronous copy on CPU; on CUDA a pair of timing events recorded
 on the transfer stream around the batch, resolved (``elapsed_time``) only once the end event
 has completed, when ``settle`` is called (at each issue and each snapshot), so counting never
-blocks. ``h2d`` is host -> device (load-back), ``d2h`` device -> host (backup).
+blocks. ``h2d`` is host -> device (load-back), ``d2h`` device -> host (backup). The same
+per-batch durations feed one ``DurationHistogram`` per direction.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.devices import is_cuda
+from hicache.durations import DurationHistogram, Durations
 from hicache.pools import HostKVPool
 
 
@@ -36,6 +38,9 @@ class TransferStats:
     blocking_waits : times the CPU blocked on a transfer: ``start_loading`` with every ring slot
         in flight, or ``drain`` with a batch still in flight.
     integrity_failures : host pages found corrupt at load-back (0 with ``verify="off"``).
+    h2d_batch_seconds, d2h_batch_seconds : the busy time of each completed batch, a histogram
+        (a load-back / a backup batch: SGLang's ``load_back_duration_seconds`` and
+        ``hicache_backup_duration_seconds``).
     """
 
     h2d_bytes: int
@@ -51,6 +56,8 @@ class TransferStats:
     layer_waits: int
     blocking_waits: int
     integrity_failures: int
+    h2d_batch_seconds: Durations
+    d2h_batch_seconds: Durations
 
 
 class BusyClock:
@@ -61,6 +68,7 @@ class BusyClock:
         self.cuda, self.token_bytes = is_cuda(device), token_bytes
         self.bytes = self.batches = 0
         self._seconds = 0.0
+        self.durations = DurationHistogram()
         self._pending: deque[tuple[torch.cuda.Event, torch.cuda.Event]] = deque()
 
     def begin(self) -> float | torch.cuda.Event:
@@ -76,7 +84,7 @@ class BusyClock:
         self.bytes += tokens * self.token_bytes
         self.batches += 1
         if isinstance(mark, float):
-            self._seconds += time.perf_counter() - mark
+            self._done(time.perf_counter() - mark)
             return
         finish = torch.cuda.Event(enable_timing=True)
         finish.record()
@@ -89,8 +97,12 @@ class BusyClock:
         pending = self._pending
         while pending and pending[0][1].query():
             start, finish = pending.popleft()
-            self._seconds += start.elapsed_time(finish) / 1e3
+            self._done(start.elapsed_time(finish) / 1e3)
         return self._seconds
+
+    def _done(self, seconds: float) -> None:
+        self._seconds += seconds
+        self.durations.observe(seconds)
 
 
 class TransferCounters:
@@ -125,4 +137,6 @@ class TransferCounters:
             layer_waits=layer_waits,
             blocking_waits=self.blocking_waits,
             integrity_failures=integrity_failures,
+            h2d_batch_seconds=self.h2d.durations.snapshot(),
+            d2h_batch_seconds=self.d2h.durations.snapshot(),
         )

@@ -9,11 +9,13 @@ locked ones. The ledger implements ``tier.TierSite``: it is what a lower tier re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from hicache.durations import DurationHistogram
 from hicache.pools import SlotAllocator
 from hicache.radix.events import DEVICE, NodeEvents
 from hicache.radix.node import TreeNode
@@ -36,6 +38,8 @@ class Ledger:
     evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
         by the ledger (tests corrupt them to exercise ``check_invariants``).
     evicted_tokens : device tokens ``evict_leaf`` has freed (a counter, never reset).
+    evictions : the duration of each eviction pass (``evict``, and the cache's own ``evict``
+        that calls ``evict_leaf``), a histogram.
     owners : the ``SlotOwners`` of the device slots nodes hold.
     lower : the tier below the device, or None.
     events : where the device tier's KV events go, or None (events off).
@@ -56,6 +60,7 @@ class Ledger:
         self.evictable_tokens = 0
         self.protected_tokens = 0
         self.evicted_tokens = 0
+        self.evictions = DurationHistogram()
         self.lower: LowerTier | None = None
         self._lower_leaves: LeafSet | None = None
 
@@ -78,8 +83,15 @@ class Ledger:
         return all(child.slots is None for child in node.children.values())
 
     def stats(self) -> DeviceStats:
-        size = None if self.allocator is None else self.allocator.size
-        return DeviceStats(self.evicted_tokens, self.evictable_tokens, self.protected_tokens, size)
+        a = self.allocator
+        return DeviceStats(
+            self.evicted_tokens,
+            self.evictable_tokens,
+            self.protected_tokens,
+            None if a is None else a.size,
+            None if a is None else a.available_size(),
+            self.evictions.snapshot(),
+        )
 
     def nodes(self) -> Iterator[TreeNode]:
         return self.tree.nodes()
@@ -219,6 +231,7 @@ class Ledger:
     def evict(self, num_tokens: int) -> int:
         """Evict leaves in eviction order until at least ``num_tokens`` device tokens are freed
         (or none is left), free their slots in one call, and return the tokens freed."""
+        start = time.perf_counter()
         freed: list[Slots] = []
         if self.lower is None and self.events is None:
             evicted = self._evict_plain(num_tokens, freed)
@@ -227,6 +240,7 @@ class Ledger:
             while evicted < num_tokens and (node := pop()) is not None:
                 evicted += self.evict_leaf(node, freed)
         self.free(freed)
+        self.evictions.observe(time.perf_counter() - start)
         return evicted
 
     def _evict_plain(self, num_tokens: int, freed: list[Slots]) -> int:

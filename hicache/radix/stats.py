@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hicache.controller.stats import TransferStats
+from hicache.durations import EMPTY, Durations
 
 if TYPE_CHECKING:
-    from hicache.backends.guard import StorageStats
+    from hicache.backends.storage_stats import StorageStats
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,17 @@ class DeviceStats:
         or deleted.
     evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes (gauges).
     capacity_tokens : usable device slots of the allocator; None for a pure index.
+    free_tokens : slots the allocator can hand out now (neither cached nor held by a running
+        request); None for a pure index.
+    eviction_seconds : the duration of each eviction pass (``evict``), a histogram.
     """
 
     evicted_tokens: int
     evictable_tokens: int
     protected_tokens: int
     capacity_tokens: int | None
+    free_tokens: int | None = None
+    eviction_seconds: Durations = EMPTY
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,12 @@ class StorageTierStats:
     pending_prefetches, pending_backups : prefetches and node backups in flight (gauges).
     bytes_read, bytes_written, read_seconds, write_seconds : storage traffic and busy time.
     failures : backend calls that failed (errors, exceptions) or were refused by the breaker.
-    breaker_state : ``closed``, ``open`` or ``half_open``.
+    breaker_state : ``closed``, ``open`` or ``half_open`` (``none``: no breaker).
+    breaker_trips : how many times the breaker opened.
+    exists_call_seconds, get_call_seconds, set_call_seconds : histograms of the backend calls'
+        durations (existence queries, reads, writes).
+    used_bytes, capacity_bytes : the store's bytes and cap as of the last write (None: the
+        backend does not say).
     """
 
     backend: str
@@ -121,6 +132,12 @@ class StorageTierStats:
     write_seconds: float
     failures: int
     breaker_state: str
+    breaker_trips: int = 0
+    exists_call_seconds: Durations = EMPTY
+    get_call_seconds: Durations = EMPTY
+    set_call_seconds: Durations = EMPTY
+    used_bytes: int | None = None
+    capacity_bytes: int | None = None
 
     @classmethod
     def of(cls, backend: StorageStats, **tier: int) -> StorageTierStats:
@@ -136,6 +153,12 @@ class StorageTierStats:
             write_seconds=backend.write_seconds,
             failures=backend.failures + backend.refused,
             breaker_state=backend.breaker_state,
+            breaker_trips=backend.breaker_trips,
+            exists_call_seconds=backend.exists_call_seconds,
+            get_call_seconds=backend.get_call_seconds,
+            set_call_seconds=backend.set_call_seconds,
+            used_bytes=backend.used_bytes,
+            capacity_bytes=backend.capacity_bytes,
             **tier,
         )
 

@@ -17,6 +17,7 @@ import torch
 
 from hicache.bench.progress import ProgressBar
 from hicache.controller import WRITE_POLICIES
+from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
 from hicache.replay.config import DTYPES, ReplayConfig
@@ -67,6 +68,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", help="device-tokens=V1,V2,... or host-ratio=V1,V2,...")
     p.add_argument("--out-dir", default="replay_out", help="JSON and PNG (default replay_out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_metrics_flags(p)
     g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
     g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
     g.add_argument("--generate-only", action="store_true", help="write it, do not replay")

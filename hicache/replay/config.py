@@ -9,6 +9,7 @@ import torch
 
 from hicache.checks import check_int
 from hicache.engine.config import check_real
+from hicache.metrics import check_endpoint
 from hicache.radix import HiCacheConfig, RadixCacheConfig
 from hicache.replay.trace import BLOCK_TOKENS
 from hicache.stack import KVStack, build_kv_stack
@@ -28,7 +29,9 @@ class ReplayConfig:
     """One replay. Sizes in tokens; ``host_ratio`` 0 means no host tier (a device-only
     ``RadixCache``), else host slots = ratio x device slots (> 1). ``prefill_tps`` and
     ``decode_step_ms`` are the cost model's compute; ``h2d_gbps``/``d2h_gbps`` its transfer
-    bandwidth (None: measured on these pools before the replay, ``cost.measure_bandwidth``)."""
+    bandwidth (None: measured on these pools before the replay, ``cost.measure_bandwidth``).
+    ``metrics_port``: serve the replayed cache's Prometheus metrics on ``metrics_host`` at this
+    port while it runs (None: no server)."""
 
     device_tokens: int = 1 << 20
     host_ratio: float = 4.0
@@ -50,6 +53,8 @@ class ReplayConfig:
     decode_step_ms: float = 25.0
     h2d_gbps: float | None = None
     d2h_gbps: float | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         for name in ("device_tokens", "page_size", "max_running", "max_prefill_tokens"):
@@ -67,6 +72,8 @@ class ReplayConfig:
                 check_real(name, getattr(self, name), inclusive=False)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.metrics_port is not None:
+            check_endpoint(self.metrics_port, self.metrics_host)
         RadixCacheConfig(self.page_size, self.eviction_policy)
         self.hicache()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache.metrics import serving
 from hicache.radix.stats import CacheStats
 from hicache.replay.config import ReplayConfig
 from hicache.replay.cost import CostModel, measure_bandwidth
@@ -80,10 +81,12 @@ def replay(
     )
     requests = live_requests(trace, cfg.page_size)
     start, interrupted = time.perf_counter(), False
-    try:
-        driver.run(requests, on_record)
-    except KeyboardInterrupt:
-        interrupted = True
+    labels = {"run": f"replay device_tokens={cfg.device_tokens} host_ratio={cfg.host_ratio:g}"}
+    with serving(stack.cache, cfg.metrics_port, cfg.metrics_host, labels):
+        try:
+            driver.run(requests, on_record)
+        except KeyboardInterrupt:
+            interrupted = True
     wall = time.perf_counter() - start
     if not interrupted:
         stack.cache.drain_transfers()  # the last batches land: their busy time counts

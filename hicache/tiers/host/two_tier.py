@@ -4,6 +4,7 @@ the device for a load-back, and the check that no live request holds a lock befo
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import torch
@@ -17,7 +18,9 @@ from hicache.tiers.host.host_tier import HostTier
 
 
 def evict(ledger: Ledger, host: HostTier, num_tokens: int) -> int:
-    """``HiRadixCache.evict`` (contract there): device tokens freed."""
+    """``HiRadixCache.evict`` (contract there): device tokens freed; its duration goes to
+    ``ledger.evictions``."""
+    start = time.perf_counter()
     freed: list[Slots] = []
     evicted = queued = 0
     try:
@@ -36,6 +39,7 @@ def evict(ledger: Ledger, host: HostTier, num_tokens: int) -> int:
             host.drain()
     finally:
         ledger.free(freed)
+        ledger.evictions.observe(time.perf_counter() - start)
     return evicted
 
 
