@@ -2,12 +2,13 @@
 
 A *column* is one ``TILE``-word slice of the rows of one layer buffer: its base address (already
 offset to the slice), row stride and width come from three tables. Program ``p`` owns column
-``col0 + p`` alone, so it may read every source row of its column before writing any target row
-and no other program touches those bytes: overlapping source and target sets are safe.
+``col0 + p`` (phase 0) or a block of its rows (phases 1 and 2).
 
-- ``ONE_CHUNK``: all ``n`` rows (``n <= BLOCK_N``) are loaded into registers, then stored.
-- Otherwise rows go ``BLOCK_N`` at a time into this program's ``[n, TILE]`` slice of ``scratch``,
-  then, after a barrier, from ``scratch`` to the targets.
+- ``PHASE`` 0: all ``n`` rows (``n <= BLOCK_N``) are loaded into registers, then stored; one
+  program per column.
+- Otherwise two launches over (column, ``BLOCK_N`` rows): phase 1 gathers the sources into the
+  column's ``[n, TILE]`` slice of ``scratch``, phase 2 (queued after it on the same stream)
+  scatters them to the targets, so every source is read before any target is written.
 
 The bodies are untyped on purpose (Triton values and ``tl.constexpr``; see ``[tool.mypy]``).
 """
@@ -40,33 +41,27 @@ def move_kernel(
     WORD_TY: tl.constexpr,
     TILE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
+    PHASE: tl.constexpr,
 ):
-    """Move rows ``src[i] -> tgt[i]``, ``i < n``, within column ``col0 + program_id``."""
+    """Rows ``src[i] -> tgt[i]``, ``i < n``, of column ``col0 + program_id(0)``; rows
+    ``program_id(1) * BLOCK_N ...`` of it in the gather (``PHASE`` 1) and scatter (2) phases."""
     pid = tl.program_id(0)
     col = col0 + pid
     base = tl.load(col_ptr + col).to(tl.pointer_type(WORD_TY))
     stride = tl.load(col_stride + col)
     words = tl.arange(0, TILE)
-    in_tile = words < tl.load(col_width + col)
-    rows = tl.arange(0, BLOCK_N)
-    if ONE_CHUNK:
-        ok = rows < n
-        s = tl.load(src + rows, mask=ok, other=0)
-        t = tl.load(tgt + rows, mask=ok, other=0)
-        mask = ok[:, None] & in_tile[None, :]
+    at = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = at < n
+    mask = ok[:, None] & (words < tl.load(col_width + col))[None, :]
+    own = scratch + pid.to(tl.int64) * n * TILE  # this column's [n, TILE] words of scratch
+    if PHASE == 0:  # all n rows in registers: every load before any store
+        s = tl.load(src + at, mask=ok, other=0)
+        t = tl.load(tgt + at, mask=ok, other=0)
         vals = tl.load(base + (s.to(tl.int64)[:, None] * stride + words[None, :]), mask=mask)
         tl.store(base + (t.to(tl.int64)[:, None] * stride + words[None, :]), vals, mask=mask)
-    else:
-        own = scratch + pid.to(tl.int64) * n * TILE  # this program's [n, TILE] words
-        for first in range(0, n, BLOCK_N):
-            at = first + rows
-            ok = at < n
-            s = tl.load(src + at, mask=ok, other=0)
-            _rows_copy(base, s, stride, own, at, TILE, words, ok[:, None] & in_tile[None, :])
-        tl.debug_barrier()  # every source read (and parked) before any target is written
-        for first in range(0, n, BLOCK_N):
-            at = first + rows
-            ok = at < n
-            t = tl.load(tgt + at, mask=ok, other=0)
-            _rows_copy(own, at, TILE, base, t, stride, words, ok[:, None] & in_tile[None, :])
+    elif PHASE == 1:  # gather the sources into scratch
+        s = tl.load(src + at, mask=ok, other=0)
+        _rows_copy(base, s, stride, own, at, TILE, words, mask)
+    else:  # scatter scratch to the targets (launched after every gather of these columns)
+        t = tl.load(tgt + at, mask=ok, other=0)
+        _rows_copy(own, at, TILE, base, t, stride, words, mask)

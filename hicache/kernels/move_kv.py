@@ -1,9 +1,9 @@
 """Move token slots within a pool's row buffers: ``buf[tgt[i]] = old buf[src[i]]`` for every buffer.
 
 :func:`build_move_table` turns the buffers into column tables once per pool;
-:func:`move_rows_triton` moves every buffer of every layer in one launch (several only when the
-scratch of a large move would exceed ``SCRATCH_BYTES``; the columns are then split among
-launches, never the rows, so every source is still read before its column is written);
+:func:`move_rows_triton` moves every buffer of every layer in one launch for up to
+``REGISTER_ROWS`` rows, else in a gather and a scatter launch (per group of columns whose scratch
+fits ``SCRATCH_BYTES``), so every source is read before its column is written;
 :func:`move_rows_native` is the torch path with the same semantics. Both read every source before
 writing any target, so ``src`` and ``tgt`` may overlap; ``tgt`` should hold distinct slots (of
 repeated targets, one source wins, unspecified which).
@@ -87,36 +87,27 @@ def build_move_table(buffers: list[torch.Tensor]) -> MoveTable:
 
 def move_rows_triton(table: MoveTable, tgt: torch.Tensor, src: torch.Tensor) -> None:
     """Move rows ``src -> tgt`` (equally long 1-D int32/int64 tensors of in-range slots on the
-    table's device, checked by the caller) in every column of ``table``; current stream."""
+    table's device, checked by the caller) in every column of ``table``; current stream.
+
+    Up to ``REGISTER_ROWS`` rows: one launch, each program moving one column through registers.
+    More: a gather launch into scratch, then a scatter launch, over (column, row block), per
+    group of columns whose scratch fits ``SCRATCH_BYTES``."""
     n = int(tgt.numel())
     if n == 0:
         return
     word_ty, scratch_dtype = _WORD_TYPES.get(table.word, (tl.int8, torch.int8))
-    one_chunk = n <= REGISTER_ROWS
-    per_launch = table.num_columns
-    scratch = tgt  # unused by a one-chunk move
-    if not one_chunk:
-        column_bytes = n * table.tile * table.word
-        per_launch = max(1, min(per_launch, SCRATCH_BYTES // column_bytes))
-        scratch = torch.empty(per_launch * n * table.tile, dtype=scratch_dtype, device=tgt.device)
-    block = triton.next_power_of_2(n) if one_chunk else BLOCK_ROWS
+    args = (table.col_ptr, table.col_stride, table.col_width, tgt, src, n)
+    consts = {"WORD_TY": word_ty, "TILE": table.tile, "num_warps": NUM_WARPS}
+    if n <= REGISTER_ROWS:
+        grid = (table.num_columns, 1)
+        move_kernel[grid](*args, tgt, 0, BLOCK_N=triton.next_power_of_2(n), PHASE=0, **consts)
+        return
+    per_launch = max(1, min(table.num_columns, SCRATCH_BYTES // (n * table.tile * table.word)))
+    scratch = torch.empty(per_launch * n * table.tile, dtype=scratch_dtype, device=tgt.device)
     for col0 in range(0, table.num_columns, per_launch):
-        grid = (min(per_launch, table.num_columns - col0),)
-        move_kernel[grid](
-            table.col_ptr,
-            table.col_stride,
-            table.col_width,
-            tgt,
-            src,
-            n,
-            scratch,
-            col0,
-            WORD_TY=word_ty,
-            TILE=table.tile,
-            BLOCK_N=block,
-            ONE_CHUNK=one_chunk,
-            num_warps=NUM_WARPS,
-        )
+        grid = (min(per_launch, table.num_columns - col0), triton.cdiv(n, BLOCK_ROWS))
+        for phase in (1, 2):
+            move_kernel[grid](*args, scratch, col0, BLOCK_N=BLOCK_ROWS, PHASE=phase, **consts)
 
 
 def move_rows_native(buffers: list[torch.Tensor], tgt: torch.Tensor, src: torch.Tensor) -> None:
