@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+import psutil
 import torch
 from _common import ARENA_PINNING, MIB, parse_sizes
 from _kv_buffers import Shape
@@ -20,6 +22,7 @@ DEFAULT_GRID = (
 )
 FULL_ITEMS = (512, 1024, 2048, 4096, 8192, 16384)
 FULL_TOKENS = (1024, 4096, 16384, 65536)
+MEMORY_SHARE = 0.6  # of the available RAM the arenas may take
 PRIORITY = (2048, 1024, 4096, 16384, 8192, 512)  # run order when the budget is tight
 
 
@@ -38,13 +41,13 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     ap.add_argument("--items", type=parse_sizes, help="item bytes, e.g. 512,1K,2K,4K,16K")
     ap.add_argument("--page-sizes", type=_ints, help="e.g. 1,64")
     ap.add_argument("--tokens", type=parse_sizes, help="tokens per transfer, e.g. 1K,16K,64K")
-    ap.add_argument("--layers", type=int, help="layers (default 32; 4 for --quick on CPU)")
+    ap.add_argument("--layers", type=int, help="layers (default 32 on CUDA, 4 on CPU)")
     ap.add_argument("--pool-factor", type=int, default=2, help="pool slots per moved token")
     ap.add_argument(
         "--large-pool-factor",
         type=int,
-        default=8,
-        help="per-layer kernel loads again on pools this many times the transfer (0: off)",
+        help="per-layer kernel loads again on pools this many times the transfer "
+        "(0: off; default 8 on CUDA, 0 on CPU)",
     )
     ap.add_argument(
         "--order", choices=["sorted", "random"], default="sorted", help="pair issue order"
@@ -81,7 +84,9 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
 def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
     """The configurations, highest priority first."""
     cpu = device.type == "cpu"
-    layers = args.layers or (4 if args.quick and cpu else 32)
+    layers = args.layers or (4 if cpu else 32)
+    if args.large_pool_factor is None:
+        args.large_pool_factor = 0 if cpu else 8
     if args.quick:
         pairs = [(i, t) for i in ([512, 2048] if cpu else [2048]) for t in [256 if cpu else 4096]]
     elif args.full:
@@ -103,3 +108,28 @@ def build_grid(args: argparse.Namespace, device: torch.device) -> list[Shape]:
     ]
     rank = {item: r for r, item in enumerate(PRIORITY)}
     return sorted(shapes, key=lambda s: (rank.get(s.item, len(PRIORITY)), -s.tokens))
+
+
+def host_bytes(shapes: list[Shape], device: torch.device, d2d: bool) -> int:
+    """Host RAM the arenas of ``shapes`` take (``_kv_buffers.Arenas``): the host arena, and on
+    the CPU the "device" arenas too."""
+    if not shapes:
+        return 0
+    far, near = max(s.far_bytes for s in shapes), max(s.near_bytes for s in shapes)
+    return far + (near + far * d2d if device.type == "cpu" else 0)
+
+
+def fit_memory(shapes: list[Shape], need: Callable[[list[Shape]], int]) -> list[Shape]:
+    """The longest highest-priority prefix of ``shapes`` whose arenas, ``need(prefix)`` bytes of
+    RAM, fit in ``MEMORY_SHARE`` of the RAM available now; SystemExit when not even the first
+    configuration does."""
+    budget = int(psutil.virtual_memory().available * MEMORY_SHARE)
+    kept = list(shapes)
+    while kept and need(kept) > budget:
+        kept.pop()
+    if not kept:
+        raise SystemExit(
+            f"the first configuration needs {need(shapes[:1]) / 2**30:.1f} GiB of RAM, "
+            f"{budget / 2**30:.1f} GiB usable: lower --layers, --tokens or --items"
+        )
+    return kept

@@ -40,7 +40,7 @@ from _common import (
 )
 from _kv_buffers import Arenas, Pools, Shape
 from _report import Row, judge, render_rows, render_sm_cost, render_targets, target_summary
-from _transfer_args import build_grid, parse_args
+from _transfer_args import build_grid, fit_memory, host_bytes, parse_args
 from _transfer_cases import SPECS, OpSpec, bind, direct_tokens, spec
 from _wire_cases import auto_choice, judge_auto, large_pool_shape, large_pool_specs
 from bench_sm_cost import DIRECT_TRANSFERS, NO_KNOBS, sm_cost
@@ -269,6 +269,12 @@ class Runner:
                 self.measure(row, self._concurrent(fns), "both")
 
 
+def _arena_bytes(shapes: list[Shape], args: argparse.Namespace, device: torch.device) -> int:
+    """Host RAM of the arenas ``Runner`` allocates for ``shapes`` (their large pools too)."""
+    big = [b for s in shapes if (b := large_pool_shape(s, args.large_pool_factor))]
+    return host_bytes(shapes + big, device, "d2d" in args.sections)
+
+
 def run(args: argparse.Namespace) -> dict:
     device = pick_device(args.device)
     if device.type == "cuda":  # as the controller's transfer streams: the engine batch call
@@ -276,19 +282,22 @@ def run(args: argparse.Namespace) -> dict:
     shapes = build_grid(args, device)
     if not shapes:
         raise SystemExit("empty grid: check --items/--tokens/--page-sizes/--max-layer-mib")
-    runner = Runner(args, device, shapes)
     sections = set(args.sections.split(","))
     if not sections <= SECTIONS:
         raise SystemExit(f"--sections: unknown {sorted(sections - SECTIONS)}; use {SECTIONS}")
+    fitting = fit_memory(shapes, lambda kept: _arena_bytes(kept, args, device))
+    if len(fitting) < len(shapes):
+        log(f"{len(shapes) - len(fitting)} of {len(shapes)} configs left out: RAM available")
+    runner = Runner(args, device, fitting)
     sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in runner.arenas.nbytes.items())
     log(f"[{time.monotonic() - START:5.1f}s] {len(shapes)} configs; arenas: {sizes}")
     sm: list[dict] = []
     if "sm" in sections:
-        sm = runner.sm_cost(shapes)
-    for shape in shapes:
+        sm = runner.sm_cost(fitting)
+    for shape in fitting:
         if "bidir" in sections and shape.item in args.bidir_items:
             runner.run_bidir(shape)
-    for shape in shapes:
+    for shape in fitting:
         log(
             f"[{time.monotonic() - START:5.1f}s] item={shape.item} page={shape.page_size} "
             f"tokens={shape.tokens}"
@@ -306,7 +315,8 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def report(args: argparse.Namespace, result: dict) -> None:
+def report(args: argparse.Namespace, result: dict) -> int:
+    """Print the tables and write the JSON; the number of distinct errors."""
     rows: list[Row] = result["rows"]
     summary = target_summary(rows, result["sm_cost"])
     doc = {
@@ -344,15 +354,18 @@ def report(args: argparse.Namespace, result: dict) -> None:
     print(render_rows(rows))
     if result["sm_cost"]:
         print("\n" + render_sm_cost(result["sm_cost"]))
-    if result["device"]["device"] == "cpu":
+    on_gpu = result["device"]["device"] != "cpu"
+    if not on_gpu:
         print("\n(CPU smoke run: reference ops vs a CPU copy; the targets are for the H200)")
-    print("\n" + render_targets(summary))
+    print("\n" + render_targets(summary, judged=on_gpu))
+    return len(errors)
 
 
-def main() -> None:
+def main() -> int:
+    """Exit status 1 when an op failed (an error above); a missed speed target is not one."""
     args = parse_args(__doc__.split("\n")[0])
-    report(args, run(args))
+    return 1 if report(args, run(args)) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

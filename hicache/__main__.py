@@ -7,6 +7,7 @@ Bad arguments exit with status 2 and one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from typing import Any, NoReturn
@@ -26,6 +27,17 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default, except where there is none to show (None, a flag's
+    False) or the help text already names it (a default that depends on the device)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def plain(text: str) -> str:
     """``text`` without reST's double backticks, for --help."""
     return text.replace("``", "")
@@ -36,7 +48,7 @@ def add_log_level(p: argparse.ArgumentParser) -> None:
         "--log-level",
         choices=LOG_LEVELS,
         default="warning",
-        help="what goes to stderr besides the report (default: %(default)s; info: each phase)",
+        help="what goes to stderr besides the report (info: each phase)",
     )
 
 
@@ -179,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     bench = sub.add_parser(
         "bench",
+        formatter_class=HelpFormatter,
         help="multi-turn chat: device-only vs host tier",
         description="A multi-turn chat workload run twice: device-only radix cache, then with "
         "the host tier. Options left unset take the CPU or CUDA preset of --device "
@@ -187,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_options(bench)
     replay = sub.add_parser(
         "replay",
+        formatter_class=HelpFormatter,
         help="replay a request trace (Mooncake JSONL) through the real cache tiers",
         description="Replay a Mooncake-format trace through HiRadixCache and its real pools: "
         "per-tier hit rates, bytes moved, evictions (measured) and TTFT/throughput on a "
@@ -202,17 +216,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_extras(args: argparse.Namespace) -> None:
+    """Raise ImportError naming the extra an option needs when it is not installed."""
+    if args.storage == "mooncake" and importlib.util.find_spec("mooncake") is None:
+        raise ImportError(
+            "--storage mooncake needs Mooncake Store: pip install 'hicache[mooncake]' "
+            "(and apt-get install libibverbs1)"
+        )
+
+
 def _bench(args: argparse.Namespace) -> int:
     from hicache.bench import BenchConfig, run_bench, run_storage_bench
     from hicache.bench.tp_run import TPMismatch
     from hicache.tp import RankFailed
 
     try:
+        _check_extras(args)
         cfg = BenchConfig.from_args(vars(args))
         logging.getLogger("hicache.bench").info("config: %s", cfg.to_dict())
         run = run_bench if cfg.storage is None else run_storage_bench
         run(cfg, progress=not args.no_progress)
-    except (ValueError, TypeError, OSError) as err:
+    except (ValueError, TypeError, OSError, ImportError) as err:  # ImportError: a missing extra
         sys.stderr.write(f"hicache bench: error: {err}\n")
         return 2
     except (TPMismatch, RankFailed) as err:

@@ -133,11 +133,19 @@ def check_pair(model: str, layout: str, label: str, args: argparse.Namespace, de
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="hicache selfcheck", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="hicache selfcheck",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--tokens", type=int, default=4096, help="device pool size in tokens")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--layers", type=int, default=4, help="KV layers of every pool")
+    parser.add_argument("--page-size", type=int, default=16, help="tokens per page")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="the device pool's device (cuda when available)",
+    )
     args = parser.parse_args(argv)
     for name in ("tokens", "layers", "page_size"):
         if getattr(args, name) < 1:

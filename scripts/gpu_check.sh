@@ -3,6 +3,10 @@
 # transfer benchmark, the stress harness and the main job. Logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+  echo "gpu_check.sh: no CUDA device here (nvidia-smi missing or torch.cuda.is_available() is False); on a CPU machine run: bash scripts/test.sh" >&2
+  exit 2
+fi
 OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

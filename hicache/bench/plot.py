@@ -150,14 +150,13 @@ def plot_rounds(path: str | Path, results: Mapping[str, Any], title: str = "") -
     plt = pyplot()
     if plt is None:
         return MISSING
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), layout="constrained")
     _hit_per_round(axes[0][0], results)
     _ttft_cdf(axes[0][1], results)
     _tokens_by_source(axes[1][0], results)
     _bytes_moved(axes[1][1], results)
     if title:
         fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=10)
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None

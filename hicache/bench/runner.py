@@ -25,6 +25,7 @@ from hicache.metrics import serving
 from hicache.model import TinyTransformer, TPShard
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
+OUTPUTS = ("results.json", "rounds.png")  # what a run writes to --out-dir
 
 
 def run_mode(
@@ -111,14 +112,17 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
 
 
 def prepare_out_dir(cfg: BenchConfig) -> Path:
-    """``cfg.out_dir``, created; ``ValueError`` when it cannot be or the pools do not fit in
-    memory (``check_memory``)."""
+    """``cfg.out_dir``, created, without an earlier run's ``OUTPUTS`` (a storage run writes no
+    PNG; a run without matplotlib neither); ``ValueError`` when it cannot be created or the
+    pools do not fit in memory (``check_memory``)."""
     out_dir = Path(cfg.out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"--out-dir {cfg.out_dir}: cannot create it ({err.strerror})") from err
     cfg.check_memory()
+    for name in OUTPUTS:
+        (out_dir / name).unlink(missing_ok=True)
     return out_dir
 
 

@@ -77,7 +77,7 @@ GB/s: bytes / busy time of the storage calls (the backend's I/O threads)."""
 def run_storage_bench(
     cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
 ) -> dict[str, Any]:
-    """Run the phases, print the table last, write ``results.json`` to ``out_dir``.
+    """Run the phases, print the table then the comparison, write ``results.json`` to ``out_dir``.
 
     ``ValueError`` (before any work) when ``cfg.storage`` is None, ``out_dir`` cannot be
     created or the pools do not fit in memory.
@@ -95,11 +95,11 @@ def run_storage_bench(
     (out_dir / "results.json").write_text(json.dumps(finite(results), indent=2, allow_nan=False))
     summaries = {p: results[p]["summary"] for p in PHASES}
     out.write(headline(cfg, results["device"]) + f"; storage {cfg.storage}\n\n")
+    out.write(format_table(summaries, STORAGE_ROWS, STORAGE_NOTES) + "\n\n")
     out.write(format_warm(summaries["cold"], summaries["warm-storage"]) + "\n")
     if cfg.tp > 1:
         out.write(f"TP: {cfg.tp} ranks; every rank saw these hit rates (per tier, per round)\n")
-    out.write(f"results: {out_dir / 'results.json'}\n\n")
-    out.write(format_table(summaries, STORAGE_ROWS, STORAGE_NOTES) + "\n")
+    out.write(f"results: {out_dir / 'results.json'}\n")
     return results
 
 

@@ -36,7 +36,6 @@ import torch
 
 from hicache import env
 from hicache.checks import check_int
-from hicache.kernels.checksum_launch import launch_checksums
 from hicache.kernels.checksum_reference import (
     A1,
     A2,
@@ -144,6 +143,25 @@ def _backend(geo: PageGeometry, backend: str | None, max_programs: object) -> st
     if backend not in (None, "reference", "triton"):
         raise ValueError(f"backend must be None, 'reference' or 'triton', got {backend!r}")
     return backend or ("triton" if geo.device.type == "cuda" else "reference")
+
+
+def launch_checksums(
+    geo: PageGeometry,
+    layers: Sequence[Sequence[torch.Tensor]],
+    indices: torch.Tensor,
+    page_size: int,
+    store: torch.Tensor,
+    rows: torch.Tensor,
+    flags: torch.Tensor | None,
+    max_programs: int,
+) -> None:
+    """:func:`hicache.kernels.checksum_launch.launch_checksums`, imported on the first launch
+    (it imports Triton, which ``import hicache`` must not)."""
+    from hicache.kernels import checksum_launch
+
+    checksum_launch.launch_checksums(
+        geo, layers, indices, page_size, store, rows, flags, max_programs
+    )
 
 
 def page_checksums(

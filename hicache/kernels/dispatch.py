@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 from hicache import env
-from hicache.kernels import reference, triton_ops
+from hicache.kernels import reference
 from hicache.kernels.layouts import CopyPlan
 from hicache.kernels.validate import check_launch
 
@@ -57,4 +57,6 @@ def run(plan: CopyPlan, block_quota: int, num_warps_per_block: int) -> None:
     if backend_for(plan) == "reference":
         reference.run(plan)
     else:
+        from hicache.kernels import triton_ops  # imports Triton: only when it runs
+
         triton_ops.launch(plan, block_quota, num_warps_per_block)

@@ -32,11 +32,9 @@ import contextlib
 from typing import Any
 
 import torch
-import triton
 
 from hicache import env
 from hicache.kernels.dispatch import forced_backend
-from hicache.kernels.fp4_kernel import fp4_dequantize_kernel, fp4_quantize_kernel
 from hicache.kernels.fp4_reference import BLOCK, dequantize_reference, quantize_reference
 
 __all__ = ["FLOAT_DTYPES", "dequantize_fp4", "quantize_fp4"]
@@ -67,10 +65,14 @@ def _check_tensor(name: str, t: Any, dtypes: tuple[torch.dtype, ...], multiple: 
         )
 
 
-def _launch(kernel: Any, n_blocks: int, device: torch.device, *tensors: torch.Tensor) -> None:
+def _launch(name: str, n_blocks: int, device: torch.device, *tensors: torch.Tensor) -> None:
+    """Run ``fp4_kernel``'s kernel ``name`` (imported here: only a launch needs Triton)."""
+    from hicache.kernels import fp4_kernel
+
     if n_blocks == 0:
         return
-    grid = (triton.cdiv(n_blocks, TILE),)
+    kernel: Any = getattr(fp4_kernel, name)
+    grid = (-(-n_blocks // TILE),)
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         kernel[grid](*tensors, n_blocks, TILE=TILE, num_warps=4)
 
@@ -94,7 +96,7 @@ def quantize_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     src = x.contiguous()
     packed = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=torch.uint8, device=x.device)
     scales = torch.empty((*x.shape[:-1], x.shape[-1] // BLOCK), dtype=torch.uint8, device=x.device)
-    _launch(fp4_quantize_kernel, scales.numel(), x.device, src, packed, scales)
+    _launch("fp4_quantize_kernel", scales.numel(), x.device, src, packed, scales)
     return packed, scales
 
 
@@ -127,5 +129,5 @@ def dequantize_fp4(
     device = packed.device
     out = torch.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=dtype, device=device)
     src = (packed.contiguous(), scales.contiguous())
-    _launch(fp4_dequantize_kernel, scales.numel(), device, *src, out)
+    _launch("fp4_dequantize_kernel", scales.numel(), device, *src, out)
     return out

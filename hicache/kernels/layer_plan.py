@@ -19,13 +19,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
-from hicache.kernels import dispatch, plans, triton_ops
+from hicache.kernels import dispatch, plans
 from hicache.kernels import validate as check
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.ops import DEFAULT_NUM_WARPS
+
+if TYPE_CHECKING:  # at run time imported where a launch is prepared: it imports Triton
+    from hicache.kernels import triton_ops
 
 Tensor = torch.Tensor
 Named = dict[str, Tensor]
@@ -95,6 +99,8 @@ class LayerPlan:
 
     def new_launcher(self) -> triton_ops.Launcher:
         """The Triton launch of every layer, prepared from scratch."""
+        from hicache.kernels import triton_ops
+
         layers = [self.addresses(layer) for layer in range(self.num_layers)]
         prepared = triton_ops.prepare(
             self.template, layers, self.block_quota, self.num_warps_per_block
@@ -164,6 +170,8 @@ class LayerPlanner:
             launcher = plan.new_launcher()
             self._prepared = launcher.prepared
             return launcher
+        from hicache.kernels import triton_ops
+
         return triton_ops.Launcher(plan.template, self._prepared)
 
 

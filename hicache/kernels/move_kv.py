@@ -14,17 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
-
-from hicache.kernels.move_kernel import move_kernel
 
 TILE_BYTES = 512  # bytes of a column (one program's slice of a row)
 REGISTER_ROWS = 128  # moves of up to this many rows stay in registers (no scratch)
 BLOCK_ROWS = 32  # rows per step of a scratch move
 SCRATCH_BYTES = 256 << 20  # bound on one launch's scratch
 NUM_WARPS = 4
-_WORD_TYPES = {8: (tl.int64, torch.int64), 4: (tl.int32, torch.int32), 2: (tl.int16, torch.int16)}
+_SCRATCH_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+
+def _next_power_of_2(n: int) -> int:
+    """The least power of two >= ``n`` (``n >= 1``), as ``triton.next_power_of_2``."""
+    return 1 << (n - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def build_move_table(buffers: list[torch.Tensor]) -> MoveTable:
         raise ValueError("buffers must be a non-empty list of contiguous tensors")
     word = _word(buffers)
     rows = [_row_bytes(b) // word for b in buffers]
-    tile = min(TILE_BYTES // word, triton.next_power_of_2(max(rows)))
+    tile = min(TILE_BYTES // word, _next_power_of_2(max(rows)))
     ptr, stride, width = [], [], []
     for buf, row in zip(buffers, rows, strict=True):
         for first in range(0, row, tile):
@@ -92,20 +93,25 @@ def move_rows_triton(table: MoveTable, tgt: torch.Tensor, src: torch.Tensor) -> 
     Up to ``REGISTER_ROWS`` rows: one launch, each program moving one column through registers.
     More: a gather launch into scratch, then a scatter launch, over (column, row block), per
     group of columns whose scratch fits ``SCRATCH_BYTES``."""
+    import triton.language as tl  # here, not at import: `import hicache` stays free of Triton
+
+    from hicache.kernels.move_kernel import move_kernel
+
     n = int(tgt.numel())
     if n == 0:
         return
-    word_ty, scratch_dtype = _WORD_TYPES.get(table.word, (tl.int8, torch.int8))
+    word_ty = getattr(tl, f"int{table.word * 8}")
     args = (table.col_ptr, table.col_stride, table.col_width, tgt, src, n)
     consts = {"WORD_TY": word_ty, "TILE": table.tile, "num_warps": NUM_WARPS}
     if n <= REGISTER_ROWS:
         grid = (table.num_columns, 1)
-        move_kernel[grid](*args, tgt, 0, BLOCK_N=triton.next_power_of_2(n), PHASE=0, **consts)
+        move_kernel[grid](*args, tgt, 0, BLOCK_N=_next_power_of_2(n), PHASE=0, **consts)
         return
     per_launch = max(1, min(table.num_columns, SCRATCH_BYTES // (n * table.tile * table.word)))
+    scratch_dtype = _SCRATCH_DTYPES.get(table.word, torch.int8)
     scratch = torch.empty(per_launch * n * table.tile, dtype=scratch_dtype, device=tgt.device)
     for col0 in range(0, table.num_columns, per_launch):
-        grid = (min(per_launch, table.num_columns - col0), triton.cdiv(n, BLOCK_ROWS))
+        grid = (min(per_launch, table.num_columns - col0), -(-n // BLOCK_ROWS))
         for phase in (1, 2):
             move_kernel[grid](*args, scratch, col0, BLOCK_N=BLOCK_ROWS, PHASE=phase, **consts)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,7 +19,7 @@ from hicache.controller import WRITE_POLICIES
 from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
-from hicache.replay.config import DTYPES, ReplayConfig
+from hicache.replay.config import DTYPES, GEOMETRY, ReplayConfig
 from hicache.replay.generate import GenerateSpec, generate_trace
 from hicache.replay.plot import plot_replay, plot_sweep
 from hicache.replay.report import format_summary, summarize
@@ -29,59 +28,88 @@ from hicache.replay.sweep import parse_sweep, sweep_configs
 from hicache.replay.trace import BLOCK_TOKENS, Trace, read_trace, write_trace
 
 _INTS = {
-    "device-tokens": "device KV pool size in tokens (default 1048576)",
-    "page-size": "tokens per page (default 16)",
-    "max-running": "requests admitted at once (default 16)",
-    "max-prefill-tokens": "prompt tokens per iteration (default 8192)",
-    "layers": "KV layers (default: 1 on cpu, 32 on cuda)",
-    "kv-heads": "KV heads (default: 1 on cpu, 8 on cuda)",
-    "head-dim": "head dim (default: 4 on cpu, 128 on cuda)",
-    "load-back-threshold": "shortest host hit worth loading, tokens (default 10)",
+    "device-tokens": "device KV pool size in tokens",
+    "page-size": "tokens per page",
+    "max-running": "requests admitted at once",
+    "max-prefill-tokens": "prompt tokens per iteration",
+    "layers": "KV layers",
+    "kv-heads": "KV heads",
+    "head-dim": "head dim",
+    "load-back-threshold": "shortest host hit worth loading, tokens",
     "threads": "torch CPU threads (default 1 on cpu: more spin against each other on small "
     "shared machines and run many times slower)",
 }
 _FLOATS = {
-    "host-ratio": "host pool / device pool (> 1; 0: no host tier; default 4)",
-    "prefill-tps": "modelled prefill tokens/s (default 20000)",
-    "decode-step-ms": "modelled decode iteration time (default 25)",
-    "h2d-gbps": "host->device GB/s for the clock (default: measured on these pools)",
-    "d2h-gbps": "device->host GB/s for the clock (default: measured on these pools)",
+    "host-ratio": "host pool / device pool (> 1; 0: no host tier)",
+    "prefill-tps": "modelled prefill tokens/s",
+    "decode-step-ms": "modelled decode iteration time",
+    "h2d-gbps": "host->device GB/s for the clock",
+    "d2h-gbps": "device->host GB/s for the clock",
 }
-_GENERATE = {f.name for f in fields(GenerateSpec)} - {"block_tokens"}
+_CHOICES = {  # flag: (ReplayConfig field, choices, help)
+    "dtype": ("dtype", sorted(DTYPES), "KV dtype"),
+    "policy": ("eviction_policy", sorted(EVICTION_POLICIES), "eviction order of the tree"),
+    "write-policy": ("write_policy", list(WRITE_POLICIES), "when device KV is copied to host"),
+    "io-backend": ("io_backend", list(IO_BACKENDS), "how host<->device copies run"),
+    "mem-layout": ("mem_layout", list(LAYOUTS), "host pool layout"),
+}
+GENERATE_OPTIONS = {  # GenerateSpec field: help (hicache.replay.generate's module docstring)
+    "sessions": "conversations",
+    "turns": "turns per conversation",
+    "system_prompts": "distinct system prompts, one per session picked uniformly",
+    "system_tokens": "tokens of each system prompt",
+    "docs": "distinct documents, one per session picked by popularity (0: none)",
+    "doc_tokens": "tokens of each document",
+    "zipf": "Zipf exponent of document popularity",
+    "turn_tokens": "new user tokens per turn",
+    "output_tokens": "generated tokens per turn",
+    "session_rate": "conversation starts per second, Poisson (0: all at time 0)",
+    "turn_gap_s": "turn r arrives r * turn_gap_s seconds after its conversation starts",
+    "seed": "RNG seed",
+}
+_DEFAULTS = ReplayConfig()
+
+
+def _default(flag: str) -> str:
+    """`` (default ...)`` of ReplayConfig field ``flag``: per device for the KV geometry."""
+    name = flag.replace("-", "_")
+    if name in GEOMETRY["cpu"]:
+        return f" (default: {GEOMETRY['cpu'][name]} on cpu, {GEOMETRY['cuda'][name]} on cuda)"
+    value = getattr(_DEFAULTS, name, None)
+    return " (default: measured on these pools)" if value is None else f" (default {value})"
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", nargs="?", help="Mooncake-format JSONL trace")
-    for name, help_ in _INTS.items():
-        p.add_argument(f"--{name}", type=int, help=help_)
-    for name, help_ in _FLOATS.items():
-        p.add_argument(f"--{name}", type=float, help=help_)
+    for kind, options in ((int, _INTS), (float, _FLOATS)):
+        for name, help_ in options.items():
+            text = help_ if "default" in help_ else help_ + _default(name)
+            p.add_argument(f"--{name}", type=kind, help=text)
     p.add_argument("--block-tokens", type=int, default=BLOCK_TOKENS, help="tokens per hash id")
     p.add_argument("--device", help="cpu (default) or cuda[:N]")
-    p.add_argument("--dtype", choices=sorted(DTYPES))
-    p.add_argument("--policy", dest="eviction_policy", choices=sorted(EVICTION_POLICIES))
-    p.add_argument("--write-policy", choices=WRITE_POLICIES)
-    p.add_argument("--io-backend", choices=IO_BACKENDS)
-    p.add_argument("--mem-layout", choices=LAYOUTS)
+    for flag, (dest, names, help_) in _CHOICES.items():
+        p.add_argument(f"--{flag}", dest=dest, choices=names, help=help_ + _default(dest))
     p.add_argument("--skip-bad", action="store_true", help="skip (and count) bad trace lines")
-    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--limit", type=int, help="replay only the first N requests (default: all)")
     p.add_argument("--sweep", help="device-tokens=V1,V2,... or host-ratio=V1,V2,...")
-    p.add_argument("--out-dir", default="replay_out", help="JSON and PNG (default replay_out)")
+    p.add_argument("--out-dir", default="replay_out", help="where the JSON and PNG go")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_metrics_flags(p)
     g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
     g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
     g.add_argument("--generate-only", action="store_true", help="write it, do not replay")
-    for name in sorted(_GENERATE):
-        kind = type(getattr(GenerateSpec(), name))
-        g.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"generator {name}")
+    spec = GenerateSpec()
+    for name, help_ in GENERATE_OPTIONS.items():
+        default = getattr(spec, name)
+        flag = f"--{name.replace('_', '-')}"
+        g.add_argument(flag, type=type(default), default=default, help=help_)
 
 
 def _trace(args: argparse.Namespace) -> Trace:
     if args.generate:
         if args.trace:
             raise ValueError("give a TRACE or --generate OUT, not both")
-        given = {k: getattr(args, k) for k in _GENERATE if getattr(args, k) is not None}
+        given = {k: getattr(args, k) for k in GENERATE_OPTIONS if getattr(args, k) is not None}
         spec = GenerateSpec(**given, block_tokens=args.block_tokens)
         write_trace(args.generate, generate_trace(spec))
         args.trace = args.generate

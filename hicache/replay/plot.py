@@ -46,7 +46,7 @@ def plot_replay(path: Path, records: Sequence[Record], title: str) -> str | None
     if not any(r.error is None for r in records):
         return "no finished request: no PNG written"
     centres, tiers = _per_bin(records)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     left.stackplot(
         centres,
         tiers["device"],
@@ -74,7 +74,6 @@ def plot_replay(path: Path, records: Sequence[Record], title: str) -> str | None
     )
     right.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
@@ -88,7 +87,7 @@ def plot_sweep(
     if plt is None:
         return MISSING
     rates = {k: [s["hit_rate"][k] for s in summaries] for k in ("device", "host", "total")}
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.plot(values, rates["device"], "o-", label="device (L1)")
     ax.plot(values, rates["host"], "s-", label="host (L2)")
     ax.plot(values, rates["total"], "^-", label="total")
@@ -105,7 +104,6 @@ def plot_sweep(
     ax.set_xticks(list(values), [f"{v:,.0f}" if v == int(v) else f"{v:g}" for v in values])
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None

@@ -24,7 +24,8 @@ import time
 
 import torch
 
-from hicache.__main__ import add_log_level, plain, setup_logging
+from hicache.__main__ import HelpFormatter as DefaultsFormatter
+from hicache.__main__ import OneLineParser, add_log_level, plain, setup_logging
 from hicache.bench.progress import ProgressBar
 from hicache.stress.config import StressConfig
 from hicache.stress.runner import Report, matrix, run
@@ -32,15 +33,19 @@ from hicache.stress.runner import Report, matrix, run
 log = logging.getLogger("hicache.stress")
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
+    """The module docstring as written, and every option's default."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
         prog="python -m hicache.stress",
         description=plain(__doc__ or ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--ops", type=int, default=2000, help="random ops per scenario")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--page-sizes", type=int, nargs="+", default=[1, 64])
+    p.add_argument("--ops", type=int, default=2000, help="random ops per scenario (>= 1)")
+    p.add_argument("--seed", type=int, default=0, help="base seed; each scenario derives its own")
+    p.add_argument("--page-sizes", type=int, nargs="+", default=[1, 64], help="page sizes to run")
     p.add_argument(
         "--full",
         action="store_true",
@@ -50,7 +55,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--faults",
         type=float,
         default=0.0,
-        help="rate of injected faults (allocator short, transfer failing)",
+        help="rate in [0, 1) of injected faults (allocator short, transfer failing)",
     )
     p.add_argument(
         "--full-every",
@@ -59,12 +64,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="ops between full checks (each op's changes are always checked)",
     )
     p.add_argument("--device", default="cpu", help="device pool device: cpu or cuda")
-    p.add_argument("--only", default="", help="run scenarios whose label contains this")
+    p.add_argument(
+        "--only", default="", help="run scenarios whose label contains this (default: all)"
+    )
     p.add_argument(
         "--max-seconds",
         type=float,
         default=None,
-        help="wall-clock budget, split evenly over the scenarios (each stops early)",
+        help="wall-clock budget, split evenly over the scenarios (each stops early; default: none)",
     )
     p.add_argument(
         "--progress",
@@ -73,7 +80,54 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="progress on stderr (default: when stderr is a terminal)",
     )
     add_log_level(p)
-    return p.parse_args(argv)
+    return p
+
+
+def _bad_value(args: argparse.Namespace) -> str | None:
+    """What is wrong with the numbers or the device, in ``argument --flag: ...`` form."""
+    bounds = [
+        ("--ops", args.ops, args.ops >= 1, ">= 1"),
+        ("--full-every", args.full_every, args.full_every >= 1, ">= 1"),
+        ("--faults", args.faults, 0 <= args.faults < 1, "in [0, 1)"),
+        (
+            "--max-seconds",
+            args.max_seconds,
+            args.max_seconds is None or args.max_seconds > 0,
+            "> 0",
+        ),
+    ]
+    for flag, value, ok, allowed in bounds:
+        if not ok:
+            return f"argument {flag}: must be {allowed}, got {value}"
+    try:
+        torch.device(args.device)
+    except RuntimeError:
+        return f"argument --device: not a device (e.g. cpu, cuda:0), got {args.device!r}"
+    return None
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[StressConfig]]:
+    """The arguments and the scenarios they select; a bad value exits 2 with one line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    problem = _bad_value(args)
+    if problem is not None:
+        p.error(problem)
+    base = StressConfig(
+        ops=args.ops,
+        seed=args.seed,
+        p_alloc_none=args.faults,
+        p_transfer_fail=args.faults,
+        full_every=args.full_every,
+        device=args.device,
+    )
+    try:
+        configs = [c for c in matrix(base, args.page_sizes, args.full) if args.only in c.label()]
+    except (TypeError, ValueError) as err:
+        p.error(f"argument --page-sizes: {err}")
+    if not configs:
+        p.error(f"argument --only: no scenario label contains {args.only!r}")
+    return args, configs
 
 
 def _scenario(cfg: StressConfig, share: float | None, bar_label: str | None) -> Report:
@@ -93,20 +147,12 @@ def _scenario(cfg: StressConfig, share: float | None, bar_label: str | None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args, configs = parse(argv)
     setup_logging(args.log_level)
     # Every tensor here is tiny: torch's intra-op threads only add wake-up latency (on a loaded
     # 2-core machine, ~16 ms per parallel op, a 10x slowdown of the whole run).
     torch.set_num_threads(1)
-    base = StressConfig(
-        ops=args.ops,
-        seed=args.seed,
-        p_alloc_none=args.faults,
-        p_transfer_fail=args.faults,
-        full_every=args.full_every,
-        device=args.device,
-    )
-    configs = [c for c in matrix(base, args.page_sizes, args.full) if args.only in c.label()]
+    print(f"{len(configs)} scenarios, {args.ops} ops each", flush=True)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     start, ops, failed = time.perf_counter(), 0, 0
     share = None if args.max_seconds is None else args.max_seconds / max(len(configs), 1)

@@ -56,7 +56,9 @@ def test_tiny_storage_bench_serves_phase_two_from_storage(tmp_path: Path) -> Non
         {**TINY_STORAGE, "out_dir": str(tmp_path), "storage_dir": str(store)}
     )
     out = io.StringIO()
+    (tmp_path / "rounds.png").write_bytes(b"an earlier run's plot")
     results = run_storage_bench(cfg, progress=False, out=out)
+    assert not (tmp_path / "rounds.png").exists(), "a stale plot beside the new results"
     runs = TINY["users"] * TINY["rounds"]
     cold, warm, host = (results[p]["summary"] for p in PHASES)
     assert all(s["requests"] == runs and s["rejected"] == 0 for s in (cold, warm, host))
@@ -75,7 +77,7 @@ def test_tiny_storage_bench_serves_phase_two_from_storage(tmp_path: Path) -> Non
     assert saved["warm-storage"]["summary"]["storage_hit_tokens"] == warm["storage_hit_tokens"]
     assert saved["storage"]["cache_salt"] == results["storage"]["cache_salt"]
     table = out.getvalue()
-    assert table.index("warm from storage vs cold") < table.index("metric")  # table last
+    assert table.index("metric") < table.index("warm from storage vs cold")  # as plain bench
     for row in ("hit rate: storage (L3)", "TTFT p90 (ms)", "storage read (GB/s)", "warm-host"):
         assert row in table, row
 
