@@ -15,6 +15,7 @@ from hicache.backends.config import PREFETCH_POLICIES
 from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
+from hicache.kv_events import KVEventsConfig
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig
@@ -78,6 +79,8 @@ class BenchConfig:
     prefetch_policy: str = "timeout"
     prefetch_threshold: int = 64
     tp: int = 1
+    kv_events: str | None = None
+    kv_events_replay: str | None = None
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -102,6 +105,18 @@ class BenchConfig:
         self.model_config()
         self.cache_spec("hiradix", self.storage_config())
         self.engine_config()
+        self.events_config()
+
+    def events_config(self) -> KVEventsConfig | None:
+        """The publisher of ``--kv-events`` (None without); ``ValueError`` for a bad address,
+        a replay address without ``--kv-events``, or ``--storage``/``--tp`` (not wired)."""
+        if self.kv_events is None:
+            if self.kv_events_replay is not None:
+                raise ValueError("--kv-events-replay needs --kv-events")
+            return None
+        if self.storage is not None or self.tp > 1:
+            raise ValueError("--kv-events runs with the main bench only (no --storage, --tp)")
+        return KVEventsConfig(self.kv_events, self.kv_events_replay)
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> BenchConfig:
@@ -186,7 +201,9 @@ class BenchConfig:
             prefetch_threshold=self.prefetch_threshold,
         )
 
-    def cache_spec(self, kind: str, storage: StorageConfig | None = None) -> CacheSpec:
+    def cache_spec(
+        self, kind: str, storage: StorageConfig | None = None, kv_events: Any = None
+    ) -> CacheSpec:
         tokens = -(-self.device_tokens // self.page_size) * self.page_size
         return CacheSpec(
             kind=kind,
@@ -203,6 +220,7 @@ class BenchConfig:
                 load_back_threshold=self.load_back_threshold,
                 storage=storage,
             ),
+            kv_events=kv_events,
         )
 
     def engine_config(self) -> EngineConfig:
