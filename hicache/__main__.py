@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_options(replay)
     add_log_level(replay)
+    add_kv_events(replay)
     sub.add_parser(
         "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
     )

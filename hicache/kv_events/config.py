@@ -44,8 +44,8 @@ class KVEventsConfig:
         _check_endpoint("endpoint", self.endpoint)
         if self.replay_endpoint is not None:
             _check_endpoint("replay_endpoint", self.replay_endpoint)
-            if self.replay_endpoint == self.endpoint:
-                raise ValueError("replay_endpoint must differ from endpoint")
+            if self.replay_endpoint == self.endpoint and not self.endpoint.endswith(":*"):
+                raise ValueError("replay_endpoint must differ from endpoint (or be port *)")
         if not isinstance(self.bind, bool):
             raise TypeError(f"bind must be a bool, got {type(self.bind).__name__}")
         if not isinstance(self.topic, str):

@@ -96,6 +96,14 @@ class ZmqEventPublisher:
                 logger.warning("KV event queue full (%d): dropping events", self._queue.maxsize)
             self.dropped += 1
 
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every queued event has been sent (at most ``timeout_s``); whether it
+        has."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return not self._queue.unfinished_tasks
+
     @property
     def sent_batches(self) -> int:
         """Batches sent so far (the next sequence number)."""
@@ -146,6 +154,8 @@ class ZmqEventPublisher:
             self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
         except zmq.ZMQError as err:  # a subscriber can still replay it
             logger.warning("KV events: send of batch %d failed (%s)", seq, err)
+        for _ in events:
+            self._queue.task_done()
 
     def _answer_replays(self) -> None:
         while self._replay is not None and self._replay.poll(0):
