@@ -1,4 +1,4 @@
-"""The KV event publisher's settings, and the one call that turns a setting into a sink."""
+"""The KV event publisher's settings, and their check (``check_kv_events``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hicache.checks import check_int
 from hicache.radix.events import EventSink
 
-__all__ = ["SCHEMES", "KVEventsConfig", "check_kv_events", "make_sink"]
+__all__ = ["SCHEMES", "KVEventsConfig", "check_kv_events"]
 
 SCHEMES = ("tcp://", "ipc://", "inproc://")
 
@@ -75,23 +75,3 @@ def check_kv_events(kv_events: object) -> KVEventsConfig | EventSink | None:
         "kv_events must be None, an endpoint str, a KVEventsConfig or an EventSink, "
         f"got {type(kv_events).__name__}"
     )
-
-
-def make_sink(kv_events: object) -> EventSink | None:
-    """The ``EventSink`` a ``kv_events`` setting names: None for None, a new
-    ``ZmqEventPublisher`` for an endpoint (str) or a ``KVEventsConfig`` (its sockets bound
-    now; the caller closes it), ``kv_events`` itself when it has a ``publish`` method.
-
-    ``TypeError`` for anything else, ``ValueError`` for a bad endpoint, ``ImportError`` naming
-    the extra without pyzmq/msgspec, ``OSError`` when an address cannot be bound.
-    """
-    checked = check_kv_events(kv_events)
-    if not isinstance(checked, KVEventsConfig):
-        return checked
-    try:
-        from hicache.kv_events.publisher import ZmqEventPublisher
-    except ImportError as err:
-        raise ImportError(
-            f"KV events on the wire need pyzmq and msgspec: pip install 'hicache[events]' ({err})"
-        ) from err
-    return ZmqEventPublisher(checked)

@@ -142,12 +142,12 @@ def _headline(path: str, trace: Trace, cfg: ReplayConfig) -> str:
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """One replay or a sweep; 130 when interrupted, else 0."""
+    events = _events(args)
     trace = _trace(args)
     if args.generate_only:
         out.write(f"trace: {args.trace} ({len(trace.requests):,} requests)\n")
         return 0
     base = ReplayConfig.from_args(vars(args))
-    events = _events(args)
     threads = args.threads if args.threads is not None else 1 if base.device == "cpu" else None
     if threads is not None:
         if threads < 1:
