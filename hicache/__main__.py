@@ -130,8 +130,24 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_log_level(p)
     add_metrics_flags(p)
+    add_kv_events(p)
     _storage_options(p)
     _sglang_options(p)
+
+
+def add_kv_events(p: argparse.ArgumentParser) -> None:
+    """``--kv-events`` and ``--kv-events-replay`` (``hicache.kv_events``)."""
+    g = p.add_argument_group(
+        "KV events", "publish every tier's KV events over ZMQ in SGLang's format ('[events]' extra)"
+    )
+    g.add_argument(
+        "--kv-events", metavar="ENDPOINT", help="bind a PUB socket here, e.g. tcp://127.0.0.1:5557"
+    )
+    g.add_argument(
+        "--kv-events-replay",
+        metavar="ENDPOINT",
+        help="bind the replay (ROUTER) socket here, e.g. tcp://127.0.0.1:5558 (default: none)",
+    )
 
 
 def _storage_options(p: argparse.ArgumentParser) -> None:
@@ -210,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_options(replay)
     add_log_level(replay)
+    add_kv_events(replay)
     sub.add_parser(
         "selfcheck", help="offload/reload KV through every host layout and backend", add_help=False
     )

@@ -15,6 +15,7 @@ import torch
 
 from hicache.checks import check_int
 from hicache.devices import canonical_device
+from hicache.kv_events import make_sink
 from hicache.pools import (
     MHATokenToKVPool,
     MLATokenToKVPool,
@@ -23,6 +24,7 @@ from hicache.pools import (
 )
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
+from hicache.radix.events import EventSink
 from hicache.tiers.hiradix_cache import HiRadixCache
 
 _MHA_DIMS = ("head_num", "head_dim")
@@ -40,12 +42,25 @@ class KVStack:
     allocator : the ``TokenToKVPoolAllocator`` of its slots (``get_kvcache()`` is ``kv_pool``).
     req_to_token_pool : the ``ReqToTokenPool``, ``[max_requests, row]`` int32 on ``device``.
     cache : a ``RadixCache``, or a ``HiRadixCache`` (a subclass) when a host tier was asked for.
+    events : where the cache's KV events go (``kv_events``), or None.
+    owns_events : whether ``events`` is a publisher built here from a setting (``close``
+        closes it; a sink the caller passed is the caller's).
     """
 
     kv_pool: MHATokenToKVPool | MLATokenToKVPool
     allocator: TokenToKVPoolAllocator
     req_to_token_pool: ReqToTokenPool
     cache: RadixCache
+    events: EventSink | None = None
+    owns_events: bool = False
+
+    def close(self) -> None:
+        """Close the cache's storage tier and the publisher of ``owns_events`` (idempotent)."""
+        close = getattr(self.cache, "close", None)
+        if close is not None:
+            close()
+        if self.owns_events:
+            getattr(self.events, "close")()  # noqa: B009 (a ZmqEventPublisher)
 
 
 def build_kv_stack(
@@ -64,6 +79,7 @@ def build_kv_stack(
     hicache: HiCacheConfig | None = None,
     eviction_policy: str = "lru",
     tp_group: Any = None,
+    kv_events: Any = None,
 ) -> KVStack:
     """Build and wire a device pool, its allocator, a request pool and a radix cache.
 
@@ -83,14 +99,18 @@ def build_kv_stack(
     eviction_policy : the tree's eviction order (``hicache.radix.EVICTION_POLICIES``).
     tp_group : the cache's TP group (``RadixCache``): None, a process group or a ``TPGroup``;
         the geometry given is this rank's shard (MHA: its KV heads; MLA: the whole latent).
+    kv_events : KV events (``hicache.radix.events``) of every tier: None (off), a ZMQ
+        endpoint (``"tcp://127.0.0.1:5557"``) or a ``hicache.kv_events.KVEventsConfig`` (a
+        publisher in SGLang's wire format, ``pip install 'hicache[events]'``; ``close``
+        closes it), or an ``EventSink`` for an in-process consumer.
 
     Raises
     ------
     TypeError, ValueError
         Naming the argument, before anything is allocated: a non-int size, a size not a page
         multiple, a missing or doubled geometry, a non-floating dtype, an unknown device or
-        policy, a ``hicache`` that is not a ``HiCacheConfig``, or a host pool that would not be
-        larger than the device pool or does not fit in RAM.
+        policy, a ``hicache`` that is not a ``HiCacheConfig``, a host pool that would not be
+        larger than the device pool or does not fit in RAM, or a bad ``kv_events``.
     """
     dims = _check_geometry(
         head_num=head_num,
@@ -105,6 +125,7 @@ def build_kv_stack(
     device = canonical_device(device)
     if hicache is not None:
         _check_host_tier(hicache, size, page_size, layer_num * _token_bytes(dims, dtype))
+    sink = make_sink(kv_events)  # last check: a publisher binds its sockets
     kv_pool = _device_pool(dims, size, page_size, dtype, layer_num, device)
     allocator = TokenToKVPoolAllocator(size, page_size, device, kvcache=kv_pool)
     row_len = -(-max_context_len // page_size) * page_size
@@ -116,8 +137,9 @@ def build_kv_stack(
         hicache=hicache,
         eviction_policy=eviction_policy,
         tp_group=tp_group,
+        event_sink=sink,
     )
-    return KVStack(kv_pool, allocator, req_pool, cache)
+    return KVStack(kv_pool, allocator, req_pool, cache, sink, sink is not kv_events)
 
 
 def make_cache(
@@ -128,20 +150,15 @@ def make_cache(
     hicache: HiCacheConfig | None = None,
     eviction_policy: str = "lru",
     tp_group: Any = None,
+    event_sink: EventSink | None = None,
 ) -> RadixCache:
-    """A ``HiRadixCache`` over the pools when ``hicache`` is given, else a ``RadixCache``."""
-    policy = eviction_policy
+    """A ``HiRadixCache`` over the pools when ``hicache`` is given, else a ``RadixCache``;
+    its KV events to ``event_sink`` (None: off)."""
+    kw: dict[str, Any] = {"eviction_policy": eviction_policy, "tp_group": tp_group}
     if hicache is None:
-        return RadixCache(
-            req_to_token_pool, allocator, page_size, eviction_policy=policy, tp_group=tp_group
-        )
+        return RadixCache(req_to_token_pool, allocator, page_size, event_sink=event_sink, **kw)
     return HiRadixCache(
-        req_to_token_pool,
-        allocator,
-        page_size,
-        config=hicache,
-        eviction_policy=policy,
-        tp_group=tp_group,
+        req_to_token_pool, allocator, page_size, config=hicache, event_sink=event_sink, **kw
     )
 
 

@@ -29,6 +29,7 @@ LAYERS = [
     "tiers.host",  # the host tier (L2)
     "tiers.storage",  # the storage tier (L3), over a backend
     "tiers",  # HiRadixCache: the chain device -> host -> storage
+    "kv_events",  # KV events on the wire (ZMQ, SGLang's format)
     "stack",  # build_kv_stack
     "selfcheck",
     "model",

@@ -18,11 +18,17 @@ store, dead server): it logs once and reports False / 0. Wrong *arguments* (a ke
 index tensor of different lengths, unaligned host slots) are caller bugs and raise
 ``TypeError``/``ValueError`` before anything is read or written. ``register_mem_pool_host``
 must be called once, before any batch call; the host pool must outlive the backend.
+
+**Evictions are reported** where the backend sees them: a backend that removes pages on its own
+(the file store's LRU, a corrupt object) calls ``on_evict`` (when set) with their page keys,
+from the thread that removed them. ``medium`` names the backend in KV events (SGLang's
+``StorageMedium``: ``DISK`` for the file store, ``EXTERNAL`` otherwise).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +57,8 @@ class HiCacheStorage(ABC):
     """
 
     pages: PageIO | None = None
+    medium: str = "EXTERNAL"
+    on_evict: Callable[[list[str]], None] | None = None
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Attach the host pool whose slots the batch calls read and write (once)."""

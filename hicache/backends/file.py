@@ -59,6 +59,8 @@ class HiCacheFile(PageStore):
     evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
     """
 
+    medium = "DISK"
+
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
@@ -146,7 +148,7 @@ class HiCacheFile(PageStore):
                 self._touch([file.fileno()])
             return file
         self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
-        discard([path])
+        self._remove([path])
         return None
 
     def _touch(self, files: list[str] | list[int]) -> None:
@@ -208,7 +210,7 @@ class HiCacheFile(PageStore):
         incoming = nbytes * sum(len(objs) for objs in staged.values())
         try:
             with self.usage.locked() as ledger:
-                self.usage.make_room(ledger, incoming, self.max_bytes)
+                self._report(self.usage.make_room(ledger, incoming, self.max_bytes))
                 for i, objs in staged.items():
                     done[i] = self._place(ledger, objs, nbytes)
         except OSError as err:
@@ -227,6 +229,16 @@ class HiCacheFile(PageStore):
             ledger.used += nbytes
             ledger.objects += 1
         return True
+
+    def _remove(self, paths: list[str]) -> None:
+        discard(paths)
+        self._report(paths)
+
+    def _report(self, paths: list[str]) -> None:
+        """Tell ``on_evict`` the page keys of the removed objects ``paths``."""
+        if self.on_evict is not None and paths:
+            names = (os.path.basename(p).removesuffix(OBJECT_SUFFIX) for p in paths)
+            self.on_evict(list(dict.fromkeys(n.rsplit("_", 1)[0] for n in names)))
 
     def clear(self) -> None:
         try:

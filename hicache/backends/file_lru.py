@@ -95,11 +95,12 @@ class DirectoryUsage:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def make_room(self, ledger: Ledger, incoming: int, cap: int) -> None:
+    def make_room(self, ledger: Ledger, incoming: int, cap: int) -> list[str]:
         """Under ``locked()``: when ``incoming`` more bytes would pass ``cap``, evict the least
-        recently used objects down to ``ratio * cap - incoming`` bytes (at least 0)."""
+        recently used objects down to ``ratio * cap - incoming`` bytes (at least 0); returns
+        the paths removed."""
         if ledger.used + incoming <= cap:
-            return
+            return []
         objects = sorted(scan_objects(self.root))
         total = sum(size for _, size, _ in objects)
         goal = max(0, int(self.ratio * cap) - incoming)
@@ -111,6 +112,7 @@ class DirectoryUsage:
             evicted += 1
         ledger.evictions += evicted
         self._resync(ledger, objects[evicted:])
+        return [path for _, _, path in objects[:evicted]]
 
     def _resync(self, ledger: Ledger, objects: list[tuple[int, int, str]]) -> None:
         ledger.used = sum(size for _, size, _ in objects)

@@ -72,10 +72,19 @@ class Prefetch:
 
 class Backup:
     """A node's pages to write: ``keys`` and their host slots (int64 CPU, whole pages);
-    ``tag`` is the caller's (the node). ``written_pages``: the leading pages present after."""
+    ``tag`` is the caller's (the node). ``written_pages``: the leading pages present after.
+    ``on_done``: called with the op on the backup thread once it has run (before
+    ``finished_backups`` returns it)."""
 
-    def __init__(self, tag: Any, keys: list[str], host_indices: torch.Tensor) -> None:
+    def __init__(
+        self,
+        tag: Any,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        on_done: Callable[[Backup], None] | None = None,
+    ) -> None:
         self.tag, self.keys, self.host_indices = tag, keys, host_indices
+        self.on_done = on_done
         self.written_pages = 0
 
 
@@ -230,6 +239,8 @@ class StorageIO:
                 if done < len(batch):
                     return
         finally:
+            if op.on_done is not None:
+                op.on_done(op)
             self._done_backups.append(op)
 
 

@@ -103,6 +103,18 @@ class StorageKeys:
         tail = f"_{self.shard}"
         return [head + h.hex() + tail for h in page_hashes]
 
+    def page_hash(self, page_key: str) -> bytes | None:
+        """The 32-byte page digest ``page_key`` names, or None for a key of another model,
+        shard or shape (``page_keys``' inverse)."""
+        head = f"{KEY_VERSION}_{self.fingerprint.digest}_"
+        middle = page_key.removeprefix(head).removesuffix(f"_{self.shard}")
+        if len(middle) != 64 or len(page_key) != len(head) + 64 + len(self.shard) + 1:
+            return None
+        try:
+            return bytes.fromhex(middle)
+        except ValueError:
+            return None
+
 
 def object_keys(page_key: str, parts: int) -> list[str]:
     """The object keys of one page: one per host-pool part (2: K and V; 1: MLA latent)."""

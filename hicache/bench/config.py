@@ -12,9 +12,11 @@ import torch
 
 from hicache.backends import StorageConfig
 from hicache.backends.config import PREFETCH_POLICIES
+from hicache.bench.checks import check_count, check_device, flag
 from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
+from hicache.kv_events import KVEventsConfig
 from hicache.metrics import check_endpoint
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
@@ -43,8 +45,8 @@ class BenchConfig:
     ``tp``: tensor-parallel ranks, each a process with its shard of the model and pools
     (``bench.tp_run``; CPU over loopback gloo); ``heads``, ``kv_heads`` (MHA) and
     ``intermediate`` must be multiples of it.
-    ``metrics_port``: serve the running cache's Prometheus metrics on ``metrics_host`` at this
-    port during each measured run (None: no server; one rank only)."""
+    ``metrics_port``: serve Prometheus metrics on ``metrics_host`` during each run (one rank);
+    ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``)."""
 
     users: int
     rounds: int
@@ -83,24 +85,26 @@ class BenchConfig:
     tp: int = 1
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    kv_events: str | None = None
+    kv_events_replay: str | None = None
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
-            _check_count(name, getattr(self, name), minimum=1)
+            check_count(name, getattr(self, name), minimum=1)
         for name in ("system_len", "load_back_threshold", "seed"):
-            _check_count(name, getattr(self, name), minimum=0)
+            check_count(name, getattr(self, name), minimum=0)
         if self.threads is not None:
-            _check_count("threads", self.threads, minimum=1)
-        check_real(_flag("arrival_rate"), self.arrival_rate)
+            check_count("threads", self.threads, minimum=1)
+        check_real(flag("arrival_rate"), self.arrival_rate)
         # The host pool is the larger tier.
-        check_real(_flag("host_ratio"), self.host_ratio, minimum=1, inclusive=False)
+        check_real(flag("host_ratio"), self.host_ratio, minimum=1, inclusive=False)
         if self.arrival_distribution not in ARRIVALS:
             raise ValueError(
                 f"--distribution must be one of {list(ARRIVALS)}, got {self.arrival_distribution!r}"
             )
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        _check_device(self.device)
+        check_device(self.device)
         self._check_storage()
         self._check_tp()
         if self.metrics_port is not None:
@@ -111,6 +115,18 @@ class BenchConfig:
         self.model_config()
         self.cache_spec("hiradix", self.storage_config())
         self.engine_config()
+        self.events_config()
+
+    def events_config(self) -> KVEventsConfig | None:
+        """``--kv-events``'s publisher or None (``ValueError``: a bad address, a replay one
+        alone, or with ``--storage``/``--tp``)."""
+        if self.kv_events is None:
+            if self.kv_events_replay is not None:
+                raise ValueError("--kv-events-replay needs --kv-events")
+            return None
+        if self.storage is not None or self.tp > 1:
+            raise ValueError("--kv-events runs with the main bench only (no --storage, --tp)")
+        return KVEventsConfig(self.kv_events, self.kv_events_replay)
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> BenchConfig:
@@ -148,24 +164,24 @@ class BenchConfig:
             )
         for name, backend in (("storage_dir", "file"), ("mooncake_master", "mooncake")):
             if getattr(self, name) is not None and self.storage != backend:
-                raise ValueError(f"{_flag(name)} needs --storage {backend}")
+                raise ValueError(f"{flag(name)} needs --storage {backend}")
         if self.prefetch_policy not in PREFETCH_POLICIES:
             raise ValueError(
                 f"--prefetch-policy must be one of {list(PREFETCH_POLICIES)}, "
                 f"got {self.prefetch_policy!r}"
             )
-        _check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
+        check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
 
     def _check_tp(self) -> None:
         """``--tp`` a positive int that splits the model evenly, on CPU."""
-        _check_count("tp", self.tp, minimum=1)
+        check_count("tp", self.tp, minimum=1)
         if self.tp == 1:
             return
         split = ["heads", "intermediate"] + (["kv_heads"] if self.attention == "mha" else [])
         for name in split:
             if getattr(self, name) % self.tp:
                 raise ValueError(
-                    f"{_flag(name)} ({getattr(self, name)}) must be a multiple of --tp ({self.tp})"
+                    f"{flag(name)} ({getattr(self, name)}) must be a multiple of --tp ({self.tp})"
                 )
         if self.device != "cpu":
             raise ValueError(f"--tp {self.tp} runs its ranks on CPU (gloo): needs --device cpu")
@@ -195,7 +211,9 @@ class BenchConfig:
             prefetch_threshold=self.prefetch_threshold,
         )
 
-    def cache_spec(self, kind: str, storage: StorageConfig | None = None) -> CacheSpec:
+    def cache_spec(
+        self, kind: str, storage: StorageConfig | None = None, kv_events: Any = None
+    ) -> CacheSpec:
         tokens = -(-self.device_tokens // self.page_size) * self.page_size
         return CacheSpec(
             kind=kind,
@@ -212,6 +230,7 @@ class BenchConfig:
                 load_back_threshold=self.load_back_threshold,
                 storage=storage,
             ),
+            kv_events=kv_events,
         )
 
     def engine_config(self) -> EngineConfig:
@@ -255,30 +274,3 @@ _POSITIVE = (
     "max_prefill_tokens",
     "page_size",
 )
-
-
-def _check_count(name: str, value: Any, minimum: int) -> None:
-    """``TypeError`` unless an int (not bool), ``ValueError`` below ``minimum`` (0 or 1)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{_flag(name)} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        bound = "positive" if minimum == 1 else f">= {minimum}"
-        raise ValueError(f"{_flag(name)} must be {bound}, got {value}")
-
-
-def _flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
-
-
-def _check_device(device: str) -> None:
-    """``ValueError`` unless ``device`` is ``cpu`` or an existing ``cuda[:N]``."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu or cuda[:N], got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available")
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")

@@ -21,18 +21,26 @@ from hicache.bench.report import format_gain, format_table, per_round, summarize
 from hicache.bench.tp_run import run_tp
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
+from hicache.kv_events import make_sink
 from hicache.metrics import serving
 from hicache.model import TinyTransformer, TPShard
+from hicache.radix.events import EventSink
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
 OUTPUTS = ("results.json", "rounds.png")  # what a run writes to --out-dir
 
 
 def run_mode(
-    model: TinyTransformer, cfg: BenchConfig, kind: str, label: str, progress: bool
+    model: TinyTransformer,
+    cfg: BenchConfig,
+    kind: str,
+    label: str,
+    progress: bool,
+    events: EventSink | None = None,
 ) -> dict[str, Any]:
-    """Run the workload once with cache ``kind``; returns its summary and per-round series."""
-    engine = build_engine(model, cfg.cache_spec(kind), cfg.engine_config())
+    """Run the workload once with cache ``kind`` (its KV events to ``events``); returns its
+    summary and per-round series."""
+    engine = build_engine(model, cfg.cache_spec(kind, kv_events=events), cfg.engine_config())
     return measure(engine, cfg, label, progress)
 
 
@@ -132,11 +140,16 @@ def run_modes(cfg: BenchConfig, progress: bool, group: Any = None) -> dict[str, 
     model = TinyTransformer(cfg.model_config(), cfg.device, TPShard.of(group))
     warm_up(model, cfg)
     results: dict[str, Any] = {"config": cfg.to_dict(), "device": device_name(cfg.device)}
-    for label, kind in MODES.items():
-        results[label] = run_mode(model, cfg, kind, label, progress)
-        gc.collect()
-        if cfg.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    events = make_sink(cfg.events_config())  # one stream: each run's cache clears it first
+    try:
+        for label, kind in MODES.items():
+            results[label] = run_mode(model, cfg, kind, label, progress, events)
+            gc.collect()
+            if cfg.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    finally:
+        if events is not None:
+            getattr(events, "close")()  # noqa: B009 (the ZmqEventPublisher made here)
     return results
 
 

@@ -14,6 +14,7 @@ from hicache.checks import check_choice, check_int
 from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
+from hicache.kv_events.config import check_kv_events
 from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
@@ -37,6 +38,9 @@ class CacheSpec:
     hicache : the host tier's settings, used when ``kind == "hiradix"``; its ``hicache_ratio``
         must be >= 1 (the host pool is the larger tier). Its ``storage`` (a ``StorageConfig``)
         adds the storage tier below the host, so it needs ``kind == "hiradix"``.
+    kv_events : the cache's KV events, as ``build_kv_stack``'s ``kv_events``: None (off), an
+        endpoint or ``KVEventsConfig`` (each engine built gets its own publisher: pass one
+        ``EventSink``, e.g. ``make_sink(...)``, to share a stream between engines), or a sink.
     """
 
     kind: str = "radix"
@@ -46,6 +50,7 @@ class CacheSpec:
     max_requests: int = 64
     eviction_policy: str = "lru"
     hicache: HiCacheConfig = field(default_factory=HiCacheConfig)
+    kv_events: Any = None
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, CACHE_KINDS)
@@ -64,6 +69,7 @@ class CacheSpec:
             raise ValueError(f"hicache_ratio must be >= 1, got {self.hicache.hicache_ratio}")
         if self.kind == "radix" and self.hicache.storage is not None:
             raise ValueError("hicache.storage needs kind 'hiradix' (storage sits below the host)")
+        check_kv_events(self.kv_events)
 
     @property
     def host_tier(self) -> HiCacheConfig | None:
@@ -118,6 +124,7 @@ def build_engine(
         hicache=spec.host_tier,
         eviction_policy=spec.eviction_policy,
         tp_group=model.shard.group if tp_group is None else tp_group,
+        kv_events=spec.kv_events,
         **kv_dims(cfg, model.shard),
     )
     return Engine(model, stack.cache, stack.req_to_token_pool, stack.allocator, config)

@@ -23,7 +23,7 @@ from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable
 from hicache.radix.config import RadixCacheConfig
 from hicache.radix.device_only import NoLowerTier
 from hicache.radix.digest import tree_digest
-from hicache.radix.events import EventQueue, KVEvent, NodeEvents, events_enabled
+from hicache.radix.events import EventSink, KVEvent, cache_events
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
 from hicache.radix.node import TreeNode
@@ -52,6 +52,8 @@ class RadixCache(BasePrefixCache):
     enable_kv_events : publish KV events (``events``), drained by ``take_events``; off by
         default, and then no page hash is computed. ``enable_kv_cache_events`` is SGLang's name
         for the same switch (either turns events on).
+    event_sink : an ``EventSink`` (e.g. ``hicache.kv_events``' ZMQ publisher) that gets the
+        events instead, ``AllBlocksCleared`` first (turns them on; ``take_events`` is empty).
     tp_group : None (one rank), a ``torch.distributed`` process group or a ``hicache.tp.TPGroup``:
         the TP ranks this cache agrees with (``tp``); see ``HiRadixCache``.
 
@@ -71,12 +73,13 @@ class RadixCache(BasePrefixCache):
         disable: bool = False,
         enable_kv_events: bool = False,
         enable_kv_cache_events: bool = False,
+        event_sink: EventSink | None = None,
         tp_group: Any = None,
     ) -> None:
         self.config = RadixCacheConfig(page_size, eviction_policy, disable)
         self.tp = as_tp_group(tp_group)
-        enabled = events_enabled(
-            enable_kv_events=enable_kv_events, enable_kv_cache_events=enable_kv_cache_events
+        self._event_queue, events = cache_events(
+            event_sink, page_size, enable_kv_events, enable_kv_cache_events
         )
         allocator = token_to_kv_pool_allocator
         self.device = check_allocator(allocator, req_to_token_pool is not None, page_size)
@@ -87,8 +90,6 @@ class RadixCache(BasePrefixCache):
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self.tree = RadixTree(page_size, self._no_indices())
-        self._event_queue = EventQueue() if enabled else None
-        events = None if self._event_queue is None else NodeEvents(self._event_queue, page_size)
         self.ledger = Ledger(
             self.tree, allocator, self.device, eviction_policy, self.slot_owners, events
         )
@@ -206,11 +207,10 @@ class RadixCache(BasePrefixCache):
     @property
     def enable_kv_cache_events(self) -> bool:
         """Whether this cache publishes KV events (SGLang's name)."""
-        return self._event_queue is not None
+        return self.ledger.events is not None
 
     def take_events(self) -> list[KVEvent]:
-        """The KV events since the last call, oldest first (``events``); always empty when
-        events are off."""
+        """The KV events since the last call, oldest first; empty when off or given a sink."""
         return [] if self._event_queue is None else self._event_queue.take_events()
 
     def pretty_print(self) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from hicache.bench.progress import ProgressBar
 from hicache.controller import WRITE_POLICIES
+from hicache.kv_events import KVEventsConfig, make_sink
 from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
@@ -125,12 +126,32 @@ def _trace(args: argparse.Namespace) -> Trace:
     return trace
 
 
-def _one(trace: Trace, cfg: ReplayConfig, label: str, progress: bool) -> ReplayRun:
+def _one(
+    trace: Trace, cfg: ReplayConfig, label: str, progress: bool, events: Any = None
+) -> ReplayRun:
     bar = ProgressBar(len(trace.requests), label) if progress else None
-    run = replay(trace, cfg, (lambda _r: bar.update()) if bar is not None else None)
+    try:
+        run = replay(
+            trace, cfg, (lambda _r: bar.update()) if bar is not None else None, None, events
+        )
+    finally:
+        if events is not None:
+            events.close()
     if bar is not None:
         bar.close()
     return run
+
+
+def _events(args: argparse.Namespace) -> KVEventsConfig | None:
+    """``--kv-events`` (and ``--kv-events-replay``) as a publisher's config, or None."""
+    endpoint, replay_at = getattr(args, "kv_events", None), getattr(args, "kv_events_replay", None)
+    if endpoint is None:
+        if replay_at is not None:
+            raise ValueError("--kv-events-replay needs --kv-events")
+        return None
+    if args.sweep:
+        raise ValueError("--kv-events publishes one replay: not with --sweep")
+    return KVEventsConfig(endpoint, replay_at)
 
 
 def _write(out_dir: Path, name: str, payload: dict[str, Any]) -> Path:
@@ -151,6 +172,7 @@ def _headline(path: str, trace: Trace, cfg: ReplayConfig) -> str:
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """One replay or a sweep; 130 when interrupted, else 0."""
+    events = _events(args)
     trace = _trace(args)
     if args.generate_only:
         out.write(f"trace: {args.trace} ({len(trace.requests):,} requests)\n")
@@ -167,7 +189,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.sweep:
         return _sweep(args, trace, base, out_dir, meta, out)
     out.write(_headline(args.trace, trace, base) + "\n")
-    run = _one(trace, base, "replay", not args.no_progress)
+    run = _one(trace, base, "replay", not args.no_progress, make_sink(events))
     summary = summarize(run)
     out.write(format_summary(summary) + "\n")
     path = _write(out_dir, "replay.json", {**meta, "config": base.to_dict(), **summary})

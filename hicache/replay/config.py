@@ -109,8 +109,11 @@ class ReplayConfig:
             load_back_threshold=self.load_back_threshold,
         )
 
-    def build_stack(self, max_context_len: int, size: int | None = None) -> KVStack:
-        """The real pools and cache of this replay (``size``: device slots, default ours)."""
+    def build_stack(
+        self, max_context_len: int, size: int | None = None, kv_events: Any = None
+    ) -> KVStack:
+        """The real pools and cache of this replay (``size``: device slots, default ours),
+        its KV events to ``kv_events`` (``build_kv_stack``'s)."""
         return build_kv_stack(
             layer_num=self.layers,
             head_num=self.kv_heads,
@@ -123,6 +126,7 @@ class ReplayConfig:
             device=self.device,
             hicache=self.hicache(),
             eviction_policy=self.eviction_policy,
+            kv_events=kv_events,
         )
 
     def to_dict(self) -> dict[str, Any]:

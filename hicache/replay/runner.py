@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache.metrics import serving
+from hicache.radix.events import EventSink
 from hicache.radix.stats import CacheStats
 from hicache.replay.config import ReplayConfig
 from hicache.replay.cost import CostModel, measure_bandwidth
@@ -62,16 +63,18 @@ def replay(
     cfg: ReplayConfig,
     on_record: Callable[[Record], None] | None = None,
     cost: CostModel | None = None,
+    events: EventSink | None = None,
 ) -> ReplayRun:
-    """Replay ``trace`` under ``cfg``. Ctrl-C stops it and returns what was measured so far
-    (``interrupted``); ``ValueError`` before any work when ``cfg`` does not fit the trace."""
+    """Replay ``trace`` under ``cfg`` (the cache's KV events to ``events``). Ctrl-C stops it
+    and returns what was measured so far (``interrupted``); ``ValueError`` before any work
+    when ``cfg`` does not fit the trace."""
     if cfg.block_tokens != trace.block_tokens:
         raise ValueError(
             f"block_tokens={cfg.block_tokens} but the trace was read with {trace.block_tokens}"
         )
     cost = cost or cost_model(cfg)
     longest = max(r.input_length + r.output_length for r in trace.requests)
-    stack = cfg.build_stack(longest + cfg.page_size)
+    stack = cfg.build_stack(longest + cfg.page_size, kv_events=events)
     driver = Replayer(
         stack,
         cost,

@@ -29,6 +29,7 @@ from hicache.pools import SlotAllocator
 from hicache.radix.base import MatchResult, ReqToTokenTable
 from hicache.radix.config import HiCacheConfig, check_config
 from hicache.radix.device_only import NoLowerTier
+from hicache.radix.events import EventSink
 from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.slots import Slots
@@ -48,8 +49,8 @@ class HiRadixCache(RadixCache):
 
     Parameters
     ----------
-    req_to_token_pool, page_size, eviction_policy, enable_kv_events, enable_kv_cache_events :
-        as ``RadixCache`` (KV events report both tiers).
+    req_to_token_pool, page_size, eviction_policy, enable_kv_events, enable_kv_cache_events,
+    event_sink : as ``RadixCache`` (KV events report every tier, storage included).
     token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` whose ``get_kvcache()`` is an
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
     config : the host-tier settings as one ``HiCacheConfig``; or, SGLang-style, the keywords
@@ -92,6 +93,7 @@ class HiRadixCache(RadixCache):
         verify_sample_period: int = 8,
         enable_kv_events: bool = False,
         enable_kv_cache_events: bool = False,
+        event_sink: EventSink | None = None,
         hicache_storage_backend: str | None = None,
         hicache_storage_prefetch_policy: str = "timeout",
         model_name: str | None = None,
@@ -125,6 +127,7 @@ class HiRadixCache(RadixCache):
             eviction_policy=eviction_policy,
             enable_kv_events=enable_kv_events,
             enable_kv_cache_events=enable_kv_cache_events,
+            event_sink=event_sink,
             tp_group=tp_group,
         )
         self.cache_controller = build_controller(
@@ -147,6 +150,7 @@ class HiRadixCache(RadixCache):
                 self.cache_controller.mem_pool_host,
                 self.hi_config.storage,
                 self._clock,
+                self.ledger.events,
             )
             self.host_tier.attach(self.storage_tier)
         self.tiers = self._host_link(self.storage_tier)

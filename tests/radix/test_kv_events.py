@@ -208,8 +208,8 @@ def test_sglang_name_turns_events_on_and_bad_flags_are_refused() -> None:
     cache.insert(RadixKey([1, 2], "t"))
     first, second = reference_hashes([1, 2], 1, namespace_seed("t"))
     assert cache.take_events() == [  # one event per page, each naming its parent page
-        BlockStored((first,), None, (1,), 1, "device", "t"),
-        BlockStored((second,), first, (2,), 1, "device", "t"),
+        BlockStored((first,), None, (1,), 1, "GPU", "t"),
+        BlockStored((second,), first, (2,), 1, "GPU", "t"),
     ]
     assert cache.take_events() == []
     with pytest.raises(TypeError, match="enable_kv_events"):

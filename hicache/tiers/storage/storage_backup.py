@@ -11,14 +11,21 @@ Under TP a node is unpinned on every rank in the same poll, once its backup has 
 of them (the fewest finished, in queue order), and a page any rank failed to write is forgotten
 on all, so every rank pins, and so host-evicts, alike. MLA ranks other than 0 write nothing but
 queue empty backups, to pin as rank 0 does.
+
+KV events (``events``, ``medium``): each page a backup wrote is announced (``BlockStored``) on
+the backup thread as soon as the write returns, and each page the backend evicted
+(``evicted``, its ``on_evict``) on the thread that evicted it, so the two come in the order the
+store changed.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
+from functools import partial
 
 from hicache.backends import StorageKeys
 from hicache.backends.io import Backup, StorageIO
+from hicache.radix.events import BlockStored, Medium, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import node_hashes
 from hicache.radix.slots import as_tensor
@@ -30,13 +37,21 @@ KNOWN_PAGES_MAX = 1 << 20
 
 
 class StorageBackups:
-    """Backups to storage of ``tree``'s host copies (``host``) through ``io``."""
+    """Backups to storage of ``tree``'s host copies (``host``) through ``io``; KV events of
+    ``medium`` to ``events`` (None: off)."""
 
     def __init__(
-        self, tree: RadixTree, host: HostTier, io: StorageIO, keys: StorageKeys, page_size: int
+        self,
+        tree: RadixTree,
+        host: HostTier,
+        io: StorageIO,
+        keys: StorageKeys,
+        page_size: int,
+        events: NodeEvents | None = None,
+        medium: Medium = "DISK",
     ) -> None:
         self.tree, self.host, self.io, self.keys = tree, host, io, keys
-        self.page_size = page_size
+        self.page_size, self.events, self.medium = page_size, events, medium
         self.tp: TPGroup = host.tp
         self._queued: deque[Backup] = deque()  # in flight, in queue order
         self._landed: list[Backup] = []  # finished here (a prefix of ``_queued``), not processed
@@ -67,9 +82,26 @@ class StorageBackups:
             self._pins[n.id] += 1
             self.host.refile(n)
             keys = self.keys.page_keys(hashes) if self.keys.writes else []
-            op = Backup(n, keys, as_tensor(n.host_slots))
+            op = Backup(n, keys, as_tensor(n.host_slots), self._announcer(n))
             self._queued.append(op)
             self.io.backup(op)
+
+    def _announcer(self, node: TreeNode) -> partial[None] | None:
+        """What announces ``node``'s written pages (built now: the node may split later)."""
+        if self.events is None:
+            return None
+        return partial(self._announce, self.events.stored_events(node, self.medium))
+
+    def _announce(self, stored: list[BlockStored], op: Backup) -> None:
+        assert self.events is not None
+        for event in stored[: op.written_pages]:
+            self.events.sink.publish(event)
+
+    def evicted(self, page_keys: list[str]) -> None:
+        """The backend removed ``page_keys`` (any thread): announce this model's and shard's."""
+        if self.events is not None:
+            hashes = [self.keys.page_hash(key) for key in page_keys]
+            self.events.removed_pages([h for h in hashes if h is not None], self.medium)
 
     def remember(self, hashes: list[bytes]) -> None:
         """Pages ``hashes`` are in storage (or queued for it)."""

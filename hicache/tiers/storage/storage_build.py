@@ -17,6 +17,7 @@ from hicache.backends.cost import LoadCost
 from hicache.backends.guard import GuardedStorage
 from hicache.backends.io import StorageIO
 from hicache.pools.geometry import PageGeometry
+from hicache.radix.events import EXTERNAL, MEDIA, NodeEvents
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
 from hicache.tiers.storage.storage_tier import StorageTier
@@ -50,10 +51,12 @@ def build_storage(
     host_pool: Any,
     config: StorageConfig,
     clock: itertools.count[int],
+    events: NodeEvents | None = None,
 ) -> StorageTier:
     """The storage tier ``config`` describes below ``host``, its backend built and its host
-    pool registered. Backend construction errors (a bad setting, a missing package, an
-    unreachable server at setup) propagate: that is set-up, not serving."""
+    pool registered, its KV events (the backend's ``medium``) to ``events`` (None: off).
+    Backend construction errors (a bad setting, a missing package, an unreachable server at
+    setup) propagate: that is set-up, not serving."""
     if isinstance(config.backend, HiCacheStorage):
         backend, name = config.backend, type(config.backend).__name__
     else:
@@ -78,7 +81,11 @@ def build_storage(
         config.io_batch_pages,
         on_read=cost.note_read,
     )
-    return StorageTier(tree, host, io, guarded, keys, config, cost, clock)
+    medium = next((m for m in MEDIA if m == backend.medium), EXTERNAL)
+    tier = StorageTier(tree, host, io, guarded, keys, config, cost, clock, events, medium)
+    if events is not None:
+        backend.on_evict = tier.backups.evicted
+    return tier
 
 
 def storage_from_keywords(

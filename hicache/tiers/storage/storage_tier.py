@@ -40,6 +40,7 @@ from hicache.backends.cost import LoadCost
 from hicache.backends.guard import GuardedStorage
 from hicache.backends.io import Prefetch, PrefetchState, StorageIO
 from hicache.radix.device_only import check_req_id
+from hicache.radix.events import Medium, NodeEvents
 from hicache.radix.key import RadixKey, edge_ids
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
@@ -85,6 +86,8 @@ class StorageTier:
     config : the storage settings.
     cost : the load-or-recompute model (fed by ``io``'s reads and ``note_prefill``).
     clock : the cache's access clock (ticks for new nodes).
+    events, medium : where the KV events of the pages storage gains and loses go (None: off),
+        under which ``medium`` (``StorageBackups``).
     """
 
     def __init__(
@@ -97,6 +100,8 @@ class StorageTier:
         config: StorageConfig,
         cost: LoadCost,
         clock: itertools.count[int],
+        events: NodeEvents | None = None,
+        medium: Medium = "DISK",
     ) -> None:
         self.tree, self.host, self.io, self.storage = tree, host, io, storage
         self.keys, self.config, self.cost, self._clock = keys, config, cost, clock
@@ -107,7 +112,7 @@ class StorageTier:
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
-        self.backups = StorageBackups(tree, host, io, keys, self.page_size)
+        self.backups = StorageBackups(tree, host, io, keys, self.page_size, events, medium)
         self.reads = PrefetchReads(host, io, config, cost, self.threshold, self.page_size)
         self.tp = host.tp
         self._prefetches = self._loaded_tokens = 0
