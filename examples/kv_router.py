@@ -103,7 +103,10 @@ class KVRouter:
         returns how many."""
         got = 0
         for name, subscriber in self.subscribers.items():
-            for _, payload in subscriber.poll(timeout_ms):
+            # nothing new: ask for what a late join missed (a PUB drops what it sends before
+            # the subscription reaches it, and a short burst may show no gap afterwards)
+            batches = subscriber.poll(timeout_ms) or subscriber.catch_up()
+            for _, payload in batches:
                 self.indexes[name].apply(payload)
                 got += 1
         self.batches += got

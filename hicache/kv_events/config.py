@@ -28,6 +28,9 @@ class KVEventsConfig:
     max_batch_events : events per batch at most (a batch is what the thread finds waiting).
     hwm : ZMQ's send high-water mark of the PUB socket (messages).
     attn_dp_rank : the rank named in every batch (SGLang's data-parallel attention rank).
+    replay_linger_s : seconds ``close()`` keeps answering replay requests after the last batch
+        is sent, so a subscriber that joined late (a PUB socket drops what it sends before a
+        subscription arrives) can still fetch what it missed; 0 with no replay socket.
     """
 
     endpoint: str = "tcp://127.0.0.1:5557"
@@ -39,6 +42,7 @@ class KVEventsConfig:
     max_batch_events: int = 1024
     hwm: int = 100_000
     attn_dp_rank: int = 0
+    replay_linger_s: float = 1.0
 
     def __post_init__(self) -> None:
         _check_endpoint("endpoint", self.endpoint)
@@ -53,6 +57,9 @@ class KVEventsConfig:
         for name in ("buffer_steps", "max_queue_size", "max_batch_events", "hwm"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("attn_dp_rank", self.attn_dp_rank)
+        linger = self.replay_linger_s
+        if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
+            raise ValueError(f"replay_linger_s must be a number >= 0, got {linger!r}")
 
 
 def _check_endpoint(name: str, value: object) -> None:

@@ -110,12 +110,13 @@ class ZmqEventPublisher:
         return self._seq
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Send what is queued (for at most ``timeout_s``), stop the thread and close the
-        sockets, letting ZMQ deliver the last messages for up to a second (idempotent)."""
+        """Send what is queued (for at most ``timeout_s``), answer replay requests for
+        ``replay_linger_s`` more, stop the thread and close the sockets, letting ZMQ deliver the
+        last messages for up to a second (idempotent)."""
         if self._stop.is_set():
             return
         self._stop.set()
-        self._thread.join(timeout_s)
+        self._thread.join(timeout_s + self.config.replay_linger_s)
         for sock in (self._pub, self._replay):
             if sock is not None:
                 sock.close(linger=1000)
@@ -130,7 +131,11 @@ class ZmqEventPublisher:
             if events:
                 self._send(events)
             elif self._stop.is_set():
-                return
+                break
+        deadline = time.monotonic() + (self.config.replay_linger_s if self._replay else 0)
+        while time.monotonic() < deadline:  # late subscribers may still ask for what they missed
+            self._answer_replays()
+            time.sleep(_WAIT_S)
 
     def _take(self) -> list[KVEvent]:
         """The events waiting (at most ``max_batch_events``), after a short wait for one."""

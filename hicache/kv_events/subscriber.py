@@ -71,7 +71,16 @@ class KVEventSubscriber:
             out.append((seq, payload))
             self.next_seq += 1
 
-    def _replayed(self, start: int, stop: int) -> list[tuple[int, bytes]]:
+    def catch_up(self, timeout_ms: int = 100) -> list[tuple[int, bytes]]:
+        """Ask the replay socket for every batch from ``next_seq`` on (waiting up to
+        ``timeout_ms``): what a subscriber that joined late missed, when no later batch arrives
+        to show the gap (a publisher's first batches go to no one until the subscription has
+        reached it). Empty without a replay socket."""
+        return self._replayed(self.next_seq, 1 << 63, timeout_ms)
+
+    def _replayed(
+        self, start: int, stop: int, timeout_ms: int | None = None
+    ) -> list[tuple[int, bytes]]:
         """Messages ``start .. stop - 1`` that the replay socket still has (``next_seq``
         advanced past them)."""
         if self._replay is None:
@@ -79,7 +88,7 @@ class KVEventSubscriber:
         self.replays += 1
         self._replay.send_multipart((b"", start.to_bytes(8, "big")))
         got: list[tuple[int, bytes]] = []
-        while self._replay.poll(self.timeout_ms):
+        while self._replay.poll(self.timeout_ms if timeout_ms is None else timeout_ms):
             frames = self._replay.recv_multipart()
             seq = int.from_bytes(frames[2], "big", signed=True)
             if seq == END:

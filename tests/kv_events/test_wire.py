@@ -56,5 +56,8 @@ def test_config_checks_its_fields() -> None:
         KVEventsConfig("tcp://127.0.0.1:1", "tcp://127.0.0.1:1")
     with pytest.raises(ValueError, match="max_queue_size"):
         KVEventsConfig(max_queue_size=0)
+    for linger in (-1, "1", True):
+        with pytest.raises(ValueError, match="replay_linger_s"):
+            KVEventsConfig(replay_linger_s=linger)  # type: ignore[arg-type]
     queue = EventQueue()
     assert make_sink(queue) is queue and make_sink(None) is None
