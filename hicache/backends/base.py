@@ -132,11 +132,7 @@ class PageStore(HiCacheStorage):
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
-        pages = self.page_io()
-        slots = pages.page_slots(keys, host_indices)
-        if self.closed or not keys:
-            return [False] * len(keys)
-        return self._read_pages(pages, keys, slots)
+        return self._batch(keys, host_indices, self._read_pages)
 
     def batch_set_v1(
         self,
@@ -144,11 +140,21 @@ class PageStore(HiCacheStorage):
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
+        return self._batch(keys, host_indices, self._write_pages)
+
+    def _batch(
+        self,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        pages_op: Callable[[PageIO, list[str], list[int]], list[bool]],
+    ) -> list[bool]:
+        """The one prologue of a page batch: checked keys and slots, then ``pages_op``
+        unless the store is closed or the batch empty (all False)."""
         pages = self.page_io()
         slots = pages.page_slots(keys, host_indices)
         if self.closed or not keys:
             return [False] * len(keys)
-        return self._write_pages(pages, keys, slots)
+        return pages_op(pages, keys, slots)
 
     @abstractmethod
     def _count_present(self, pages: PageIO, keys: list[str]) -> int:
