@@ -44,6 +44,13 @@ class StorageConfig:
     prefetch_threshold : storage is queried only for misses of at least this many tokens
         (rounded up to whole pages), and a hit shorter than that is not loaded.
     query_batch_pages, io_batch_pages : pages per ``batch_exists`` / per get or set call.
+    call_timeout_s : the deadline of every backend call (seconds, > 0; default 10): a call
+        past it is a miss counted as a timeout, abandoned on one of ``call_workers`` worker
+        threads (its result discarded, its host slots held until it returns), so a hung
+        backend costs ``drain_transfers``/``close``/``reset`` at most about ``call_workers +
+        1`` deadlines, and later prefetches go on.
+    call_workers : worker threads running backend calls (>= 1); once all of them hold an
+        abandoned call, every call is a fast miss until one returns.
     cost_aware : skip a storage load whose expected time (measured bandwidth) exceeds the
         expected recompute time (measured prefill speed); see ``hicache.backends.cost``.
     """
@@ -61,6 +68,8 @@ class StorageConfig:
     prefetch_timeout_max: float = 30.0
     query_batch_pages: int = 128
     io_batch_pages: int = 128
+    call_timeout_s: float = 10.0
+    call_workers: int = 4
     cost_aware: bool = True
 
     def __post_init__(self) -> None:
@@ -84,6 +93,10 @@ class StorageConfig:
         _check_seconds("prefetch_timeout_max", self.prefetch_timeout_max)
         check_int("query_batch_pages", self.query_batch_pages, minimum=1)
         check_int("io_batch_pages", self.io_batch_pages, minimum=1)
+        _check_seconds("call_timeout_s", self.call_timeout_s)
+        if self.call_timeout_s == 0:
+            raise ValueError("call_timeout_s must be > 0, got 0")
+        check_int("call_workers", self.call_workers, minimum=1)
         if not isinstance(self.cost_aware, bool):
             raise TypeError(f"cost_aware must be a bool, got {type(self.cost_aware).__name__}")
 

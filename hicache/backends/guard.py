@@ -4,10 +4,13 @@ It is itself a ``HiCacheStorage``. Arguments are checked here (a caller bug stil
 ``TypeError``/``ValueError``); then every exception from the backend is caught (logged once per
 exception type), counted as a failure and turned into a miss, and so is a malformed result
 (``None``, a list of the wrong length) and a miss the backend itself counted as a failure
-(``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker
-refuses returns a miss at once without reaching the backend, and a failed or slow call counts
-against the breaker. ``stats()`` reads the counters (thread-safe) as a ``StorageStats``, with
-a duration histogram per call kind and the store's usage as of the last write.
+(``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker refuses returns a miss at
+once without reaching the backend, and a failed or slow call counts against the breaker. With a
+``CallRunner`` every backend call runs on its worker threads under its deadline: a call past it is a
+miss counted as a timeout (and a failure), its result discarded when it returns; the host slots it
+holds meanwhile are ``held_slots()``. ``stats()`` reads the counters (thread-safe) as a
+``StorageStats``, with a duration histogram per call kind and the store's usage as of the last
+write.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from hicache.backends.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.deadline import CallRunner
 from hicache.backends.storage_stats import StorageStats
 from hicache.durations import DurationHistogram
 
@@ -59,11 +63,16 @@ class GuardedStorage(HiCacheStorage):
 
     ``register_mem_pool_host`` registers the pool here and forwards it to the backend (errors
     there propagate: it is set-up, not serving). ``breaker=None``: no breaker (calls always go
-    to the backend; durations timed with ``time.perf_counter``).
+    to the backend; durations timed with ``time.perf_counter``). ``runner=None``: calls run on
+    the caller's thread, without a deadline.
     """
 
     def __init__(
-        self, backend: HiCacheStorage, name: str, breaker: CircuitBreaker | None = None
+        self,
+        backend: HiCacheStorage,
+        name: str,
+        breaker: CircuitBreaker | None = None,
+        runner: CallRunner | None = None,
     ) -> None:
         if not isinstance(backend, HiCacheStorage):
             raise TypeError(f"backend must be a HiCacheStorage, got {type(backend).__name__}")
@@ -71,7 +80,9 @@ class GuardedStorage(HiCacheStorage):
             raise TypeError(f"name must be a non-empty str, got {name!r}")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):
             raise TypeError(f"breaker must be a CircuitBreaker, got {type(breaker).__name__}")
-        self.backend, self.name, self.breaker = backend, name, breaker
+        if runner is not None and not isinstance(runner, CallRunner):
+            raise TypeError(f"runner must be a CallRunner, got {type(runner).__name__}")
+        self.backend, self.name, self.breaker, self.runner = backend, name, breaker, runner
         self._clock: Callable[[], float] = breaker.clock if breaker else time.perf_counter
         self._lock = threading.Lock()
         self._stats = StorageStats(backend=name)
@@ -96,18 +107,20 @@ class GuardedStorage(HiCacheStorage):
             )
 
     def _call(
-        self, what: str, fn: Callable[[], T], check: Callable[[T], T | None]
+        self, what: str, fn: Callable[[], T], check: Callable[[T], T | None], slots: Any = None
     ) -> tuple[T | None, float]:
-        """``check(fn())`` and its duration, or ``(None, 0.0)`` when refused, raised or
-        malformed; feeds the breaker and the failure counter."""
+        """``check(fn())`` and its duration, or ``(None, 0.0)`` when refused, raised, timed
+        out or malformed; feeds the breaker and the failure counter. ``slots``: the host slots
+        ``fn`` uses."""
         if self.breaker is not None and not self.breaker.allow():
             self._add(refused=1)
             return None, 0.0
         before = self._backend_failures()
         start = self._clock()
         try:
-            result = check(fn())
-            if result is None:
+            finished, raw = self._run(what, fn, slots)
+            result = check(raw) if finished else None  # type: ignore[arg-type]
+            if finished and result is None:
                 self._log(what, TypeError(f"{what} returned a malformed result"))
         except Exception as exc:
             result = None
@@ -120,6 +133,27 @@ class GuardedStorage(HiCacheStorage):
         if failed:
             self._add(failures=1)
         return result, elapsed
+
+    def _run(
+        self, what: str, fn: Callable[[], T], slots: torch.Tensor | None
+    ) -> tuple[bool, T | None]:
+        """``fn`` under the runner's deadline (or at once without a runner): whether it
+        finished, and its result; a call that did not finish is logged and counted."""
+        if self.runner is None:
+            return True, fn()
+        finished, result = self.runner.run(fn, slots)
+        if not finished:
+            self._add(timeouts=1)
+            deadline = self.runner.timeout_s
+            self._log(what, TimeoutError(f"{what} did not return within {deadline} s"))
+        return finished, result
+
+    def held_slots(self) -> torch.Tensor:
+        """Host slots of timed-out calls still running in the backend (int64 CPU, maybe
+        empty): not to be reused until they return."""
+        if self.runner is None:
+            return torch.empty(0, dtype=torch.int64)
+        return self.runner.held_slots()
 
     def _backend_failures(self) -> int:
         if not isinstance(self.backend, ReportsFailures):
@@ -195,19 +229,28 @@ class GuardedStorage(HiCacheStorage):
             what,
             lambda: method(keys, host_indices, extra_info),
             lambda r: _bools(r, len(keys)),
+            host_indices,
         )
         if done is None:
             return [False] * len(keys), 0, elapsed
         return done, sum(done), elapsed
 
     def clear(self) -> None:
-        """The backend's ``clear`` (errors logged and counted, never raised; not refused)."""
-        try:
-            self.backend.clear()
-        except Exception as exc:
-            self._log("clear", exc)
-            self._add(failures=1)
+        """The backend's ``clear`` (errors and timeouts logged and counted, never raised; not
+        refused)."""
+        self._settled("clear", self.backend.clear)
         self._read_usage()
+
+    def _settled(self, what: str, fn: Callable[[], object]) -> None:
+        """``fn()`` under the deadline; an error or a timeout is logged and counted as a
+        failure, never raised."""
+        try:
+            finished, _ = self._run(what, fn, None)
+        except Exception as exc:
+            self._log(what, exc)
+            finished = False
+        if not finished:
+            self._add(failures=1)
 
     def _read_usage(self) -> None:
         figures = self._figures()
@@ -218,7 +261,8 @@ class GuardedStorage(HiCacheStorage):
     def _figures(self) -> dict[str, Any]:
         """The backend's ``get_stats()``, ``{}`` when it raises."""
         try:
-            return dict(self.backend.get_stats())
+            _, figures = self._run("get_stats", self.backend.get_stats, None)
+            return dict(figures or {})
         except Exception as exc:
             self._log("get_stats", exc)
             return {}
@@ -248,9 +292,8 @@ class GuardedStorage(HiCacheStorage):
         return figures
 
     def close(self) -> None:
-        """The backend's ``close`` (errors logged and counted, never raised)."""
-        try:
-            self.backend.close()
-        except Exception as exc:
-            self._log("close", exc)
-            self._add(failures=1)
+        """The backend's ``close`` (errors and timeouts logged and counted, never raised),
+        then the runner's idle workers stop."""
+        self._settled("close", self.backend.close)
+        if self.runner is not None:
+            self.runner.close()

@@ -26,6 +26,8 @@ class StorageStats:
         backend reported as failed, or (with a breaker) ran slower than its ``slow_call_s``;
         and ``clear``/``close`` calls that raised.
     refused : calls the open breaker refused (fast misses).
+    timeouts : calls that did not return within ``StorageConfig.call_timeout_s`` (misses,
+        also counted in ``failures``; abandoned, their results discarded).
     breaker_state : ``closed``/``open``/``half_open``, or ``none`` without a breaker.
     breaker_trips : how many times the breaker opened (0 without one).
     exists_call_seconds, get_call_seconds, set_call_seconds : the duration of each
@@ -47,6 +49,7 @@ class StorageStats:
     write_seconds: float = 0.0
     failures: int = 0
     refused: int = 0
+    timeouts: int = 0
     breaker_state: str = "none"
     breaker_trips: int = 0
     exists_call_seconds: Durations = EMPTY

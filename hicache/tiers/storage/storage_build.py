@@ -14,6 +14,7 @@ from hicache.backends import (
 )
 from hicache.backends.breaker import CircuitBreaker
 from hicache.backends.cost import LoadCost
+from hicache.backends.deadline import CallRunner
 from hicache.backends.guard import GuardedStorage
 from hicache.backends.io import StorageIO
 from hicache.pools.geometry import PageGeometry
@@ -62,7 +63,8 @@ def build_storage(
     else:
         backend, name = create_storage_backend(config.backend, config.extra_config), config.backend
     breaker = None if name in _LOCAL else CircuitBreaker()
-    guarded = GuardedStorage(backend, name, breaker)
+    runner = CallRunner(config.call_timeout_s, config.call_workers, name)
+    guarded = GuardedStorage(backend, name, breaker, runner)
     guarded.register_mem_pool_host(host_pool)
     rank, size = config.tp_rank, config.tp_size
     if host.tp.size > 1:  # the cache's TP group names the shard

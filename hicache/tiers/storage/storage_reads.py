@@ -7,10 +7,15 @@ The ranks agree on the hit (the shortest over ranks) and on whether loading beat
 failed reservation cannot change what another evicts) and read only where every rank got its
 slots. A hit shorter than ``threshold`` tokens is not read (``revoked``); nor is one the cost
 model says is slower to load than to recompute (``slower``). A cancelled read's slots that
-were not adopted are released once every rank's thread has let go of them.
+were not adopted are released once every rank's thread has let go of them and no timed-out
+read still running in the backend holds them (``held``: they are quarantined until it returns).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
 
 from hicache.backends import StorageConfig
 from hicache.backends.cost import LoadCost
@@ -34,8 +39,10 @@ class PrefetchReads:
         cost: LoadCost,
         threshold: int,
         page_size: int,
+        held: Callable[[], torch.Tensor],
     ) -> None:
         self.host, self.io, self.config, self.cost = host, io, config, cost
+        self.held = held  # host slots of timed-out backend calls still running
         self.threshold, self.page_size = threshold, page_size
         self.revoked = self.slower = 0
         self._retiring: list[Prefetch] = []  # cancelled ops whose unadopted slots await release
@@ -86,13 +93,17 @@ class PrefetchReads:
         self.release_retired()
 
     def retiring(self) -> int:
-        """Retired reads whose slots are not yet released."""
-        return len(self._retiring)
+        """Retired reads whose thread is not done with them (quarantined ones not counted:
+        they wait for the backend, not for the thread)."""
+        return sum(op.progress()[0] is not PrefetchState.DONE for op in self._retiring)
 
-    def release_retired(self) -> None:
+    def release_retired(self, held: torch.Tensor | None = None) -> None:
+        """Release the slots of the retired reads every rank is done with, but those in
+        ``held`` (default: ``self.held()``)."""
         if not self._retiring:
             return
-        done = [int(op.progress()[0] is PrefetchState.DONE) for op in self._retiring]
+        held = self.held() if held is None else held
+        done = [int(self._free(op, held)) for op in self._retiring]
         done, _ = self.host.tp.agree(done, where="storage prefetch release")
         keep = []
         for op, ok in zip(self._retiring, done, strict=True):
@@ -102,3 +113,17 @@ class PrefetchReads:
                 self.host.release(op.host_indices)
                 op.host_indices = None
         self._retiring = keep
+
+    def give_up(self) -> None:
+        """Release the slots of every retired read whose thread is done, quarantined ones too
+        (``clear``/``close``: the cache stops waiting for a hung backend)."""
+        self.release_retired(torch.empty(0, dtype=torch.int64))
+
+    @staticmethod
+    def _free(op: Prefetch, held: torch.Tensor) -> bool:
+        """Whether ``op``'s slots may be released: its thread is done and no timed-out call
+        still holds one of them."""
+        if op.progress()[0] is not PrefetchState.DONE:
+            return False
+        slots = op.host_indices
+        return slots is None or not held.numel() or not bool(torch.isin(slots, held).any())

@@ -113,7 +113,7 @@ class StorageTier:
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
         self.backups = StorageBackups(tree, host, io, keys, self.page_size, events, medium)
-        self.reads = PrefetchReads(host, io, config, cost, self.threshold, self.page_size)
+        self.reads = PrefetchReads(host, io, config, cost, self.threshold, ps, storage.held_slots)
         self.tp = host.tp
         self._prefetches = self._loaded_tokens = 0
 
@@ -273,10 +273,12 @@ class StorageTier:
         )
 
     def clear(self) -> None:
-        """Cancel every prefetch, wait for the threads, release every reserved slot."""
+        """Cancel every prefetch, wait for the threads (each backend call bounded), release
+        every reserved slot, those a timed-out read still holds too."""
         for req_id in [*self._requests, *self._followers]:
             self.abort(req_id)
         self.settle()
+        self.reads.give_up()
         self._loaded.clear()
         self.backups.clear()
 
