@@ -25,7 +25,7 @@ import torch
 
 from hicache.checks import check_int
 
-__all__ = ["CallRunner"]
+__all__ = ["CallRunner", "touches"]
 
 T = TypeVar("T")
 _Job = tuple["Future[Any]", Callable[[], Any]]
@@ -109,3 +109,8 @@ class CallRunner:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the waiting caller
                 future.set_exception(exc)
+
+
+def touches(slots: torch.Tensor | None, held: torch.Tensor) -> bool:
+    """Whether any of ``slots`` (None: none) is in ``held`` (``CallRunner.held_slots``)."""
+    return slots is not None and bool(held.numel()) and bool(torch.isin(slots, held).any())

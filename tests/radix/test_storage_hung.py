@@ -129,3 +129,21 @@ def test_drain_and_close_are_bounded_with_hung_writes() -> None:
     assert storage.stats().timeouts >= 1
     backend.gate.set()
     cache.check_invariants()
+
+
+def test_a_timed_out_write_pins_its_node_until_the_write_returns() -> None:
+    backend = HungStorage()
+    backend.hang_sets = True
+    stack = _stack(backend)
+    cache = stack.cache
+    cache.insert(RadixKey(_ids(32, 1)), stack.allocator.alloc(32))
+    cache.drain_transfers()  # the storage write times out, still reading the host slots
+    cache.evict(10_000)  # a host-only node now
+    assert cache.evict_host(10_000) == 0  # its slots must not be reused under the late write
+    assert cache.stats().storage.pending_backups == 0
+    cache.check_invariants()
+    backend.hang_sets = False
+    backend.gate.set()
+    _settled(cache)
+    assert cache.evict_host(10_000) == 32
+    cache.check_invariants()

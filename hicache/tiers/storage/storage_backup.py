@@ -10,7 +10,9 @@ forgotten page is at worst written again, and ``batch_set_v1`` skips what is pre
 Under TP a node is unpinned on every rank in the same poll, once its backup has finished on all
 of them (the fewest finished, in queue order), and a page any rank failed to write is forgotten
 on all, so every rank pins, and so host-evicts, alike. MLA ranks other than 0 write nothing but
-queue empty backups, to pin as rank 0 does.
+queue empty backups, to pin as rank 0 does. A failed backup's node stays pinned while a
+timed-out write still reads its host slots (``held``: the guard's ``held_slots``), so they are
+not reused under it; ``pending`` does not count it, and ``clear`` gives it up.
 
 KV events (``events``, ``medium``): each page a backup wrote is announced (``BlockStored``) on
 the backup thread as soon as the write returns, and each page the backend evicted
@@ -21,9 +23,13 @@ store changed.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from functools import partial
 
+import torch
+
 from hicache.backends import StorageKeys
+from hicache.backends.deadline import touches
 from hicache.backends.io import Backup, StorageIO
 from hicache.radix.events import BlockStored, Medium, NodeEvents
 from hicache.radix.node import TreeNode
@@ -49,8 +55,11 @@ class StorageBackups:
         page_size: int,
         events: NodeEvents | None = None,
         medium: Medium = "DISK",
+        held: Callable[[], torch.Tensor] | None = None,
     ) -> None:
         self.tree, self.host, self.io, self.keys = tree, host, io, keys
+        self.held = held  # host slots of timed-out backend calls still running (None: never)
+        self._held: list[Backup] = []  # failed, their nodes pinned while ``held`` has their slots
         self.page_size, self.events, self.medium = page_size, events, medium
         self.tp: TPGroup = host.tp
         self._queued: deque[Backup] = deque()  # in flight, in queue order
@@ -64,8 +73,8 @@ class StorageBackups:
         return node.id in self._pinned
 
     def pending(self) -> int:
-        """Node backups in flight."""
-        return self._pins.total()
+        """Node backups in flight (not the failed ones kept pinned by a timed-out write)."""
+        return self._pins.total() - len(self._held)
 
     def backed_up(self, node: TreeNode) -> None:
         """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
@@ -115,29 +124,55 @@ class StorageBackups:
         """Process the backups every rank has finished: unpin their nodes (the host may evict
         them again); forget the pages of those a rank could not store."""
         self._landed.extend(self.io.finished_backups())
-        if not self._queued:
-            return
+        if self._queued:
+            self._process_landed()
+        if self._held:
+            self._release_held(None)
+
+    def _process_landed(self) -> None:
         failed = [int(op.written_pages < len(op.keys)) for op in self._landed]
         failed += [0] * (len(self._queued) - len(failed))
         (count,), failed = self.tp.agree([len(self._landed)], failed, where="storage backups")
         for i in range(count):
             op = self._queued.popleft()
             self.written_pages += op.written_pages
-            self._unpin(op.tag, bool(failed[i]))
+            if failed[i]:
+                self._forget(op.tag)
+                self._held.append(op)  # unpinned once no timed-out write reads its slots
+            else:
+                self._unpin(op.tag)
         del self._landed[:count]
 
-    def _unpin(self, node: object, failed: bool) -> None:
+    def _release_held(self, held: torch.Tensor | None) -> None:
+        """Unpin the failed backups' nodes whose slots no rank's timed-out write still reads
+        (``held``; None: ask ``self.held``)."""
+        if held is None:
+            held = torch.empty(0, dtype=torch.int64) if self.held is None else self.held()
+        mine = [int(not touches(op.host_indices, held)) for op in self._held]
+        free, _ = self.tp.agree(mine, where="storage held backups")
+        for op, ok in zip(self._held, free, strict=True):
+            if ok:
+                self._unpin(op.tag)
+        self._held = [op for op, ok in zip(self._held, free, strict=True) if not ok]
+
+    def _unpin(self, node: object) -> None:
         assert isinstance(node, TreeNode)
         self._pins[node.id] -= 1
         if not self._pins[node.id]:
             del self._pins[node.id], self._pinned[node.id]
             self.host.refile(node)
-        if failed:  # not stored: let a later backup try again
-            for h in node.hash_value or []:
-                self._known.pop(h, None)
+
+    def _forget(self, node: object) -> None:
+        """``node``'s pages were not stored: let a later backup try again."""
+        assert isinstance(node, TreeNode)
+        for h in node.hash_value or []:
+            self._known.pop(h, None)
 
     def clear(self) -> None:
-        """Forget what storage holds (the caller has waited for the backups)."""
+        """Forget what storage holds (the caller has waited for the backups); unpin the nodes
+        timed-out writes still read (the cache stops waiting for a hung backend)."""
+        if self._held:
+            self._release_held(torch.empty(0, dtype=torch.int64))
         assert not self._pinned, "clear with backups in flight"
         self._known.clear()
         self._queued.clear()

@@ -19,6 +19,7 @@ import torch
 
 from hicache.backends import StorageConfig
 from hicache.backends.cost import LoadCost
+from hicache.backends.deadline import touches
 from hicache.backends.io import Prefetch, PrefetchState, StorageIO
 from hicache.tiers.host.host_tier import HostTier
 
@@ -123,7 +124,4 @@ class PrefetchReads:
     def _free(op: Prefetch, held: torch.Tensor) -> bool:
         """Whether ``op``'s slots may be released: its thread is done and no timed-out call
         still holds one of them."""
-        if op.progress()[0] is not PrefetchState.DONE:
-            return False
-        slots = op.host_indices
-        return slots is None or not held.numel() or not bool(torch.isin(slots, held).any())
+        return op.progress()[0] is PrefetchState.DONE and not touches(op.host_indices, held)

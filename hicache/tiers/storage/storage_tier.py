@@ -112,7 +112,7 @@ class StorageTier:
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
         self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
-        self.backups = StorageBackups(tree, host, io, keys, self.page_size, events, medium)
+        self.backups = StorageBackups(tree, host, io, keys, ps, events, medium, storage.held_slots)
         self.reads = PrefetchReads(host, io, config, cost, self.threshold, ps, storage.held_slots)
         self.tp = host.tp
         self._prefetches = self._loaded_tokens = 0
