@@ -14,7 +14,7 @@ from hicache.radix import RadixKey
 from tests.radix.storage_helpers import make_stack, prefetch, storage_config, write_prefix
 
 TIMEOUT = 0.2
-BOUND = 3.0  # seconds drain/close/reset may take with a hung backend (call_workers=4 deadlines)
+BOUND = 3.0  # seconds drain/close/reset may take: the stated (call_workers + 1) deadlines, + slack
 
 
 class HungStorage(MemoryStorage):
@@ -147,3 +147,33 @@ def test_a_timed_out_write_pins_its_node_until_the_write_returns() -> None:
     _settled(cache)
     assert cache.evict_host(10_000) == 32
     cache.check_invariants()
+
+
+class DeadStorage(HungStorage):
+    """A store whose every call, queries and ``close`` too, waits for ``gate``."""
+
+    def batch_exists(self, keys, extra_info=None):  # type: ignore[no-untyped-def]
+        self.gate.wait(30)
+        return super().batch_exists(keys, extra_info)
+
+    def close(self) -> None:
+        self.gate.wait(30)
+        super().close()
+
+
+def test_a_backend_that_never_answers_costs_drain_and_close_a_stated_bound() -> None:
+    backend = DeadStorage()
+    backend.hang_sets, backend.hang_gets = True, 10**6
+    stack = _stack(backend)
+    cache = stack.cache
+    for seed in range(4):
+        ids = _ids(32, seed)
+        cache.insert(RadixKey(ids), stack.allocator.alloc(32))
+        m = cache.match_prefix(RadixKey(ids + _ids(32, 9)))
+        cache.prefetch_from_storage(f"r{seed}", m.last_host_node, RadixKey(_ids(32, 9)))
+    bound = (stack.cache.storage_tier.config.call_workers + 1) * TIMEOUT + 0.5
+    assert _timed(cache.drain_transfers) < bound
+    assert all(cache.check_prefetch_progress(f"r{seed}") for seed in range(4))
+    assert _timed(cache.close) < bound
+    cache.check_invariants()
+    backend.gate.set()
