@@ -3,7 +3,10 @@ order, each node pinned on the host until storage has acknowledged it.
 
 On each host write ack (``backed_up``), every node from the root down whose pages are not yet
 queued is queued, parents first, on the single backup thread, so a prefix reaches storage
-without holes. The pages queued or present are remembered by hash (``known``: split-proof, as
+without holes. A backup whose parent page is still being written is queued ``after`` it
+(``_writing``): when the parent's write fails, the children's queued writes are cancelled, and
+all of them are forgotten, to be retried with the parent when a host write on their path is
+acknowledged again. The pages queued or present are remembered by hash (``known``: split-proof, as
 a split divides a node's hashes), the oldest forgotten first past ``KNOWN_PAGES_MAX``: a
 forgotten page is at worst written again, and ``batch_set_v1`` skips what is present.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
 from functools import partial
+from typing import NamedTuple
 
 from hicache.backends import StorageKeys
 from hicache.backends.io import Backup, StorageIO
@@ -34,6 +38,13 @@ from hicache.tiers.host.host_tier import HostTier
 from hicache.tp import TPGroup
 
 KNOWN_PAGES_MAX = 1 << 20
+
+
+class _Tag(NamedTuple):
+    """A backup's ``tag``: its node and the page hashes it writes (the node may split later)."""
+
+    node: TreeNode
+    hashes: list[bytes]
 
 
 class StorageBackups:
@@ -58,6 +69,7 @@ class StorageBackups:
         self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
         self._pins: Counter[int] = Counter()  # node id -> its backups in flight
         self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._writing: dict[bytes, tuple[Backup, int]] = {}  # page hash -> backup in flight
         self.written_pages = 0  # pages present in storage after a backup (counter)
 
     def pins(self, node: TreeNode) -> bool:
@@ -71,20 +83,29 @@ class StorageBackups:
         """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
         if not self.keys.writes and not self.tp.active:
             return
+        prior: bytes | None = None  # the last page hash above ``n``
         for n in reversed(self.tree.path_to_root(node)):
             if n.host_slots is None:
                 return  # prefix order: nothing below a node storage cannot get from the host
             hashes = node_hashes(n, self.page_size)
-            if hashes[-1] in self._known:
-                continue
-            self.remember(hashes)
-            self._pinned[n.id] = n
-            self._pins[n.id] += 1
-            self.host.refile(n)
-            keys = self.keys.page_keys(hashes) if self.keys.writes else []
-            op = Backup(n, keys, as_tensor(n.host_slots), self._announcer(n))
-            self._queued.append(op)
-            self.io.backup(op)
+            if hashes[-1] not in self._known:
+                self._queue(n, hashes, None if prior is None else self._writing.get(prior))
+            prior = hashes[-1]
+
+    def _queue(self, node: TreeNode, hashes: list[bytes], after: tuple[Backup, int] | None) -> None:
+        """Pin ``node`` and queue the write of its pages ``hashes`` ``after`` its parent page's
+        backup (None: not in flight)."""
+        assert node.host_slots is not None, "a backup of a node not on the host"
+        self.remember(hashes)
+        self._pinned[node.id] = node
+        self._pins[node.id] += 1
+        self.host.refile(node)
+        keys = self.keys.page_keys(hashes) if self.keys.writes else []
+        tag = _Tag(node, hashes)
+        op = Backup(tag, keys, as_tensor(node.host_slots), self._announcer(node), after)
+        self._writing.update((h, (op, i)) for i, h in enumerate(hashes))
+        self._queued.append(op)
+        self.io.backup(op)
 
     def _announcer(self, node: TreeNode) -> partial[None] | None:
         """What announces ``node``'s written pages (built now: the node may split later)."""
@@ -123,22 +144,25 @@ class StorageBackups:
         for i in range(count):
             op = self._queued.popleft()
             self.written_pages += op.written_pages
-            self._unpin(op.tag, bool(failed[i]))
+            self._unpin(op, bool(failed[i]))
         del self._landed[:count]
 
-    def _unpin(self, node: object, failed: bool) -> None:
-        assert isinstance(node, TreeNode)
+    def _unpin(self, op: Backup, failed: bool) -> None:
+        node, hashes = op.tag
         self._pins[node.id] -= 1
         if not self._pins[node.id]:
             del self._pins[node.id], self._pinned[node.id]
             self.host.refile(node)
-        if failed:  # not stored: let a later backup try again
-            for h in node.hash_value or []:
+        for h in hashes:
+            if self._writing.get(h, (None,))[0] is op:
+                del self._writing[h]
+            if failed:  # not stored (or cancelled): let a later backup try again
                 self._known.pop(h, None)
 
     def clear(self) -> None:
         """Forget what storage holds (the caller has waited for the backups)."""
         assert not self._pinned, "clear with backups in flight"
         self._known.clear()
+        self._writing.clear()
         self._queued.clear()
         self._landed.clear()
