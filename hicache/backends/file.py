@@ -182,6 +182,7 @@ class HiCacheFile(PageStore):
             except OSError as err:
                 self._fail("write", err)
                 discard([tmp for tmp, _ in staged.pop(i, [])])
+                break  # a prefix: a later page without this one would be a hole
         self._commit(staged, pages.object_bytes, done)
         return done
 

@@ -5,7 +5,9 @@ The **prefetch thread** runs each ``Prefetch`` in two steps: an existence query
 hands it host slots (``read``), the reads (``batch_get_v1`` in batches, stopping at the first
 failed page or when the prefetch is cancelled between batches). The **backup thread** writes
 each ``Backup`` (``batch_set_v1`` in batches, stopping at the first failed page), in the order
-they were queued, so parents reach storage before their children.
+they were queued, so parents reach storage before their children; a backup whose chain's
+previous page (``after``) was not written is skipped, so a failed parent cancels its queued
+children and storage never holds a page whose parent page is missing.
 
 Threads never raise: an exception from the backend ends that operation as a miss (logged once
 per type). The scheduler thread owns everything else — host slot allocation, the tree — and
@@ -74,7 +76,9 @@ class Backup:
     """A node's pages to write: ``keys`` and their host slots (int64 CPU, whole pages);
     ``tag`` is the caller's (the node). ``written_pages``: the leading pages present after.
     ``on_done``: called with the op on the backup thread once it has run (before
-    ``finished_backups`` returns it)."""
+    ``finished_backups`` returns it). ``after``: the page the first key chains from, as
+    (the backup queued earlier that writes it, its index there); None: none in flight. Unless
+    that backup wrote that page, this one writes nothing (``written_pages`` 0)."""
 
     def __init__(
         self,
@@ -82,10 +86,15 @@ class Backup:
         keys: list[str],
         host_indices: torch.Tensor,
         on_done: Callable[[Backup], None] | None = None,
+        after: tuple[Backup, int] | None = None,
     ) -> None:
         self.tag, self.keys, self.host_indices = tag, keys, host_indices
-        self.on_done = on_done
+        self.on_done, self.after = on_done, after
         self.written_pages = 0
+
+    def parent_missing(self) -> bool:
+        """Whether the page this backup chains from failed (backup thread: ``after`` ran)."""
+        return self.after is not None and self.after[0].written_pages <= self.after[1]
 
 
 class StorageIO:
@@ -231,6 +240,8 @@ class StorageIO:
     def _run_backup(self, op: Backup) -> None:
         ps, step = self.page_size, self.io_batch
         try:
+            if op.parent_missing():
+                return  # cancelled: its pages would be holes; retried with the parent
             for start in range(0, len(op.keys), step):
                 batch = op.keys[start : start + step]
                 slots = op.host_indices[start * ps : (start + len(batch)) * ps]

@@ -3,7 +3,10 @@ order, each node pinned on the host until storage has acknowledged it.
 
 On each host write ack (``backed_up``), every node from the root down whose pages are not yet
 queued is queued, parents first, on the single backup thread, so a prefix reaches storage
-without holes. The pages queued or present are remembered by hash (``known``: split-proof, as
+without holes. A backup whose parent page is still being written is queued ``after`` it
+(``_writing``): when the parent's write fails, the children's queued writes are cancelled, and
+all of them are forgotten, to be retried with the parent when a host write on their path is
+acknowledged again. The pages queued or present are remembered by hash (``known``: split-proof, as
 a split divides a node's hashes), the oldest forgotten first past ``KNOWN_PAGES_MAX``: a
 forgotten page is at worst written again, and ``batch_set_v1`` skips what is present.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +44,13 @@ from hicache.tiers.host.host_tier import HostTier
 from hicache.tp import TPGroup
 
 KNOWN_PAGES_MAX = 1 << 20
+
+
+class _Tag(NamedTuple):
+    """A backup's ``tag``: its node and the page hashes it writes (the node may split later)."""
+
+    node: TreeNode
+    hashes: list[bytes]
 
 
 class StorageBackups:
@@ -67,6 +78,7 @@ class StorageBackups:
         self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
         self._pins: Counter[int] = Counter()  # node id -> its backups in flight
         self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._writing: dict[bytes, tuple[Backup, int]] = {}  # page hash -> backup in flight
         self.written_pages = 0  # pages present in storage after a backup (counter)
 
     def pins(self, node: TreeNode) -> bool:
@@ -80,20 +92,29 @@ class StorageBackups:
         """Queue storage writes for the nodes from the root to ``node`` not yet queued."""
         if not self.keys.writes and not self.tp.active:
             return
+        prior: bytes | None = None  # the last page hash above ``n``
         for n in reversed(self.tree.path_to_root(node)):
             if n.host_slots is None:
                 return  # prefix order: nothing below a node storage cannot get from the host
             hashes = node_hashes(n, self.page_size)
-            if hashes[-1] in self._known:
-                continue
-            self.remember(hashes)
-            self._pinned[n.id] = n
-            self._pins[n.id] += 1
-            self.host.refile(n)
-            keys = self.keys.page_keys(hashes) if self.keys.writes else []
-            op = Backup(n, keys, as_tensor(n.host_slots), self._announcer(n))
-            self._queued.append(op)
-            self.io.backup(op)
+            if hashes[-1] not in self._known:
+                self._queue(n, hashes, None if prior is None else self._writing.get(prior))
+            prior = hashes[-1]
+
+    def _queue(self, node: TreeNode, hashes: list[bytes], after: tuple[Backup, int] | None) -> None:
+        """Pin ``node`` and queue the write of its pages ``hashes`` ``after`` its parent page's
+        backup (None: not in flight)."""
+        assert node.host_slots is not None, "a backup of a node not on the host"
+        self.remember(hashes)
+        self._pinned[node.id] = node
+        self._pins[node.id] += 1
+        self.host.refile(node)
+        keys = self.keys.page_keys(hashes) if self.keys.writes else []
+        tag = _Tag(node, hashes)
+        op = Backup(tag, keys, as_tensor(node.host_slots), self._announcer(node), after)
+        self._writing.update((h, (op, i)) for i, h in enumerate(hashes))
+        self._queued.append(op)
+        self.io.backup(op)
 
     def _announcer(self, node: TreeNode) -> partial[None] | None:
         """What announces ``node``'s written pages (built now: the node may split later)."""
@@ -136,11 +157,11 @@ class StorageBackups:
         for i in range(count):
             op = self._queued.popleft()
             self.written_pages += op.written_pages
+            self._written(op, bool(failed[i]))
             if failed[i]:
-                self._forget(op.tag)
                 self._held.append(op)  # unpinned once no timed-out write reads its slots
             else:
-                self._unpin(op.tag)
+                self._unpin(op)
         del self._landed[:count]
 
     def _release_held(self, held: torch.Tensor | None) -> None:
@@ -152,21 +173,25 @@ class StorageBackups:
         free, _ = self.tp.agree(mine, where="storage held backups")
         for op, ok in zip(self._held, free, strict=True):
             if ok:
-                self._unpin(op.tag)
+                self._unpin(op)
         self._held = [op for op, ok in zip(self._held, free, strict=True) if not ok]
 
-    def _unpin(self, node: object) -> None:
-        assert isinstance(node, TreeNode)
+    def _unpin(self, op: Backup) -> None:
+        node, _ = op.tag
         self._pins[node.id] -= 1
         if not self._pins[node.id]:
             del self._pins[node.id], self._pinned[node.id]
             self.host.refile(node)
 
-    def _forget(self, node: object) -> None:
-        """``node``'s pages were not stored: let a later backup try again."""
-        assert isinstance(node, TreeNode)
-        for h in node.hash_value or []:
-            self._known.pop(h, None)
+    def _written(self, op: Backup, failed: bool) -> None:
+        """``op`` has ended: its pages wait on it no more; failed (or cancelled), they were not
+        stored, so a later backup tries again."""
+        _, hashes = op.tag
+        for h in hashes:
+            if self._writing.get(h, (None,))[0] is op:
+                del self._writing[h]
+            if failed:
+                self._known.pop(h, None)
 
     def clear(self) -> None:
         """Forget what storage holds (the caller has waited for the backups); unpin the nodes
@@ -175,5 +200,6 @@ class StorageBackups:
             self._release_held(torch.empty(0, dtype=torch.int64))
         assert not self._pinned, "clear with backups in flight"
         self._known.clear()
+        self._writing.clear()
         self._queued.clear()
         self._landed.clear()

@@ -14,8 +14,9 @@ in the tree. Two flows connect them, both through host slots:
   still being written are released once the thread lets go of them.
 - **Backup** (``backed_up``, called by the host tier on each host write ack): every node on the
   path whose pages are not yet queued is written to storage, parents first, on one thread, so
-  no prefix has holes. A node being written is **pinned**: the host tier will not evict it
-  until storage has acknowledged, so the bytes read are the node's.
+  no prefix has holes (a failed write cancels the queued writes below it). A node being
+  written is **pinned**: the host tier will not evict it until storage has acknowledged, so
+  the bytes read are the node's.
 
 A failed or refused storage call is a miss; nothing here raises on a backend failure.
 
