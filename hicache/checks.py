@@ -27,6 +27,13 @@ def check_unsupported_flag(name: str, value: object) -> None:
         raise ValueError(f"{name} must be False (hicache does not support it), got True")
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if a ``bool``, else ``TypeError`` (``"no"``, ``1`` or ``None`` are not flags)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def check_int(name: str, value: Any, minimum: int = 0) -> int:
     """``value`` if an ``int`` (not ``bool``) ``>= minimum``: ``TypeError`` for a non-int, else
     ``ValueError``."""

@@ -255,6 +255,8 @@ def serving(
 
 
 def _check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    if labels is not None and not isinstance(labels, Mapping):
+        raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
     out = dict(labels or {})
     for key, value in out.items():
         if not isinstance(key, str) or not _NAME.match(key) or key in _RESERVED:

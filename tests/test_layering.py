@@ -18,6 +18,7 @@ from tests.import_graph import MODULES, find_cycle, module_graph
 LAYERS = [
     "env",  # every environment variable
     "checks",  # argument checks
+    "threads",  # the wrong-thread guard
     "durations",  # duration histograms (counted by their owners, read in stats())
     "devices",  # every CPU/CUDA difference
     "kernels",  # the transfer ops

@@ -84,6 +84,8 @@ def test_a_device_only_cache_exports_no_host_series() -> None:
         ({"prefix": "hi-cache"}, ValueError, "prefix"),
         ({"labels": {"tier": "x"}}, ValueError, "labels"),
         ({"labels": {"model": 1}}, TypeError, "labels"),
+        ({"labels": ["model"]}, TypeError, "labels must be a mapping"),
+        ({"labels": [("model", "x")]}, TypeError, "labels must be a mapping"),
     ],
 )
 def test_bad_arguments_raise_before_registering(kwargs, error, word) -> None:

@@ -36,6 +36,7 @@ import torch
 
 from hicache.backends.keys import check_keys
 from hicache.backends.pages import PageIO
+from hicache.pools.host_pool import HostKVPool
 
 __all__ = ["HiCacheStorage", "HiCacheStorageExtraInfo", "PageStore"]
 
@@ -61,7 +62,12 @@ class HiCacheStorage(ABC):
     on_evict: Callable[[list[str]], None] | None = None
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Attach the host pool whose slots the batch calls read and write (once)."""
+        """Attach the host pool whose slots the batch calls read and write (once);
+        ``TypeError`` unless it is a ``HostKVPool``."""
+        if not isinstance(mem_pool_host, HostKVPool):
+            raise TypeError(
+                f"mem_pool_host must be a HostKVPool, got {type(mem_pool_host).__name__}"
+            )
         if self.pages is not None:
             raise ValueError("register_mem_pool_host: a host pool is already registered")
         self.pages = PageIO(mem_pool_host)

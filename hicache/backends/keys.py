@@ -81,6 +81,9 @@ class StorageKeys:
     tp_size: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fingerprint, KVFingerprint):
+            kind = type(self.fingerprint).__name__
+            raise TypeError(f"fingerprint must be a KVFingerprint, got {kind}")
         check_int("tp_size", self.tp_size, minimum=1)
         check_int("tp_rank", self.tp_rank)
         if self.tp_rank >= self.tp_size:

@@ -44,11 +44,12 @@ from hicache.engine.request import Request, Status
 from hicache.engine.scheduler import Scheduler, Work
 from hicache.model import ForwardBatch, TinyTransformer
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+from hicache.threads import ThreadBound
 
 IDLE_WAIT_S = 0.001  # a step with nothing to run but prefetches in flight sleeps this long
 
 
-class Engine:
+class Engine(ThreadBound):
     """Serve generation requests with a model whose KV lives in ``allocator.get_kvcache()``.
 
     Parameters
@@ -58,7 +59,11 @@ class Engine:
     config : batching settings (default ``EngineConfig()``).
 
     ``TypeError``/``ValueError`` when the parts do not fit together (``checks.check_parts``).
+    One thread drives it (``hicache.threads``): ``submit``, ``abort``, ``step`` and ``run`` raise
+    ``RuntimeError`` from another; ``bind_thread()`` hands the engine, its cache and pools over.
     """
+
+    thread_guarded = "submit abort step run"
 
     def __init__(
         self,
@@ -126,6 +131,12 @@ class Engine:
         if not isinstance(req, Request):
             raise TypeError(f"req must be a Request, got {type(req).__name__}")
         return self.scheduler.abort(req)
+
+    def bind_thread(self) -> None:
+        """Make the calling thread the driver of the engine, its cache and its pools."""
+        super().bind_thread()
+        for part in (self.cache, self.req_to_token_pool, self.allocator):
+            part.bind_thread()
 
     def has_work(self) -> bool:
         s = self.scheduler

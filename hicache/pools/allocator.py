@@ -19,6 +19,7 @@ import torch
 from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.pools.device_pool import KVPool
+from hicache.threads import ThreadBound
 
 _CPU = torch.device("cpu")
 
@@ -38,7 +39,7 @@ def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return unique, unique.size != ordered.size
 
 
-class PageAllocator:
+class PageAllocator(ThreadBound):
     """Free list over pages ``reserved_pages .. reserved_pages + num_pages - 1``.
 
     Parameters
@@ -49,8 +50,11 @@ class PageAllocator:
 
     State: every usable page is exactly one of free (``_free`` or ``_released``), pending (freed
     inside an open free group, back on the free list at ``free_group_end``) or allocated
-    (``_allocated[page]``). ``check_invariants()`` verifies this.
+    (``_allocated[page]``). ``check_invariants()`` verifies this. One thread changes it
+    (``hicache.threads``): the calls in ``thread_guarded`` raise ``RuntimeError`` from another.
     """
+
+    thread_guarded = "clear alloc_cpu free free_group_begin free_group_end"
 
     def __init__(self, num_pages: int, page_size: int, reserved_pages: int = 0) -> None:
         check_int("page_size", page_size, minimum=1)
@@ -237,6 +241,8 @@ class TokenToKVPoolAllocator(PageAllocator):
     kvcache : the device KV pool these slots index (``get_kvcache()``); its ``size``,
         ``page_size`` and (where it has one) ``device`` must match.
     """
+
+    thread_guarded = PageAllocator.thread_guarded + " alloc alloc_pair"
 
     def __init__(
         self,

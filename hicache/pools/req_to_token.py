@@ -12,13 +12,14 @@ import torch
 from hicache import env
 from hicache.checks import check_int, check_unsupported_flag
 from hicache.devices import canonical_device
+from hicache.threads import ThreadBound
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
 _INTEGER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 Columns = slice | int | torch.Tensor
 
 
-class ReqToTokenPool:
+class ReqToTokenPool(ThreadBound):
     """Rows of ``req_to_token`` (``[size, max_context_len]``, int32, ``device``) for requests.
 
     Row ``r``, column ``p`` holds the KV slot of token ``p`` of the request owning row ``r``.
@@ -27,8 +28,11 @@ class ReqToTokenPool:
     SGLang's keywords (``size``, ``max_context_len``, ``device``, ``enable_memory_saver``);
     the memory saver is not supported, so ``enable_memory_saver`` must be False. ``alloc`` and
     ``free`` take row counts and ids (SGLang before 0.5.9; later releases pass ``Req``
-    objects): ``alloc(need_size)`` returns None when rows run out, where SGLang asserts.
+    objects): ``alloc(need_size)`` returns None when rows run out, where SGLang asserts. One
+    thread changes it: ``thread_guarded`` calls raise ``RuntimeError`` from another.
     """
+
+    thread_guarded = "alloc free write clear"
 
     def __init__(
         self,

@@ -13,7 +13,8 @@ import torch
 
 from hicache.radix.node import TreeNode
 from hicache.radix.stats import CacheStats
-from hicache.radix.tier import TierChain
+from hicache.radix.tier import TIER_CHANGES, TierChain
+from hicache.threads import ThreadBound
 
 
 class ReqToTokenTable(Protocol):
@@ -45,7 +46,7 @@ class MatchResult(NamedTuple):
     host_hit_length: int = 0
 
 
-class BasePrefixCache(ABC):
+class BasePrefixCache(ABC, ThreadBound):
     """A prefix cache over KV slots: keys are token-id prefixes, values are slot indices.
 
     The calls about the tiers below the device (``init_load_back`` .. ``note_prefill``) are
@@ -59,6 +60,10 @@ class BasePrefixCache(ABC):
     """
 
     tiers: TierChain
+    thread_guarded = (  # the calls that change the cache, from one thread (``hicache.threads``)
+        "match_prefix insert evict inc_lock_ref dec_lock_ref cache_finished_req "
+        "cache_unfinished_req reset " + TIER_CHANGES
+    )
 
     @abstractmethod
     def match_prefix(self, key: Any) -> MatchResult:

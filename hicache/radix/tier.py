@@ -153,3 +153,11 @@ class TierChain(StorageChain, Protocol):
     def consume_load_batch(self, index: int) -> None: ...
     def host_size(self) -> int: ...
     def evict_host(self, num_tokens: int) -> int: ...
+
+
+# The chain's calls that change state (every one but ``host_size``), space-separated.
+TIER_CHANGES = (
+    "init_load_back ready_to_load_host_cache consume_load_batch evict_host check_hicache_events "
+    "drain_transfers prefetch_from_storage check_prefetch_progress pop_prefetch_loaded_tokens "
+    "release_aborted_request note_prefill"
+)

@@ -69,7 +69,8 @@ class Replayer:
         while self.arrivals or self.waiting or self.decoding or self.prefilling:
             self._arrive()
             if not (self.waiting or self.decoding or self.prefilling):
-                self.now = max(self.now, self.arrivals[0].arrival_s)
+                if self.arrivals:  # idle until the next arrival (none: all were rejected)
+                    self.now = max(self.now, self.arrivals[0].arrival_s)
                 continue
             self.step()
         return self.records

@@ -86,9 +86,13 @@ def _timestamp(obj: dict[str, Any]) -> float:
     value = obj.get("timestamp")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"'timestamp' must be a number (ms), got {value!r:.40}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"'timestamp' must be a finite number >= 0, got {value}")
-    return float(value)
+    try:
+        ms = float(value)
+    except OverflowError:  # an int past the float range
+        ms = math.inf
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"'timestamp' must be a finite number >= 0, got {value!r:.40}")
+    return ms
 
 
 def _hash_ids(obj: dict[str, Any], input_length: int, block_tokens: int) -> tuple[int, ...]:
@@ -107,12 +111,17 @@ def _hash_ids(obj: dict[str, Any], input_length: int, block_tokens: int) -> tupl
     return tuple(ids)
 
 
-def parse_request(text: str, block_tokens: int = BLOCK_TOKENS) -> TraceRequest:
-    """One trace line as a request; ``ValueError`` saying what is wrong with it."""
+def parse_request(text: str | bytes, block_tokens: int = BLOCK_TOKENS) -> TraceRequest:
+    """One trace line (``str``, or UTF-8 ``bytes``) as a request; ``ValueError`` saying what
+    is wrong with it."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 (byte {err.start}: {err.reason})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"not JSON ({err.msg})") from None
+    except RecursionError:
+        raise ValueError("not a trace request (JSON nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"a line must be a JSON object, got {type(obj).__name__}")
     length = _int(obj, "input_length", 1)
@@ -137,7 +146,7 @@ def read_trace(
         raise ValueError(f"block_tokens must be a positive int, got {block_tokens!r}")
     requests: list[TraceRequest] = []
     skipped, first_error = 0, None
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:  # each line decoded alone: bad UTF-8 is one bad line
         for lineno, text in enumerate(f, start=1):
             if not text.strip():
                 continue

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from hicache.checks import check_bool
+
 T = TypeVar("T")
 
 _OK = 1 << 62  # a rank's status word when its step succeeded (larger than any rank id)
@@ -77,7 +79,7 @@ class TPGroup:
         if group is not None and not dist.is_initialized():
             raise ValueError("tp_group: torch.distributed is not initialized")
         self.group, self.timeout = group, timedelta(seconds=float(timeout_s))
-        self.enabled, self.debug = bool(agree), bool(debug)
+        self.enabled, self.debug = check_bool("agree", agree), check_bool("debug", debug)
         self.rank = 0 if group is None else dist.get_rank(group)
         self.size = 1 if group is None else dist.get_world_size(group)
         self.collectives = 0

@@ -94,3 +94,9 @@ def test_ctrl_c_keeps_what_was_measured():
 
     run = replay(_trace(), ReplayConfig(**FAST), on_record=stop_after_three)
     assert run.interrupted and len(run.records) == 3 and run.total_requests == N * TURNS
+
+
+def test_a_trace_ending_in_a_rejected_request_keeps_every_record():
+    trace = Trace((TraceRequest(0, 100, 1, (20,)), TraceRequest(1, 5000, 1, tuple(range(10)))), B)
+    run = replay(trace, ReplayConfig(device_tokens=1024, **FAST))
+    assert [r.error is None for r in run.records] == [True, False]

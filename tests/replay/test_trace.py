@@ -81,3 +81,21 @@ def test_tokens_equal_for_equal_hashes_and_differ_otherwise():
     assert a.dtype == np.int32 and not a.flags.writeable and len(a) == 700
     assert np.array_equal(a, b[:700])
     assert not np.array_equal(a[:512], c[:512]) and np.array_equal(a[512:], c[512:])
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        (json.dumps({**GOOD, "timestamp": 10**400}).encode(), "'timestamp' must be a finite"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (json.dumps(GOOD).encode()[:-1] + b', "x": "\xff\xfe"}', "not UTF-8"),
+    ],
+    ids=["int-past-float", "deep-nesting", "bad-utf8"],
+)
+def test_every_bad_line_is_named_and_skippable(tmp_path, line, words):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n")
+    with pytest.raises(TraceError, match=f"t.jsonl:2: .*{words}"):
+        read_trace(path)
+    trace = read_trace(path, skip_bad=True)
+    assert len(trace.requests) == 1 and trace.skipped == 1

@@ -129,3 +129,9 @@ def test_check_keys_rejects(keys: object, error: type[Exception]) -> None:
 def test_check_keys_accepts_file_name_keys() -> None:
     assert check_keys([]) == []
     assert check_keys(["a_0", "x" * MAX_KEY_CHARS]) == ["a_0", "x" * MAX_KEY_CHARS]
+
+
+@pytest.mark.parametrize("fingerprint", ["x", FP.digest, None])
+def test_the_fingerprint_must_be_a_kvfingerprint(fingerprint: object) -> None:
+    with pytest.raises(TypeError, match="fingerprint must be a KVFingerprint"):
+        StorageKeys(fingerprint)  # type: ignore[arg-type]

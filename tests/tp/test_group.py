@@ -76,6 +76,9 @@ def test_bad_settings_are_rejected() -> None:
     for timeout in (0, -1.0, "5", True):
         with pytest.raises(ValueError, match="timeout_s"):
             TPGroup(None, timeout_s=timeout)  # type: ignore[arg-type]
+    for name, flag in (("agree", "no"), ("agree", 0), ("debug", None)):
+        with pytest.raises(TypeError, match=f"{name} must be a bool"):
+            TPGroup(None, **{name: flag})
     assert not dist.is_initialized()
     with pytest.raises(ValueError, match="not initialized"):
         TPGroup(object())
