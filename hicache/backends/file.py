@@ -7,16 +7,17 @@ by a hash of itself). Writes go to a unique temporary
 reader sees a whole object or none, from any process. A present object is never rewritten
 (write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
 second old): mtime is the LRU clock that every process using the directory shares. Reads
-``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
-``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
-removed. The byte cap is shared by every instance on the directory (``file_lru``). Any
-``OSError`` after construction is a miss, logged once per kind.
+``readv`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
+``commit``) after checking the file's size (``os.open``, ``os.fstat``: no file object); a
+file of the wrong size is corrupt: a miss, and removed. The byte cap is shared by every
+instance on the directory (``file_lru``). Any ``OSError`` after construction is a miss; I/O
+errors and corrupt objects are counted by kind and logged sparingly (``faults.FaultLog``;
+``fault_counts``, ``failure_count``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -24,14 +25,20 @@ import shutil
 import threading
 import time
 import uuid
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
 from hicache import env
 from hicache.backends.base import PageStore
-from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
+from hicache.backends.faults import FaultLog, io_kind
+from hicache.backends.file_lru import (
+    OBJECT_SUFFIX,
+    TMP_MARK,
+    DirectoryUsage,
+    Ledger,
+    discard,
+)
 from hicache.backends.keys import object_keys
 from hicache.backends.pages import PageIO
 from hicache.checks import check_int
@@ -75,9 +82,8 @@ class HiCacheFile(PageStore):
             raise TypeError(f"evict_ratio must be a number, got {type(evict_ratio).__name__}")
         if not 0 < evict_ratio <= 1:
             raise ValueError(f"evict_ratio must be in (0, 1], got {evict_ratio}")
-        self._logged: set[str] = set()
-        self._log_lock = threading.Lock()
         self.root = os.path.abspath(os.fspath(root if root is not None else _default_root()))
+        self.faults = FaultLog(logger, f"file store {self.root}")
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as err:  # every call will miss; serving goes on without the tier
@@ -115,39 +121,47 @@ class HiCacheFile(PageStore):
     def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands,
         so a missing or corrupt object leaves the page's host slots as they were."""
-        paths = self._paths(key, pages.parts)
+        fds: list[int] = []
         try:
-            with ExitStack() as stack:
-                found = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
-                files = [f for f in found if f is not None]
-                if len(files) != len(paths):
+            for path in self._paths(key, pages.parts):
+                fd = self._open_sized(path, pages.object_bytes)
+                if fd is None:
                     return False
-                targets = pages.target(slot)
-                for file, target in zip(files, targets, strict=True):
-                    got = file.readinto(target.data)
-                    if got != target.nbytes:
-                        raise OSError(f"short read: {got} of {target.nbytes} bytes")
+                fds.append(fd)
+            targets = pages.target(slot)
+            for fd, target in zip(fds, targets, strict=True):
+                got = os.readv(fd, [target.data])
+                if got != target.nbytes:
+                    raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
             return True
         except OSError as err:
             self._fail("read", err)
             return False
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
-        """``path`` opened (closed with ``stack``) and touched if its mtime is older than
-        ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt: then it is
-        removed, so that ``batch_exists`` stops offering it; the next eviction scan corrects
-        the byte count)."""
+    def _open_sized(self, path: str, nbytes: int) -> int | None:
+        """``path`` opened (a descriptor the caller closes) and touched if its mtime is older
+        than ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt:
+        then it is removed, so that ``batch_exists`` stops offering it; the next eviction
+        scan corrects the byte count)."""
         try:
-            file = stack.enter_context(open(path, "rb", buffering=0))
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        st = os.fstat(file.fileno())
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
         if st.st_size == nbytes:
             if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
-                self._touch([file.fileno()])
-            return file
-        self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
+                self._touch([fd])
+            return fd
+        os.close(fd)
+        self.faults.record("corrupt_object", f"{path}: {st.st_size} bytes, {nbytes} expected")
         self._remove([path])
         return None
 
@@ -159,7 +173,7 @@ class HiCacheFile(PageStore):
             except FileNotFoundError:  # evicted meanwhile
                 pass
             except OSError as err:  # e.g. another user's file: it ages, nothing breaks
-                self._fail("touch", err)
+                self.faults.record(io_kind(err), f"touch: {err}", failed=False)
 
     def _write_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         done = [False] * len(keys)
@@ -262,13 +276,16 @@ class HiCacheFile(PageStore):
         """Later calls are misses; the directory and its objects stay for other instances."""
         self.closed = True
 
+    def fault_counts(self) -> dict[str, int]:
+        """Faults so far by kind (``faults.FaultLog``; read by the guard's ``stats``)."""
+        return self.faults.counts()
+
+    def failure_count(self) -> int:
+        """Faults that failed a call (``guard.ReportsFailures``): all but failed touches."""
+        return self.faults.failure_count()
+
     def _fail(self, op: str, err: OSError) -> None:
-        kind = f"{op}: {type(err).__name__} {err.errno}"
-        with self._log_lock:
-            if kind in self._logged:
-                return
-            self._logged.add(kind)
-        logger.warning("file store %s: %s failed (%s); treated as a miss", self.root, op, err)
+        self.faults.record(io_kind(err), f"{op}: {err}")
 
 
 def bucket_of(page_key: str) -> str:
