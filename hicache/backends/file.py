@@ -32,13 +32,7 @@ import numpy as np
 from hicache import env
 from hicache.backends.base import PageStore
 from hicache.backends.faults import FaultLog, io_kind
-from hicache.backends.file_lru import (
-    OBJECT_SUFFIX,
-    TMP_MARK,
-    DirectoryUsage,
-    Ledger,
-    discard,
-)
+from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
 from hicache.backends.keys import object_keys
 from hicache.backends.pages import PageIO
 from hicache.checks import check_int
