@@ -2,17 +2,15 @@
 
 An object lives at ``{root}/{bucket}/{object key}.bin``, ``bucket`` being the first two hex
 characters of the page hash in the key (a 256-way fan-out; a key of another shape is bucketed
-by a hash of itself). Writes go to a unique temporary
-(``{final}.tmp.{pid}.{thread}.{uuid}``), then ``os.replace`` renames it into place, so a
-reader sees a whole object or none, from any process. A present object is never rewritten
-(write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
-second old): mtime is the LRU clock that every process using the directory shares. Reads
-``readv`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
-``commit``) after checking the file's size (``os.open``, ``os.fstat``: no file object); a
-file of the wrong size is corrupt: a miss, and removed. The byte cap is shared by every
-instance on the directory (``file_lru``). Any ``OSError`` after construction is a miss; I/O
-errors and corrupt objects are counted by kind and logged sparingly (``faults.FaultLog``;
-``fault_counts``, ``failure_count``).
+by a hash of itself). Writes go to a unique temporary (``{final}.tmp.{pid}.{thread}.{uuid}``),
+then ``os.replace`` renames it into place, so a reader sees a whole object or none, from any
+process. A present object is never rewritten (write-once); it is touched instead
+(``os.utime``), as on a read hit (when its mtime is over a second old): mtime is the LRU clock
+that every process using the directory shares. Reads ``readv`` the host page itself when
+``PageIO.zero_copy`` (else a staging array, then ``commit``) after ``os.fstat`` checks the
+file's size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared
+by every instance on the directory (``file_lru``). Any ``OSError`` after construction is a
+miss; faults are counted by kind (``faults``).
 """
 
 from __future__ import annotations
@@ -115,7 +113,7 @@ class HiCacheFile(PageStore):
     def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands,
         so a missing or corrupt object leaves the page's host slots as they were."""
-        fds: list[int] = []
+        fds: list[int] = []  # closed at the end, whatever happens
         try:
             for path in self._paths(key, pages.parts):
                 fd = self._open_sized(path, pages.object_bytes)
@@ -137,10 +135,9 @@ class HiCacheFile(PageStore):
                 os.close(fd)
 
     def _open_sized(self, path: str, nbytes: int) -> int | None:
-        """``path`` opened (a descriptor the caller closes) and touched if its mtime is older
-        than ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt:
-        then it is removed, so that ``batch_exists`` stops offering it; the next eviction
-        scan corrects the byte count)."""
+        """``path``'s descriptor (the caller closes it), touched if its mtime is older than
+        ``TOUCH_AFTER_NS``; None when missing, or not ``nbytes`` long (corrupt: removed, so that
+        ``batch_exists`` stops offering it; the next eviction scan corrects the byte count)."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -271,11 +268,11 @@ class HiCacheFile(PageStore):
         self.closed = True
 
     def fault_counts(self) -> dict[str, int]:
-        """Faults so far by kind (``faults.FaultLog``; read by the guard's ``stats``)."""
+        """Faults so far by kind (``guard.ReportsFaults``)."""
         return self.faults.counts()
 
     def failure_count(self) -> int:
-        """Faults that failed a call (``guard.ReportsFailures``): all but failed touches."""
+        """Faults that failed a call, all but touches (``guard.ReportsFailures``)."""
         return self.faults.failure_count()
 
     def _fail(self, op: str, err: OSError) -> None:
