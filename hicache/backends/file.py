@@ -5,7 +5,7 @@ characters of the page hash in the key (a 256-way fan-out; a key of another shap
 by a hash of itself). Writes go to a unique temporary (``{final}.tmp.{pid}.{thread}.{uuid}``),
 then ``os.replace`` renames it into place, so a reader sees a whole object or none, from any
 process. A present object is never rewritten (write-once); it is touched instead
-(``os.utime``), as on a read hit (when its mtime is over a second old): mtime is the LRU clock
+(``os.utime``), as on a read hit (when its mtime is over a minute old): mtime is the LRU clock
 that every process using the directory shares. Reads ``readv`` the host page itself when
 ``PageIO.zero_copy`` (else a staging array, then ``commit``) after ``os.fstat`` checks the
 file's size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
-TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
+TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
 _PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
 
@@ -108,18 +108,17 @@ class HiCacheFile(PageStore):
             return -1
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
-        return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
+        stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
+        return [self._get_page(pages, k, slot, stale) for k, slot in zip(keys, slots, strict=True)]
 
-    def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+    def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands,
         so a missing or corrupt object leaves the page's host slots as they were."""
-        fds: list[int] = []  # closed at the end, whatever happens
+        fds: list[int] = []
         try:
             for path in self._paths(key, pages.parts):
-                fd = self._open_sized(path, pages.object_bytes)
-                if fd is None:
+                if not self._open_sized(path, pages.object_bytes, stale_ns, fds):
                     return False
-                fds.append(fd)
             targets = pages.target(slot)
             for fd, target in zip(fds, targets, strict=True):
                 got = os.readv(fd, [target.data])
@@ -134,27 +133,22 @@ class HiCacheFile(PageStore):
             for fd in fds:
                 os.close(fd)
 
-    def _open_sized(self, path: str, nbytes: int) -> int | None:
-        """``path``'s descriptor (the caller closes it), touched if its mtime is older than
-        ``TOUCH_AFTER_NS``; None when missing, or not ``nbytes`` long (corrupt: removed, so that
+    def _open_sized(self, path: str, nbytes: int, stale_ns: int, fds: list[int]) -> bool:
+        """Open ``path`` onto ``fds`` (the caller closes them), touched if its mtime is older
+        than ``stale_ns``. False when missing, or not ``nbytes`` long (corrupt: removed, so that
         ``batch_exists`` stops offering it; the next eviction scan corrects the byte count)."""
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fds.append(os.open(path, os.O_RDONLY))
         except FileNotFoundError:
-            return None
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            os.close(fd)
-            raise
+            return False
+        st = os.fstat(fds[-1])
         if st.st_size == nbytes:
-            if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
-                self._touch([fd])
-            return fd
-        os.close(fd)
+            if st.st_mtime_ns < stale_ns:  # a hit refreshes the LRU
+                self._touch([fds[-1]])
+            return True
         self.faults.record("corrupt_object", f"{path}: {st.st_size} bytes, {nbytes} expected")
         self._remove([path])
-        return None
+        return False
 
     def _touch(self, files: list[str] | list[int]) -> None:
         """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
