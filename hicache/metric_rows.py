@@ -180,6 +180,9 @@ def _storage_rows(s: CacheStats) -> Iterator[Row]:
         ("set", st.set_call_seconds),
     ):
         yield "storage_call_duration_seconds", HISTOGRAM, calls, {**b, "op": op}, hist
+    faults = "Storage faults by kind (io_<ERRNO>, corrupt_object, backend_error, slow_call, ...)"
+    for kind, count in sorted(st.faults.items()):
+        yield "storage_faults", COUNTER, faults, {**b, "kind": kind}, count
     yield from _storage_usage_rows(s)
     yield from _breaker_rows(s)
 

@@ -52,6 +52,7 @@ name                                     type      labels
 ``storage_used_bytes``                   gauge     (backends that report it: file, memory)
 ``storage_capacity_bytes``               gauge     (file)
 ``storage_failures_total``               counter
+``storage_faults_total``                 counter   ``kind`` (``backends.faults``)
 ``storage_breaker_state``                gauge     ``state``; 0 closed, 1 open, 2 half_open
 ``storage_breaker_trips_total``          counter   (both only with a breaker)
 ======================================== ========= ====================================

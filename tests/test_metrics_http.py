@@ -3,6 +3,8 @@ duration histograms, usage gauges and the breaker present with sane values; SGLa
 
 from __future__ import annotations
 
+import errno
+import os
 import urllib.request
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from hicache.backends import StorageConfig
+from hicache.backends import file as file_module
 from hicache.backends.file import HiCacheFile
 from hicache.backends.memory import MemoryStorage
 from hicache.metrics import MetricsServer, PrometheusExporter, start_http_server
@@ -144,6 +147,30 @@ def test_an_open_breaker_reads_1_with_its_trips() -> None:
     assert _value(got, "hicache_storage_breaker_trips_total", backend=backend) >= 1
     count, _ = _histogram(got, "hicache_storage_call_duration_seconds", backend=backend, op="set")
     assert count >= 3  # the failed writes that opened it were timed too
+    trips = _value(got, "hicache_storage_breaker_trips_total", backend=backend)
+    for kind, least in (("backend_error", 3), ("breaker_trip", trips)):
+        assert _value(got, "hicache_storage_faults_total", backend=backend, kind=kind) >= least
+    assert (
+        _value(got, "hicache_storage_faults_total", backend=backend, kind="breaker_trip") == trips
+    )
+
+
+def test_file_store_faults_are_scraped_by_kind(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def read_only(path, mode="r", *args, **kw):  # type: ignore[no-untyped-def]
+        if "x" in mode:  # the writer's temporaries: a read-only file system
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return open(path, mode, *args, **kw)
+
+    monkeypatch.setattr(file_module, "open", read_only, raising=False)
+    cache = _cache(HiCacheFile(tmp_path))
+    _workload(cache)
+    registry = prometheus_client.CollectorRegistry()
+    PrometheusExporter(cache, registry)
+    got = _parse(prometheus_client.generate_latest(registry).decode())
+    st = cache.stats().storage
+    assert st is not None and st.failures > 0 and st.faults["io_EROFS"] > 0
+    scraped = _value(got, "hicache_storage_faults_total", backend=st.backend, kind="io_EROFS")
+    assert scraped == st.faults["io_EROFS"]
 
 
 def test_sglang_naming_renames_the_shared_series_only(tmp_path) -> None:

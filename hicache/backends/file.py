@@ -2,21 +2,20 @@
 
 An object lives at ``{root}/{bucket}/{object key}.bin``, ``bucket`` being the first two hex
 characters of the page hash in the key (a 256-way fan-out; a key of another shape is bucketed
-by a hash of itself). Writes go to a unique temporary
-(``{final}.tmp.{pid}.{thread}.{uuid}``), then ``os.replace`` renames it into place, so a
-reader sees a whole object or none, from any process. A present object is never rewritten
-(write-once); it is touched instead (``os.utime``), as on a read hit (when its mtime is over a
-second old): mtime is the LRU clock that every process using the directory shares. Reads
-``readinto`` the host page itself when ``PageIO.zero_copy`` (else a staging array, then
-``commit``) after checking the file's size; a file of the wrong size is corrupt: a miss, and
-removed. The byte cap is shared by every instance on the directory (``file_lru``). Any
-``OSError`` after construction is a miss, logged once per kind.
+by a hash of itself). Writes go to a unique temporary (``{final}.tmp.{pid}.{thread}.{uuid}``),
+then ``os.replace`` renames it into place, so a reader sees a whole object or none, from any
+process. A present object is never rewritten (write-once); it is touched instead
+(``os.utime``), as on a read hit (when its mtime is over a minute old): mtime is the LRU clock
+that every process using the directory shares. Reads ``readv`` the host page itself when
+``PageIO.zero_copy`` (else a staging array, then ``commit``) after ``os.fstat`` checks the
+file's size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared
+by every instance on the directory (``file_lru``). Any ``OSError`` after construction is a
+miss; faults are counted by kind (``faults``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -24,13 +23,13 @@ import shutil
 import threading
 import time
 import uuid
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
 from hicache import env
 from hicache.backends.base import PageStore
+from hicache.backends.faults import FaultLog, io_kind
 from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
 from hicache.backends.keys import object_keys
 from hicache.backends.pages import PageIO
@@ -42,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
-TOUCH_AFTER_NS = 10**9  # a hit leaves an mtime younger than this: LRU resolution, one second
+TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
 _PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
 
@@ -75,9 +74,8 @@ class HiCacheFile(PageStore):
             raise TypeError(f"evict_ratio must be a number, got {type(evict_ratio).__name__}")
         if not 0 < evict_ratio <= 1:
             raise ValueError(f"evict_ratio must be in (0, 1], got {evict_ratio}")
-        self._logged: set[str] = set()
-        self._log_lock = threading.Lock()
         self.root = os.path.abspath(os.fspath(root if root is not None else _default_root()))
+        self.faults = FaultLog(logger, f"file store {self.root}")
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as err:  # every call will miss; serving goes on without the tier
@@ -110,46 +108,47 @@ class HiCacheFile(PageStore):
             return -1
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
-        return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
+        stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
+        return [self._get_page(pages, k, slot, stale) for k, slot in zip(keys, slots, strict=True)]
 
-    def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+    def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands,
         so a missing or corrupt object leaves the page's host slots as they were."""
-        paths = self._paths(key, pages.parts)
+        fds: list[int] = []
         try:
-            with ExitStack() as stack:
-                found = [self._open_sized(p, pages.object_bytes, stack) for p in paths]
-                files = [f for f in found if f is not None]
-                if len(files) != len(paths):
+            for path in self._paths(key, pages.parts):
+                if not self._open_sized(path, pages.object_bytes, stale_ns, fds):
                     return False
-                targets = pages.target(slot)
-                for file, target in zip(files, targets, strict=True):
-                    got = file.readinto(target.data)
-                    if got != target.nbytes:
-                        raise OSError(f"short read: {got} of {target.nbytes} bytes")
+            targets = pages.target(slot)
+            for fd, target in zip(fds, targets, strict=True):
+                got = os.readv(fd, [target.data])
+                if got != target.nbytes:
+                    raise OSError(f"short read: {got} of {target.nbytes} bytes")
             pages.commit(slot, targets)
             return True
         except OSError as err:
             self._fail("read", err)
             return False
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def _open_sized(self, path: str, nbytes: int, stack: ExitStack) -> io.FileIO | None:
-        """``path`` opened (closed with ``stack``) and touched if its mtime is older than
-        ``TOUCH_AFTER_NS``; None when it is missing, or not ``nbytes`` long (corrupt: then it is
-        removed, so that ``batch_exists`` stops offering it; the next eviction scan corrects
-        the byte count)."""
+    def _open_sized(self, path: str, nbytes: int, stale_ns: int, fds: list[int]) -> bool:
+        """Open ``path`` onto ``fds`` (the caller closes them), touched if its mtime is older
+        than ``stale_ns``. False when missing, or not ``nbytes`` long (corrupt: removed, so that
+        ``batch_exists`` stops offering it; the next eviction scan corrects the byte count)."""
         try:
-            file = stack.enter_context(open(path, "rb", buffering=0))
+            fds.append(os.open(path, os.O_RDONLY))
         except FileNotFoundError:
-            return None
-        st = os.fstat(file.fileno())
+            return False
+        st = os.fstat(fds[-1])
         if st.st_size == nbytes:
-            if st.st_mtime_ns < time.time_ns() - TOUCH_AFTER_NS:  # a hit refreshes the LRU
-                self._touch([file.fileno()])
-            return file
-        self._fail("read", OSError(f"corrupt object of {st.st_size} bytes, {nbytes} expected"))
+            if st.st_mtime_ns < stale_ns:  # a hit refreshes the LRU
+                self._touch([fds[-1]])
+            return True
+        self.faults.record("corrupt_object", f"{path}: {st.st_size} bytes, {nbytes} expected")
         self._remove([path])
-        return None
+        return False
 
     def _touch(self, files: list[str] | list[int]) -> None:
         """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
@@ -159,7 +158,7 @@ class HiCacheFile(PageStore):
             except FileNotFoundError:  # evicted meanwhile
                 pass
             except OSError as err:  # e.g. another user's file: it ages, nothing breaks
-                self._fail("touch", err)
+                self.faults.record(io_kind(err), f"touch: {err}", failed=False)
 
     def _write_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         done = [False] * len(keys)
@@ -263,13 +262,16 @@ class HiCacheFile(PageStore):
         """Later calls are misses; the directory and its objects stay for other instances."""
         self.closed = True
 
+    def fault_counts(self) -> dict[str, int]:
+        """Faults so far by kind (``guard.ReportsFaults``)."""
+        return self.faults.counts()
+
+    def failure_count(self) -> int:
+        """Faults that failed a call, all but touches (``guard.ReportsFailures``)."""
+        return self.faults.failure_count()
+
     def _fail(self, op: str, err: OSError) -> None:
-        kind = f"{op}: {type(err).__name__} {err.errno}"
-        with self._log_lock:
-            if kind in self._logged:
-                return
-            self._logged.add(kind)
-        logger.warning("file store %s: %s failed (%s); treated as a miss", self.root, op, err)
+        self.faults.record(io_kind(err), f"{op}: {err}")
 
 
 def bucket_of(page_key: str) -> str:

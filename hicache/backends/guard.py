@@ -1,16 +1,18 @@
 """GuardedStorage: any backend, made safe to call from an I/O thread, with counters.
 
 It is itself a ``HiCacheStorage``. Arguments are checked here (a caller bug still raises
-``TypeError``/``ValueError``); then every exception from the backend is caught (logged once per
-exception type), counted as a failure and turned into a miss, and so is a malformed result
-(``None``, a list of the wrong length) and a miss the backend itself counted as a failure
-(``ReportsFailures``). With a ``CircuitBreaker`` a call the open breaker refuses returns a miss at
-once without reaching the backend, and a failed or slow call counts against the breaker. With a
-``CallRunner`` every backend call runs on its worker threads under its deadline: a call past it is a
-miss counted as a timeout (and a failure), its result discarded when it returns; the host slots it
-holds meanwhile are ``held_slots()``. ``stats()`` reads the counters (thread-safe) as a
-``StorageStats``, with a duration histogram per call kind and the store's usage as of the last
-write.
+``TypeError``/``ValueError``); then every exception from the backend is caught, counted as a
+failure and turned into a miss, and so is a malformed result (``None``, a list of the wrong
+length) and a miss the backend itself counted as a failure (``ReportsFailures``). Faults are
+also counted by kind (``faults.FaultLog``: one log line per kind, then at most one per
+interval), with those of a ``ReportsFaults`` backend (the file store's I/O errors and corrupt
+objects). With a ``CircuitBreaker`` a call the open breaker refuses returns a miss at once
+without reaching the backend, and a failed or slow call counts against the breaker. With a
+``CallRunner`` every backend call runs on its worker threads under its deadline: a call past it
+is a miss counted as a timeout (a failure, fault kind ``timeout``), its result discarded when it
+returns; the host slots it holds meanwhile are ``held_slots()``. ``stats()`` reads the counters
+(thread-safe) as a ``StorageStats``, with a duration histogram per call kind and the store's
+usage as of the last write.
 """
 
 from __future__ import annotations
@@ -20,42 +22,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import torch
 
 from hicache.backends.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.backends.breaker import CircuitBreaker
 from hicache.backends.deadline import CallRunner
+from hicache.backends.faults import FaultLog
+from hicache.backends.reports import ReportsFailures, ReportsFaults, check_bools, check_count
 from hicache.backends.storage_stats import StorageStats
 from hicache.durations import DurationHistogram
 
-__all__ = ["GuardedStorage", "ReportsFailures", "StorageStats"]
+__all__ = ["GuardedStorage", "ReportsFailures", "ReportsFaults", "StorageStats"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _CALLS = ("batch_exists", "batch_get_v1", "batch_set_v1")  # the calls timed one by one
-
-
-@runtime_checkable
-class ReportsFailures(Protocol):
-    """A backend that turns its own failures into misses (as the contract asks) and counts
-    them: a call during which ``failure_count()`` grew counts as failed for the guard and its
-    breaker (e.g. Mooncake's fast RPC_FAIL once the master is gone)."""
-
-    def failure_count(self) -> int: ...
-
-
-def _bools(result: object, n: int) -> list[bool] | None:
-    if isinstance(result, list) and len(result) == n and all(isinstance(b, bool) for b in result):
-        return result
-    return None
-
-
-def _count(result: object, n: int) -> int | None:
-    if isinstance(result, int) and not isinstance(result, bool) and 0 <= result <= n:
-        return result
-    return None
 
 
 class GuardedStorage(HiCacheStorage):
@@ -86,7 +69,8 @@ class GuardedStorage(HiCacheStorage):
         self._clock: Callable[[], float] = breaker.clock if breaker else time.perf_counter
         self._lock = threading.Lock()
         self._stats = StorageStats(backend=name)
-        self._logged: set[type[BaseException]] = set()
+        self.faults = FaultLog(logger, f"storage {name}")
+        self._trips_seen = 0  # breaker trips already counted in ``faults``
         self._page_bytes = 0
         self._durations = {what: DurationHistogram() for what in _CALLS}
         self._usage: dict[str, int | None] = {}
@@ -121,7 +105,7 @@ class GuardedStorage(HiCacheStorage):
             finished, raw = self._run(what, fn, slots)
             result = check(raw) if finished else None  # type: ignore[arg-type]
             if finished and result is None:
-                self._log(what, TypeError(f"{what} returned a malformed result"))
+                self.faults.record("malformed_result", f"{what} returned a malformed result")
         except Exception as exc:
             result = None
             self._log(what, exc)
@@ -129,7 +113,7 @@ class GuardedStorage(HiCacheStorage):
         self._durations[what].observe(elapsed)
         failed = result is None or self._backend_failures() > before
         if self.breaker is not None:
-            failed = self.breaker.record(not failed, elapsed)
+            failed = self._judge(what, failed, elapsed)
         if failed:
             self._add(failures=1)
         return result, elapsed
@@ -145,7 +129,7 @@ class GuardedStorage(HiCacheStorage):
         if not finished:
             self._add(timeouts=1)
             deadline = self.runner.timeout_s
-            self._log(what, TimeoutError(f"{what} did not return within {deadline} s"))
+            self.faults.record("timeout", f"{what} did not return within {deadline} s")
         return finished, result
 
     def held_slots(self) -> torch.Tensor:
@@ -163,18 +147,23 @@ class GuardedStorage(HiCacheStorage):
         except Exception:
             return 0
 
-    def _log(self, what: str, exc: Exception) -> None:
+    def _judge(self, what: str, failed: bool, elapsed: float) -> bool:
+        """Report a call to the breaker; count a slow call and any trip it caused as faults.
+        Whether the call counts as failed."""
+        assert self.breaker is not None
+        counted = self.breaker.record(not failed, elapsed)
+        if counted and not failed:
+            limit = self.breaker.slow_call_s
+            self.faults.record("slow_call", f"{what} took {elapsed:.3g} s (> {limit:g} s)")
         with self._lock:
-            new = type(exc) not in self._logged
-            self._logged.add(type(exc))
-        if new:
-            logger.warning(
-                "storage %s: %s raised %r; treated as a miss (logged once per type)",
-                self.name,
-                what,
-                exc,
-                exc_info=exc,
-            )
+            trips, self._trips_seen = self.breaker.opened - self._trips_seen, self.breaker.opened
+        for _ in range(trips):
+            backoff = self.breaker.current_backoff_s
+            self.faults.record("breaker_trip", f"after {what}; calls refused for {backoff:g} s")
+        return counted
+
+    def _log(self, what: str, exc: Exception) -> None:
+        self.faults.record("backend_error", f"{what} raised {exc!r}", exc=exc)
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -187,7 +176,7 @@ class GuardedStorage(HiCacheStorage):
         found, _ = self._call(
             "batch_exists",
             lambda: self.backend.batch_exists(keys, extra_info),
-            lambda r: _count(r, len(keys)),
+            lambda r: check_count(r, len(keys)),
         )
         self._add(queries=1, query_pages=len(keys), hit_pages=found or 0)
         return found or 0
@@ -228,7 +217,7 @@ class GuardedStorage(HiCacheStorage):
         done, elapsed = self._call(
             what,
             lambda: method(keys, host_indices, extra_info),
-            lambda r: _bools(r, len(keys)),
+            lambda r: check_bools(r, len(keys)),
             host_indices,
         )
         if done is None:
@@ -274,6 +263,7 @@ class GuardedStorage(HiCacheStorage):
         b, d = self.breaker, {what: h.snapshot() for what, h in self._durations.items()}
         return replace(
             stats,
+            faults=self._fault_counts(),
             breaker_state="none" if b is None else b.state,
             breaker_trips=0 if b is None else b.opened,
             exists_call_seconds=d["batch_exists"],
@@ -282,6 +272,17 @@ class GuardedStorage(HiCacheStorage):
             used_bytes=usage.get("bytes_used"),
             capacity_bytes=usage.get("max_bytes"),
         )
+
+    def _fault_counts(self) -> dict[str, int]:
+        """The guard's faults by kind plus the backend's (``ReportsFaults``)."""
+        counts = self.faults.counts()
+        if isinstance(self.backend, ReportsFaults):
+            try:
+                for kind, n in self.backend.fault_counts().items():
+                    counts[kind] = counts.get(kind, 0) + n
+            except Exception:  # its counters are not worth a failure; the guard's stand
+                pass
+        return counts
 
     def get_stats(self) -> dict[str, Any]:
         """The backend's ``get_stats()`` (``{}`` if it raises) updated with ``stats()`` as a

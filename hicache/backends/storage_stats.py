@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hicache.durations import EMPTY, Durations
 
@@ -23,13 +23,18 @@ class StorageStats:
     bytes_read, bytes_written : those pages times the bytes of a page (all its objects).
     read_seconds, write_seconds : time inside the backend's get / set calls.
     failures : calls that raised, returned a malformed result, that a ``ReportsFailures``
-        backend reported as failed, or (with a breaker) ran slower than its ``slow_call_s``;
+        backend reported as failed (Mooncake's failed RPCs, the file store's I/O errors and
+        corrupt objects), or (with a breaker) ran slower than its ``slow_call_s``;
         and ``clear``/``close`` calls that raised.
     refused : calls the open breaker refused (fast misses).
     timeouts : calls that did not return within ``StorageConfig.call_timeout_s`` (misses,
         also counted in ``failures``; abandoned, their results discarded).
     breaker_state : ``closed``/``open``/``half_open``, or ``none`` without a breaker.
     breaker_trips : how many times the breaker opened (0 without one).
+    faults : faults by kind (``hicache.backends.faults``: ``io_<ERRNO>`` such as ``io_ENOSPC``,
+        ``corrupt_object``, ``backend_error``, ``malformed_result``, ``slow_call``,
+        ``breaker_trip``), the guard's and a ``ReportsFaults`` backend's; every kind seen at
+        least once, none other.
     exists_call_seconds, get_call_seconds, set_call_seconds : the duration of each
         ``batch_exists`` / ``batch_get_v1`` / ``batch_set_v1`` call that reached the backend.
     used_bytes, capacity_bytes : the backend's ``get_stats()`` ``bytes_used`` / ``max_bytes``
@@ -52,6 +57,7 @@ class StorageStats:
     timeouts: int = 0
     breaker_state: str = "none"
     breaker_trips: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
     exists_call_seconds: Durations = EMPTY
     get_call_seconds: Durations = EMPTY
     set_call_seconds: Durations = EMPTY

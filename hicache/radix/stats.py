@@ -15,7 +15,7 @@ Tokens computed are not the cache's to count: the engine knows which prefill tok
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hicache.controller.stats import TransferStats
@@ -109,6 +109,8 @@ class StorageTierStats:
     failures : backend calls that failed (errors, exceptions) or were refused by the breaker.
     breaker_state : ``closed``, ``open`` or ``half_open`` (``none``: no breaker).
     breaker_trips : how many times the breaker opened.
+    faults : faults by kind (``StorageStats.faults``: I/O errors by errno, corrupt objects,
+        backend errors, slow calls, breaker trips), each kind seen at least once.
     exists_call_seconds, get_call_seconds, set_call_seconds : histograms of the backend calls'
         durations (existence queries, reads, writes).
     used_bytes, capacity_bytes : the store's bytes and cap as of the last write (None: the
@@ -133,6 +135,7 @@ class StorageTierStats:
     failures: int
     breaker_state: str
     breaker_trips: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
     exists_call_seconds: Durations = EMPTY
     get_call_seconds: Durations = EMPTY
     set_call_seconds: Durations = EMPTY
@@ -154,6 +157,7 @@ class StorageTierStats:
             failures=backend.failures + backend.refused,
             breaker_state=backend.breaker_state,
             breaker_trips=backend.breaker_trips,
+            faults=backend.faults,
             exists_call_seconds=backend.exists_call_seconds,
             get_call_seconds=backend.get_call_seconds,
             set_call_seconds=backend.set_call_seconds,
