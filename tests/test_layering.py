@@ -17,6 +17,7 @@ from tests.import_graph import MODULES, find_cycle, module_graph
 # Lowest first. A unit may import only units before it.
 LAYERS = [
     "env",  # every environment variable
+    "cli",  # what the command lines share (parsers, --help, log level)
     "checks",  # argument checks
     "threads",  # the wrong-thread guard
     "durations",  # duration histograms (counted by their owners, read in stats())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable
-from typing import ClassVar
 
 import numpy as np
 import torch
 
 from hicache.radix.slots import Slots, as_tensor, stored_form
 from hicache.radix.tokens import TOKEN_DTYPE
+
+_NODE_IDS = itertools.count()  # every TreeNode's id, unique in the process
 
 _EMPTY_KEY = np.empty(0, TOKEN_DTYPE)
 _EMPTY_KEY.flags.writeable = False
@@ -66,7 +67,6 @@ class TreeNode:
         "priority",
         "hash_value",
     )
-    _ids: ClassVar[itertools.count[int]] = itertools.count()
 
     def __init__(
         self,
@@ -77,7 +77,7 @@ class TreeNode:
         tick: int = 0,
         priority: int = 0,
     ) -> None:
-        self.id = next(TreeNode._ids)
+        self.id = next(_NODE_IDS)
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
         self.key = _EMPTY_KEY if key is None else key

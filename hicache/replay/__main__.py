@@ -2,6 +2,17 @@
 
 import sys
 
-from hicache.__main__ import main
+from hicache.cli import HelpFormatter, OneLineParser, add_kv_events, add_log_level, setup_logging
+from hicache.replay.cli import add_options, main
 
-sys.exit(main(["replay", *sys.argv[1:]]))
+parser = OneLineParser(
+    prog="python -m hicache.replay",
+    formatter_class=HelpFormatter,
+    description="Replay a Mooncake-format trace through HiRadixCache and its real pools.",
+)
+add_options(parser)
+add_log_level(parser)
+add_kv_events(parser)
+args = parser.parse_args(sys.argv[1:])
+setup_logging(args.log_level)
+sys.exit(main(args))
