@@ -7,8 +7,9 @@ The caller (the storage tier) hashes; a backend never does. Every call is a batc
 - ``batch_exists(keys)``: the number of leading keys present (a page counts only when every one
   of its objects is), i.e. the longest present prefix, in pages.
 - ``batch_get_v1(keys, host_indices)``: read page ``i`` into host slots
-  ``host_indices[i * page_size : (i + 1) * page_size]``; one bool per page. A page that fails
-  leaves its own host slots in an unspecified state and no other slot touched.
+  ``host_indices[i * page_size : (i + 1) * page_size]``; one bool per page, True only for a page
+  whose every object passed its trailer's check (``page_sum``). A page that fails leaves its own
+  host slots in an unspecified state and no other slot touched.
 - ``batch_set_v1(keys, host_indices)``: write the pages from those host slots, skipping pages
   already present (write-once: a key names a whole prefix, so its bytes never change); one bool
   per page (True when the page is present afterwards).
@@ -27,6 +28,7 @@ from the thread that removed them. ``medium`` names the backend in KV events (SG
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,11 +36,14 @@ from typing import Any
 
 import torch
 
-from hicache.backends.keys import check_keys
+from hicache.backends.faults import FaultLog
+from hicache.backends.keys import check_keys, object_keys
 from hicache.backends.pages import PageIO
 from hicache.pools.host_pool import HostKVPool
 
 __all__ = ["HiCacheStorage", "HiCacheStorageExtraInfo", "PageStore"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,9 +126,29 @@ class PageStore(HiCacheStorage):
     nothing touched), answers a closed store (``closed``, set by ``close``) or an empty batch
     with misses, and only then runs the subclass's ``_count_present`` / ``_read_pages`` /
     ``_write_pages`` with the checked ``PageIO`` and each page's first host slot.
+
+    Its faults are counted by kind in ``faults`` (``guard.ReportsFaults``); every backend's
+    reads count an object that fails its trailer's check as ``checksum_mismatch``.
     """
 
     closed = False
+
+    def __init__(self, where: str) -> None:
+        self.faults = FaultLog(logger, where)
+
+    def fault_counts(self) -> dict[str, int]:
+        """Faults so far by kind (``guard.ReportsFaults``)."""
+        return self.faults.counts()
+
+    def _accepted(
+        self, pages: PageIO, key: str, slot: int, targets: list[Any], trailers: list[Any]
+    ) -> bool:
+        """``pages.accept`` for page ``key``'s objects read into ``targets``; a page that fails
+        it is a ``checksum_mismatch`` fault (the caller removes its objects)."""
+        if pages.accept(object_keys(key, pages.parts), slot, targets, trailers):
+            return True
+        self.faults.record("checksum_mismatch", f"page {key}: an object failed its checksum")
+        return False
 
     def batch_exists(
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None

@@ -6,9 +6,11 @@ by a hash of itself). Writes go to a unique temporary (``{final}.tmp.{pid}.{thre
 then ``os.replace`` renames it into place, so a reader sees a whole object or none, from any
 process. A present object is never rewritten (write-once); it is touched instead
 (``os.utime``), as on a read hit (when its mtime is over a minute old): mtime is the LRU clock
-that every process using the directory shares. Reads ``readv`` the host page itself when
-``PageIO.zero_copy`` (else a staging array, then ``commit``) after ``os.fstat`` checks the
-file's size; a file of the wrong size is corrupt: a miss, and removed. The byte cap is shared
+that every process using the directory shares. An object is its payload and its trailer
+(``page_sum``). Reads ``readv`` the payload into the host page itself when ``PageIO.zero_copy``
+(else a staging array, then ``commit``) and the trailer beside it, in one call, after
+``os.fstat`` checks the file's size; a file of the wrong size, or one that fails its trailer's
+check, is corrupt: a miss, counted, and removed. The byte cap is shared
 by every instance on the directory (``file_lru``). Any ``OSError`` after construction is a
 miss; faults are counted by kind (``faults``).
 """
@@ -29,9 +31,9 @@ import numpy as np
 
 from hicache import env
 from hicache.backends.base import PageStore
-from hicache.backends.faults import FaultLog, io_kind
+from hicache.backends.faults import io_kind
 from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
-from hicache.backends.keys import object_keys
+from hicache.backends.keys import KEY_VERSION, object_keys
 from hicache.backends.pages import PageIO
 from hicache.checks import check_int
 
@@ -42,7 +44,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ROOT = "/tmp/hicache"
 DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
 TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
-_PAGE_HASH = re.compile(r"hc1_[0-9a-f]{16}_([0-9a-f]{2})")
+_PAGE_HASH = re.compile(KEY_VERSION + r"_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
 
 
@@ -75,7 +77,7 @@ class HiCacheFile(PageStore):
         if not 0 < evict_ratio <= 1:
             raise ValueError(f"evict_ratio must be in (0, 1], got {evict_ratio}")
         self.root = os.path.abspath(os.fspath(root if root is not None else _default_root()))
-        self.faults = FaultLog(logger, f"file store {self.root}")
+        super().__init__(f"file store {self.root}")
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as err:  # every call will miss; serving goes on without the tier
@@ -95,7 +97,7 @@ class HiCacheFile(PageStore):
         return len(keys)
 
     def _present(self, paths: list[str], pages: PageIO) -> bool:
-        return all(self._size(p) == pages.object_bytes for p in paths)
+        return all(self._size(p) == pages.stored_bytes for p in paths)
 
     def _size(self, path: str) -> int:
         """The file's size, -1 if it is missing or cannot be read."""
@@ -112,18 +114,24 @@ class HiCacheFile(PageStore):
         return [self._get_page(pages, k, slot, stale) for k, slot in zip(keys, slots, strict=True)]
 
     def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
-        """Read one page: every object opened and its size checked before any byte lands,
-        so a missing or corrupt object leaves the page's host slots as they were."""
+        """Read one page: every object opened and its size checked before any byte lands, so a
+        missing object leaves the page's host slots as they were (one that fails its check
+        leaves them unspecified: the caller does not adopt them)."""
         fds: list[int] = []
+        paths = self._paths(key, pages.parts)
         try:
-            for path in self._paths(key, pages.parts):
-                if not self._open_sized(path, pages.object_bytes, stale_ns, fds):
+            for path in paths:
+                if not self._open_sized(path, pages.stored_bytes, stale_ns, fds):
                     return False
             targets = pages.target(slot)
-            for fd, target in zip(fds, targets, strict=True):
-                got = os.readv(fd, [target.data])
-                if got != target.nbytes:
-                    raise OSError(f"short read: {got} of {target.nbytes} bytes")
+            trailers = [bytearray(pages.trailer_bytes) for _ in fds]
+            for fd, target, trailer in zip(fds, targets, trailers, strict=True):
+                got = os.readv(fd, [target.data, trailer])
+                if got != pages.stored_bytes:
+                    raise OSError(f"short read: {got} of {pages.stored_bytes} bytes")
+            if not self._accepted(pages, key, slot, targets, trailers):
+                self._remove(paths)
+                return False
             pages.commit(slot, targets)
             return True
         except OSError as err:
@@ -166,26 +174,24 @@ class HiCacheFile(PageStore):
         for i, (key, slot) in enumerate(zip(keys, slots, strict=True)):
             paths = self._paths(key, pages.parts)
             try:
-                missing = [
-                    (p, a)
-                    for p, a in zip(paths, pages.source(slot), strict=True)
-                    if not self._present([p], pages)
-                ]
+                objects = zip(paths, object_keys(key, pages.parts), pages.source(slot), strict=True)
+                missing = [(p, n, a) for p, n, a in objects if not self._present([p], pages)]
                 if not missing:
                     self._touch(paths)
                     done[i] = True
                     continue
                 staged[i] = []  # filled as written, so a failure can discard what was
-                for final, data in missing:
-                    staged[i].append((self._write_tmp(final, data), final))
+                for final, name, data in missing:
+                    tail = pages.trailer(name, slot, data)
+                    staged[i].append((self._write_tmp(final, data, tail), final))
             except OSError as err:
                 self._fail("write", err)
                 discard([tmp for tmp, _ in staged.pop(i, [])])
                 break  # a prefix: a later page without this one would be a hole
-        self._commit(staged, pages.object_bytes, done)
+        self._commit(staged, pages.stored_bytes, done)
         return done
 
-    def _write_tmp(self, final: str, data: np.ndarray) -> str:
+    def _write_tmp(self, final: str, data: np.ndarray, tail: bytes) -> str:
         tmp = f"{final}{TMP_MARK}{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex}"
         try:
             file = open(tmp, "xb", buffering=0)
@@ -194,9 +200,9 @@ class HiCacheFile(PageStore):
             file = open(tmp, "xb", buffering=0)
         try:
             with file:
-                written = file.write(data.data)
-            if written != data.nbytes:
-                raise OSError(f"short write: {written} of {data.nbytes} bytes")
+                written = os.writev(file.fileno(), [data.data, tail])
+            if written != data.nbytes + len(tail):
+                raise OSError(f"short write: {written} of {data.nbytes + len(tail)} bytes")
         except OSError:
             discard([tmp])
             raise
@@ -261,10 +267,6 @@ class HiCacheFile(PageStore):
     def close(self) -> None:
         """Later calls are misses; the directory and its objects stay for other instances."""
         self.closed = True
-
-    def fault_counts(self) -> dict[str, int]:
-        """Faults so far by kind (``guard.ReportsFaults``)."""
-        return self.faults.counts()
 
     def failure_count(self) -> int:
         """Faults that failed a call, all but touches (``guard.ReportsFailures``)."""

@@ -213,6 +213,8 @@ class GuardedStorage(HiCacheStorage):
         """Run the backend's ``what`` (``batch_get_v1``/``batch_set_v1``) guarded: the per-page
         results (all False on a failure), the pages done and the seconds it took."""
         self.page_io().page_slots(keys, host_indices)
+        if what == "batch_get_v1":  # the rows a backend's read does not set stay unchecked
+            self.backend.page_io().forget(host_indices)
         method = getattr(self.backend, what)
         done, elapsed = self._call(
             what,

@@ -1,6 +1,6 @@
 """Storage keys: a page's chained hash, scoped by what makes its KV bytes valid.
 
-``page key = f"hc1_{fingerprint}_{page_hash.hex()}_{shard}"`` and one object per host-pool part,
+``page key = f"hc2_{fingerprint}_{page_hash.hex()}_{shard}"`` and one object per host-pool part,
 ``f"{page key}_{part}"`` (``k``/``v`` for MHA, ``kv`` for MLA's latent). The page hash
 (``hicache.radix.page_hash``) already carries the request's namespace (``extra_key`` and
 ``cache_salt`` seed the chain), so one tenant's keys never name another's pages. The
@@ -22,7 +22,7 @@ from hicache.checks import check_int
 
 __all__ = ["KVFingerprint", "StorageKeys", "check_keys", "object_keys"]
 
-KEY_VERSION = "hc1"
+KEY_VERSION = "hc2"  # hc2: objects carry a trailer (page_sum); hc1 objects are never read
 PART_NAMES = {1: ("kv",), 2: ("k", "v")}
 MAX_KEY_CHARS = 160  # a page key plus its part, ".bin" and a temporary suffix fit a file name
 _KEY_CHARS = re.compile(r"[0-9a-z_]+")

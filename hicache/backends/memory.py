@@ -2,7 +2,8 @@
 
 The same semantics as every backend (``base.HiCacheStorage``): write-once pages, a page present
 only when every object of it is, wrong arguments raise before any change, calls after
-``close`` are misses. Nothing outlives the process.
+``close`` are misses. Nothing outlives the process. Each object is stored with its trailer
+(``page_sum``); a page whose objects fail their check is a miss, counted and removed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class MemoryStorage(PageStore):
     """Object key -> bytes, guarded by a lock (the batch calls may come from I/O threads)."""
 
     def __init__(self) -> None:
+        super().__init__("memory store")
         self._objects: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
@@ -37,14 +39,20 @@ class MemoryStorage(PageStore):
         return [self._get_page(pages, key, slot) for key, slot in zip(keys, slots, strict=True)]
 
     def _get_page(self, pages: PageIO, key: str, slot: int) -> bool:
+        names = object_keys(key, pages.parts)
         with self._lock:
-            found = [self._objects.get(k) for k in object_keys(key, pages.parts)]
-        data = [raw for raw in found if raw is not None and len(raw) == pages.object_bytes]
+            found = [self._objects.get(k) for k in names]
+        data = [raw for raw in found if raw is not None and len(raw) == pages.stored_bytes]
         if self.closed or len(data) != pages.parts:
             return False
-        targets = pages.target(slot)
+        targets, cut = pages.target(slot), pages.object_bytes
         for target, raw in zip(targets, data, strict=True):
-            target[:] = np.frombuffer(raw, np.uint8)
+            target[:] = np.frombuffer(raw, np.uint8, cut)
+        if not self._accepted(pages, key, slot, targets, [raw[cut:] for raw in data]):
+            with self._lock:  # removed, so that batch_exists stops offering it
+                for name in names:
+                    self._objects.pop(name, None)
+            return False
         pages.commit(slot, targets)
         return True
 
@@ -54,7 +62,10 @@ class MemoryStorage(PageStore):
             with self._lock:
                 if self._present(key, pages.parts):
                     continue
-            data = [arr.tobytes() for arr in pages.source(slot)]
+            data = [
+                arr.tobytes() + pages.trailer(name, slot, arr)
+                for name, arr in zip(names, pages.source(slot), strict=True)
+            ]
             with self._lock:
                 for name, raw in zip(names, data, strict=True):
                     self._objects.setdefault(name, raw)  # write-once, also against a racing set

@@ -1,11 +1,13 @@
 """MooncakeStore: the storage contract over Mooncake Store (``pip install hicache[mooncake]``).
 
 Page ``key`` is stored as one object per host-pool part (``keys.object_keys``). Pages move
-between the host pool and the store with ``batch_put_from`` / ``batch_get_into``: straight from
-and into the pool's pages (zero-copy) for ``page_first``, ``page_first_direct`` and
-``page_head``, through a staging block per call for ``layer_first``. Run the store as its own
-``mooncake_client`` process and keep ``global_segment_size=0`` here, so pages outlive this
-process and are shared by every instance using the master.
+between the host pool and the store with ``batch_put_from_multi_buffers`` /
+``batch_get_into_multi_buffers``: the payload straight from and into the pool's pages
+(zero-copy) for ``page_first``, ``page_first_direct`` and ``page_head``, through a staging block
+per call for ``layer_first``, and its trailer (``page_sum``) from and into a small staging block
+beside it. A page whose objects fail their trailer's check is a miss, counted and removed. Run
+the store as its own ``mooncake_client`` process and keep ``global_segment_size=0`` here, so
+pages outlive this process and are shared by every instance using the master.
 
 Construction probes the master over TCP (a dead master fails in ``probe_timeout_s``, not in
 Mooncake's 90 s setup) and runs ``setup`` in a thread with a deadline; it raises
@@ -67,6 +69,7 @@ class MooncakeStore(PageStore):
         given = dict(locals())
         given.pop("self")
         self.config = MooncakeConfig.resolve(given)
+        super().__init__(f"mooncake store {self.config.master_server_address}")
         self._store = connect(self.config)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -157,52 +160,97 @@ class MooncakeStore(PageStore):
                 self._store.unregister_buffer(address)
 
     def _set(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
-        parts, size = pages.parts, pages.object_bytes
+        parts, size, tail = pages.parts, pages.object_bytes, pages.trailer_bytes
         okeys = [o for k in keys for o in object_keys(k, parts)]
         done = self._exist(okeys)
         todo = [i for i, there in enumerate(done) if not there]
         if not todo:
             return [all(done[i * parts : (i + 1) * parts]) for i in range(len(keys))]
-        with self._staging(0 if pages.zero_copy else len(okeys) * size) as staging:
-            if pages.zero_copy:
-                ptrs = [a for s in slots for a in pages.address(s)]
-            else:
-                np.concatenate([a for s in slots for a in pages.source(s)], out=staging)
-                ptrs = [staging.ctypes.data + i * size for i in range(len(okeys))]
-            codes = self._store.batch_put_from(
-                [okeys[i] for i in todo], [ptrs[i] for i in todo], [size] * len(todo)
+        payloads = [a for s in slots for a in pages.source(s)]
+        with self._staging(len(todo) * tail + (0 if pages.zero_copy else len(okeys) * size)) as st:
+            trailers = st[: len(todo) * tail].reshape(len(todo), tail)
+            for row, i in zip(trailers, todo, strict=True):
+                row[:] = np.frombuffer(
+                    pages.trailer(okeys[i], slots[i // parts], payloads[i]), "u1"
+                )
+            ptrs = self._payload_ptrs(pages, slots, st, len(todo) * tail)
+            if not pages.zero_copy:
+                np.concatenate(payloads, out=st[len(todo) * tail :])
+            codes = self._store.batch_put_from_multi_buffers(
+                [okeys[i] for i in todo],
+                [[ptrs[i], row.ctypes.data] for row, i in zip(trailers, todo, strict=True)],
+                [[size, tail]] * len(todo),
             )
         codes = [int(c) for c in codes]
-        self._note("batch_put_from", codes)
+        self._note("batch_put_from_multi_buffers", codes)
         if len(codes) == len(todo):
             for i, code in zip(todo, codes, strict=True):
                 done[i] = code in (0, _ALREADY_EXISTS)
         return [all(done[i * parts : (i + 1) * parts]) for i in range(len(keys))]
 
+    @staticmethod
+    def _payload_ptrs(pages: PageIO, slots: list[int], staging: np.ndarray, at: int) -> list[int]:
+        """Where each object's payload is: in the pool (zero-copy), else in ``staging`` from
+        byte ``at`` on, object after object."""
+        if pages.zero_copy:
+            return [a for s in slots for a in pages.address(s)]
+        base, n = staging.ctypes.data + at, len(slots) * pages.parts
+        return [base + i * pages.object_bytes for i in range(n)]
+
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         return self._run("batch_get_v1", [False] * len(keys), lambda: self._get(pages, keys, slots))
 
     def _get(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
-        parts, size = pages.parts, pages.object_bytes
+        parts, size, tail = pages.parts, pages.object_bytes, pages.trailer_bytes
         okeys = [o for k in keys for o in object_keys(k, parts)]
-        with self._staging(0 if pages.zero_copy else len(okeys) * size) as staging:
-            if pages.zero_copy:
-                ptrs = [a for s in slots for a in pages.address(s)]
-            else:
-                ptrs = [staging.ctypes.data + i * size for i in range(len(okeys))]
-            codes = [int(c) for c in self._store.batch_get_into(okeys, ptrs, [size] * len(okeys))]
-            self._note("batch_get_into", codes)
-            if len(codes) != len(okeys):
+        n = len(okeys)
+        with self._staging(n * tail + (0 if pages.zero_copy else n * size)) as staging:
+            trailers = staging[: n * tail].reshape(n, tail)
+            ptrs = self._payload_ptrs(pages, slots, staging, n * tail)
+            codes = self._store.batch_get_into_multi_buffers(
+                okeys,
+                [[p, row.ctypes.data] for p, row in zip(ptrs, trailers, strict=True)],
+                [[size, tail]] * n,
+            )
+            codes = [int(c) for c in codes]
+            self._note("batch_get_into_multi_buffers", codes)
+            if len(codes) != n:
                 return [False] * len(keys)
             ok = [
-                all(c == size for c in codes[i * parts : (i + 1) * parts]) for i in range(len(keys))
+                all(c == size + tail for c in codes[i * parts : (i + 1) * parts])
+                for i in range(len(keys))
             ]
-            if not pages.zero_copy:
-                for i, slot in enumerate(slots):
-                    if ok[i]:
-                        objs = staging[i * parts * size : (i + 1) * parts * size]
-                        pages.commit(slot, [objs[p * size : (p + 1) * size] for p in range(parts)])
+            payloads = staging[n * tail :]
+            for i, slot in enumerate(slots):
+                if ok[i]:
+                    ok[i] = self._adopt(pages, keys[i], slot, payloads, trailers, i)
         return ok
+
+    def _adopt(
+        self,
+        pages: PageIO,
+        key: str,
+        slot: int,
+        payloads: np.ndarray,
+        trailers: np.ndarray,
+        i: int,
+    ) -> bool:
+        """Check page ``key`` (the ``i``-th of the call, read for ``slot``) against its
+        trailers and commit it; a page that fails is counted and removed."""
+        parts, size = pages.parts, pages.object_bytes
+        rows = range(i * parts, (i + 1) * parts)
+        if pages.zero_copy:
+            targets = pages.target(slot)
+        else:
+            targets = [payloads[r * size : (r + 1) * size] for r in rows]
+        if not self._accepted(pages, key, slot, targets, [trailers[r] for r in rows]):
+            self._note(
+                "batch_remove",
+                [int(c) for c in self._store.batch_remove(object_keys(key, parts), True)],
+            )
+            return False
+        pages.commit(slot, targets)
+        return True
 
     def clear(self) -> None:
         """Remove every object of the store (``remove_all(force=True)``; all tenants' pages)."""

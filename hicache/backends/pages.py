@@ -9,6 +9,12 @@ hands out a staging array that ``commit`` scatters into the pool.
 
 The layout is part of the storage fingerprint (``keys.KVFingerprint``), so objects written
 from one layout are never read into another.
+
+Integrity (``page_sum``): every object a backend stores is its payload and a trailer
+(``stored_bytes`` in all). ``trailer`` makes it at a write, carrying the page checksum the host
+tier recorded at its backup (``attach_checksums``; ``NO_SUM`` without one); ``accept`` checks a
+read page's objects against their trailers before the backend commits or reports the page and
+hands the checksum they carry to the host tier's store.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import numpy as np
 import torch
 
 from hicache.backends.keys import check_keys
+from hicache.backends.page_sum import NO_SUM, check_trailer, make_trailer, trailer_bytes
 from hicache.checks import check_index_tensor
 
 __all__ = ["PageIO"]
@@ -33,6 +40,7 @@ class PageIO:
     page_size : tokens per page.
     object_bytes : bytes of one object.
     zero_copy : whether objects are views into the pool (every layout but ``layer_first``).
+    trailer_bytes, stored_bytes : bytes of an object's trailer, and of a whole stored object.
     """
 
     def __init__(self, host_pool: Any) -> None:
@@ -43,6 +51,45 @@ class PageIO:
         self.object_bytes: int = self.page_size * host_pool.layer_num * host_pool.item_size
         self.zero_copy = self.layout != "layer_first"
         self._parts: list[torch.Tensor] = list(host_pool.host_parts)
+        self.trailer_bytes = trailer_bytes(host_pool.layer_num)
+        self.stored_bytes = self.object_bytes + self.trailer_bytes
+        self._no_sum = np.full(host_pool.layer_num, NO_SUM, np.int64)
+        self._sums: np.ndarray | None = None
+
+    def attach_checksums(self, store: torch.Tensor) -> None:
+        """Carry the host tier's page checksums (int64 CPU ``[host pages, layers]``, indexed by
+        host page; ``controller.integrity.PageIntegrity.store``): a write's trailer takes the
+        page's row, a verified read writes it."""
+        if store.dtype != torch.int64 or store.dim() != 2 or not store.is_cpu:
+            raise ValueError(f"store must be an int64 CPU tensor [pages, layers], got {store}")
+        if tuple(store.shape) != (self.host_pool.size // self.page_size, len(self._no_sum)):
+            raise ValueError(f"store must have one row per host page, got {tuple(store.shape)}")
+        self._sums = store.numpy()
+
+    def forget(self, host_indices: torch.Tensor) -> None:
+        """Mark the pages of ``host_indices`` (whole pages, checked by the caller) as having no
+        checksum before a read fills them: a backend that does not ``accept`` its pages (one of
+        the user's) leaves them unchecked at load-back rather than checked against a stale row."""
+        if self._sums is not None and host_indices.numel():
+            self._sums[host_indices[:: self.page_size].numpy() // self.page_size] = NO_SUM
+
+    def trailer(self, name: str, slot: int, payload: np.ndarray) -> bytes:
+        """The trailer of object ``name`` of the page at ``slot`` (``payload``: its bytes, from
+        ``source(slot)``)."""
+        sums = self._no_sum if self._sums is None else self._sums[slot // self.page_size]
+        return make_trailer(name, payload, sums)
+
+    def accept(self, names: list[str], slot: int, payloads: list[Any], trailers: list[Any]) -> bool:
+        """Whether the objects ``names`` read for the page at ``slot`` (``payloads``: the
+        filled ``target`` arrays; ``trailers``: the trailer read with each) are intact and
+        agree on the page checksum; if so, that checksum goes to the host tier's store."""
+        sums = [check_trailer(n, p, t) for n, p, t in zip(names, payloads, trailers, strict=True)]
+        first = sums[0]
+        if first is None or any(s is None or not np.array_equal(s, first) for s in sums):
+            return False
+        if self._sums is not None:
+            self._sums[slot // self.page_size] = first
+        return True
 
     def regions(self) -> list[tuple[int, int]]:
         """``(address, bytes)`` of each part's whole buffer (to register with a store)."""

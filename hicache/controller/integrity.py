@@ -30,7 +30,7 @@ import weakref
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
-from hicache.kernels.checksum import record_page_checksums, verify_page_checksums
+from hicache.kernels.checksum import NO_SUM, record_page_checksums, verify_page_checksums
 from hicache.pools import HostKVPool, KVPool
 
 VERIFY_MODES = ("off", "sample", "all")
@@ -92,6 +92,13 @@ class PageIntegrity:
     def failures(self) -> int:
         return self._failures
 
+    @property
+    def store(self) -> torch.Tensor:
+        """The checksum store, int64 ``[host pages, layers]``: storage objects carry its rows
+        and a verified storage read restores them (``backends.pages.PageIO.attach_checksums``);
+        a row of ``NO_SUM`` (-1) marks a page read from storage without one (left unchecked)."""
+        return self._store
+
     def record(self, host_indices: torch.Tensor, device_indices: torch.Tensor) -> None:
         """Checksum the device source of a backup into the store (on the current stream: call
         on the write stream after the backup's copy, before its finish event).
@@ -122,17 +129,25 @@ class PageIntegrity:
         Runs on the current stream (call on the load stream, after the load) and blocks the CPU
         for one read of two integers. Adds the number of differing pages to ``failures``.
         """
+        rows = self._rows(host_indices)
+        known = (self._store[rows, 0] != NO_SUM).nonzero().flatten()  # CPU: no device sync
+        if known.numel() < rows.numel():  # pages from storage without a checksum: unchecked
+            if known.numel() == 0:
+                return None
+            pages = device_indices.view(-1, self.page_size)
+            device_indices = pages[known.to(device_indices.device)].flatten()
+            rows = rows[known]
         result = verify_page_checksums(
             self._layers,
             device_indices,
             self.page_size,
             self._store,
-            self._rows(host_indices),
+            rows,
             max_programs=VERIFY_PROGRAMS,
         )
         first, count = result.tolist()
         self._failures += count
-        return first * self.page_size if count else None
+        return int(known[first]) * self.page_size if count else None
 
     def _rows(self, host_indices: torch.Tensor) -> torch.Tensor:
         """int64 ``[pages]`` CPU: the host page of each page of ``host_indices``."""

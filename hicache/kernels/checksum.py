@@ -55,12 +55,14 @@ __all__ = [
     "DEFAULT_PROGRAMS",
     "KEY_ADD",
     "KEY_MUL",
+    "NO_SUM",
     "page_checksums",
     "record_page_checksums",
     "verify_page_checksums",
 ]
 
 DEFAULT_PROGRAMS = 64
+NO_SUM = -1  # a store row's value for "no checksum recorded": checksums are never negative
 
 
 def _check_layers(layers: Sequence[Sequence[torch.Tensor]]) -> PageGeometry:

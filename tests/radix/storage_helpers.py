@@ -40,6 +40,7 @@ def make_stack(
     ratio: float = 2.0,
     device: str = "cpu",
     tp_group: Any = None,
+    verify: str = "off",
 ) -> KVStack:
     dims: dict[str, int] = (
         {"kv_lora_rank": 8, "qk_rope_head_dim": 4} if mla else {"head_num": 2, "head_dim": 4}
@@ -50,6 +51,7 @@ def make_stack(
         io_backend=io_backend,
         write_policy=write_policy,
         storage=storage,
+        verify=verify,
     )
     return build_kv_stack(
         layer_num=LAYERS,

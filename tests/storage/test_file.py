@@ -58,7 +58,8 @@ def test_objects_live_in_page_hash_buckets(tmp_path: Path) -> None:
     assert store.batch_set_v1([key], slots([0])) == [True]
     files = _files(tmp_path, key, 2)
     assert files[0].parent.name == key.split("_")[2][:2]
-    assert [f.read_bytes() for f in files] == page_bytes(host, 0)
+    tail = store.page_io().trailer_bytes
+    assert [f.read_bytes()[:-tail] for f in files] == page_bytes(host, 0)
     assert sorted(p.name for p in tmp_path.glob("*/*")) == sorted(f.name for f in files)
 
 
@@ -89,7 +90,7 @@ def test_bad_arguments_raise(tmp_path: Path, kw: dict, error: type[Exception]) -
 
 def test_eviction_removes_the_least_recently_used(tmp_path: Path) -> None:
     host = make_host("mha", "page_first")
-    page = len(b"".join(page_bytes(host, 0)))
+    page = 2 * _store(host, tmp_path).page_io().stored_bytes
     store = _store(host, tmp_path, max_bytes=5 * page)
     a, b, c, d, e, f = ([k] for k in keys_for(host, 6))
     assert store.batch_set_v1(a + b + c + d, slots([0, 1, 2, 3])) == [True] * 4
@@ -105,7 +106,7 @@ def test_eviction_removes_the_least_recently_used(tmp_path: Path) -> None:
 
 def test_a_long_run_of_writes_stays_within_the_cap(tmp_path: Path) -> None:
     host = make_host("mla", "layer_first")
-    page = len(page_bytes(host, 0)[0])
+    page = _store(host, tmp_path).page_io().stored_bytes
     store = _store(host, tmp_path, max_bytes=10 * page)
     keys = keys_for(host, 60)
     for start in range(0, 60, 3):
@@ -117,7 +118,7 @@ def test_a_long_run_of_writes_stays_within_the_cap(tmp_path: Path) -> None:
 
 def test_pages_past_the_cap_fail_and_leave_no_temporaries(tmp_path: Path) -> None:
     host = make_host("mha", "page_head")
-    page = len(b"".join(page_bytes(host, 0)))
+    page = 2 * _store(host, tmp_path).page_io().stored_bytes
     store = _store(host, tmp_path, max_bytes=2 * page)
     keys = keys_for(host, 4)
     assert store.batch_set_v1(keys, slots([0, 1, 2, 3])) == [True, True, False, False]
@@ -127,7 +128,7 @@ def test_pages_past_the_cap_fail_and_leave_no_temporaries(tmp_path: Path) -> Non
 
 def test_eviction_removes_temporaries_of_dead_writers(tmp_path: Path) -> None:
     host = make_host("mha", "page_first")
-    page = len(b"".join(page_bytes(host, 0)))
+    page = 2 * _store(host, tmp_path).page_io().stored_bytes
     store = _store(host, tmp_path, max_bytes=2 * page)
     (tmp_path / "00").mkdir()
     stale, fresh = tmp_path / "00" / "x.bin.tmp.1.2.dead", tmp_path / "00" / "y.bin.tmp.1.2.live"

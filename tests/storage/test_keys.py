@@ -78,7 +78,7 @@ def test_page_keys_name_hash_fingerprint_and_shard() -> None:
     ids = np.arange(256, dtype=np.int32)
     hashes = page_hashes(ids, 64, namespace_seed("tenant"))
     keys = StorageKeys(FP, tp_rank=1, tp_size=2).page_keys(hashes)
-    assert keys == [f"hc1_{FP.digest}_{h.hex()}_r1of2" for h in hashes]
+    assert keys == [f"hc2_{FP.digest}_{h.hex()}_r1of2" for h in hashes]
     assert check_keys(keys) is keys
     assert StorageKeys(FP).page_keys(hashes) != keys  # another rank's heads
     assert StorageKeys(FP).page_keys(page_hashes(ids, 64, namespace_seed("other"))) != keys

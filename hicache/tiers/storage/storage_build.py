@@ -66,6 +66,8 @@ def build_storage(
     runner = CallRunner(config.call_timeout_s, config.call_workers, name)
     guarded = GuardedStorage(backend, name, breaker, runner)
     guarded.register_mem_pool_host(host_pool)
+    if host.controller.integrity is not None:  # one checksum: host backup -> object -> host
+        backend.page_io().attach_checksums(host.controller.integrity.store)
     rank, size = config.tp_rank, config.tp_size
     if host.tp.size > 1:  # the cache's TP group names the shard
         if size not in (1, host.tp.size) or (size > 1 and rank != host.tp.rank):
