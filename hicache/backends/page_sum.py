@@ -25,9 +25,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from hicache.kernels.checksum import NO_SUM
-
-__all__ = ["MAGIC", "NO_SUM", "check_trailer", "make_trailer", "trailer_bytes"]
+__all__ = ["MAGIC", "check_trailer", "make_trailer", "sums_of", "trailer_bytes"]
 
 MAGIC = b"hcsum\x02\x00\x00"
 _DIGEST = 8
@@ -38,7 +36,7 @@ def trailer_bytes(layers: int) -> int:
     return len(MAGIC) + 8 * layers + _DIGEST
 
 
-def _digest(payload: np.ndarray, head: bytes, key: str) -> bytes:
+def _digest(payload: np.ndarray, head: bytes | memoryview, key: str) -> bytes:
     h = xxhash.xxh3_64()
     h.update(payload.data)
     h.update(head)
@@ -54,15 +52,20 @@ def make_trailer(key: str, payload: np.ndarray, sums: np.ndarray) -> bytes:
 
 
 def check_trailer(
-    key: str, payload: np.ndarray, raw: bytes | bytearray | np.ndarray
-) -> np.ndarray | None:
-    """The page checksum (int64 ``[layers]``) that ``raw``, the trailer read with object ``key``
-    and its ``payload``, carries; None when the digest does not match (a damaged object, another
-    key's or another format's)."""
-    data = bytes(raw)
-    head, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if len(data) <= len(MAGIC) + _DIGEST or not head.startswith(MAGIC):
+    key: str, payload: np.ndarray, raw: bytes | bytearray | memoryview
+) -> bytes | None:
+    """The page checksum (``sums_of`` reads it) that ``raw``, the trailer read with object
+    ``key`` and its ``payload``, carries; None when the digest does not match (a damaged
+    object, another key's or another format's)."""
+    view = memoryview(raw).cast("B")
+    head, digest = view[:-_DIGEST], view[-_DIGEST:]
+    if len(view) <= len(MAGIC) + _DIGEST or head[: len(MAGIC)] != MAGIC:
         return None
     if _digest(payload, head, key) != digest:
         return None
-    return np.frombuffer(head, "<i8", offset=len(MAGIC)).astype(np.int64)
+    return bytes(head[len(MAGIC) :])
+
+
+def sums_of(carried: bytes) -> np.ndarray:
+    """int64 ``[layers]``: the page checksum ``check_trailer`` returned."""
+    return np.frombuffer(carried, "<i8").astype(np.int64)

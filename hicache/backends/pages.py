@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from hicache.backends.keys import check_keys
-from hicache.backends.page_sum import NO_SUM, check_trailer, make_trailer, trailer_bytes
+from hicache.backends.page_sum import check_trailer, make_trailer, sums_of, trailer_bytes
 from hicache.checks import check_index_tensor
+from hicache.kernels.checksum import NO_SUM
 
 __all__ = ["PageIO"]
 
@@ -84,11 +85,10 @@ class PageIO:
         filled ``target`` arrays; ``trailers``: the trailer read with each) are intact and
         agree on the page checksum; if so, that checksum goes to the host tier's store."""
         sums = [check_trailer(n, p, t) for n, p, t in zip(names, payloads, trailers, strict=True)]
-        first = sums[0]
-        if first is None or any(s is None or not np.array_equal(s, first) for s in sums):
+        if sums[0] is None or sums.count(sums[0]) != len(sums):
             return False
         if self._sums is not None:
-            self._sums[slot // self.page_size] = first
+            self._sums[slot // self.page_size] = sums_of(sums[0])
         return True
 
     def regions(self) -> list[tuple[int, int]]:

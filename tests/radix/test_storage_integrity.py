@@ -126,3 +126,17 @@ def test_verify_all_still_catches_a_host_page_corrupted_after_a_storage_read(
     assert len(slots) == 0
     stats = reader.cache.stats()
     assert stats.transfer is not None and stats.transfer.integrity_failures >= 1
+
+
+def test_pages_written_without_checksums_load_unchecked_under_verify_all(tmp_path: Path) -> None:
+    """A writer with ``verify="off"`` keeps no page checksum: its objects carry ``NO_SUM``; a
+    reader with ``verify="all"`` loads them (the digest checked them) and reports no failure."""
+    cfg = storage_config(tmp_path)
+    ids = _ids(3)
+    expected = write_prefix(make_stack(cfg, verify="off"), ids, seed=9)
+    reader, loaded, slots = _read_back(cfg, ids, verify="all")
+    assert loaded == TOKENS
+    stats = reader.cache.stats()
+    assert stats.transfer is not None and stats.transfer.integrity_failures == 0
+    for want, got in zip(expected, kv_of(reader, slots), strict=True):
+        assert torch.equal(want, got)
