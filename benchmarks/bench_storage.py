@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hicache.backends import HiCacheStorage, KVFingerprint, PageIO, StorageKeys  # noqa: E402
+from hicache.backends.fanout import DEFAULT_THREADS  # noqa: E402
 from hicache.backends.file import HiCacheFile  # noqa: E402
 from hicache.backends.memory import MemoryStorage  # noqa: E402
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost  # noqa: E402
@@ -99,9 +100,11 @@ def _plain_round(root: Path, host: Any, pages: int) -> dict[str, float]:
     return times
 
 
-def measure(object_bytes: int, pages: int, repeats: int, root: Path) -> list[dict[str, Any]]:
+def measure(
+    object_bytes: int, pages: int, repeats: int, root: Path, read_threads: int = DEFAULT_THREADS
+) -> list[dict[str, Any]]:
     host = _host(object_bytes, pages)
-    file_store = HiCacheFile(root=root / "file", max_bytes=1 << 40)
+    file_store = HiCacheFile(root=root / "file", max_bytes=1 << 40, read_threads=read_threads)
     memory = MemoryStorage()
     for store in (file_store, memory):
         store.register_mem_pool_host(host)
@@ -139,6 +142,9 @@ def main() -> None:
     parser.add_argument("--sizes-kib", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--batch-mib", type=int, default=16, help="bytes per batch call")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--read-threads", type=int, default=DEFAULT_THREADS, help="the file store's read threads"
+    )
     parser.add_argument("--dir", default=None, help="parent of the temporary directory")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
@@ -148,7 +154,7 @@ def main() -> None:
         for kib in args.sizes_kib:
             print(f"measuring {kib} KiB objects ...", file=sys.stderr, flush=True)
             pages = max(16, args.batch_mib * 1024 // kib)
-            rows += measure(kib * KIB, pages, args.repeats, root)
+            rows += measure(kib * KIB, pages, args.repeats, root, args.read_threads)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:

@@ -9,10 +9,10 @@ process. A present object is never rewritten (write-once); it is touched instead
 that every process using the directory shares. An object is its payload and its trailer
 (``page_sum``). Reads ``readv`` the payload into the host page itself when ``PageIO.zero_copy``
 (else a staging array, then ``commit``) and the trailer beside it, in one call, after
-``os.fstat`` checks the file's size; a file of the wrong size, or one that fails its trailer's
-check, is corrupt: a miss, counted, and removed. The byte cap is shared
-by every instance on the directory (``file_lru``). Any ``OSError`` after construction is a
-miss; faults are counted by kind (``faults``).
+``os.fstat`` checks the file's size, a batch's pages on ``read_threads`` threads; a file of the
+wrong size, or one that fails its trailer's check, is corrupt: a miss, counted, and removed.
+The byte cap is shared by every instance on the directory (``file_lru``). Any ``OSError`` after
+construction is a miss; faults are counted by kind (``faults``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 
 from hicache import env
 from hicache.backends.base import PageStore
+from hicache.backends.fanout import DEFAULT_THREADS, Fanout
 from hicache.backends.faults import io_kind
 from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
 from hicache.backends.keys import KEY_VERSION, object_keys
@@ -58,6 +59,7 @@ class HiCacheFile(PageStore):
     max_bytes : the cap on the bytes of committed objects (>= 1); default the lesser of
         64 GiB and half the free space of ``root``'s file system.
     evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
+    read_threads : threads reading a batch's pages in parallel (>= 1; 1: the calling thread).
     """
 
     medium = "DISK"
@@ -67,6 +69,7 @@ class HiCacheFile(PageStore):
         root: str | os.PathLike[str] | None = None,
         max_bytes: int | None = None,
         evict_ratio: float = 0.9,
+        read_threads: int = DEFAULT_THREADS,
     ) -> None:
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"root must be a path, got {type(root).__name__}")
@@ -76,6 +79,7 @@ class HiCacheFile(PageStore):
             raise TypeError(f"evict_ratio must be a number, got {type(evict_ratio).__name__}")
         if not 0 < evict_ratio <= 1:
             raise ValueError(f"evict_ratio must be in (0, 1], got {evict_ratio}")
+        self._readers = Fanout(read_threads, "hicache-file-read")
         self.root = os.path.abspath(os.fspath(root if root is not None else _default_root()))
         super().__init__(f"file store {self.root}")
         try:
@@ -111,7 +115,7 @@ class HiCacheFile(PageStore):
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
-        return [self._get_page(pages, k, slot, stale) for k, slot in zip(keys, slots, strict=True)]
+        return self._readers.map(lambda k, s: self._get_page(pages, k, s, stale), keys, slots)
 
     def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands, so a
@@ -267,6 +271,7 @@ class HiCacheFile(PageStore):
     def close(self) -> None:
         """Later calls are misses; the directory and its objects stay for other instances."""
         self.closed = True
+        self._readers.close()
 
     def failure_count(self) -> int:
         """Faults that failed a call, all but touches (``guard.ReportsFailures``)."""

@@ -11,10 +11,10 @@ a trailer of ``trailer_bytes(layers)`` bytes::
   object -> host (a read hands it to the host tier's store) -> device (``verify`` checks the
   loaded copy against it). ``NO_SUM`` (-1 in every layer) when the writer kept none
   (``verify="off"``); a reader with ``verify`` on then leaves that page unchecked at load-back.
-* The **digest** is xxh3-64 over the payload, then ``MAGIC`` and the page checksum, then the
-  object's key: a reader checks it before the page can be adopted, at ~20x the speed of a copy
-  on the CPU, so a flipped bit, a zeroed tail, a torn write, an object renamed under another key
-  or one of an older format is a counted miss (``checksum_mismatch``), never served.
+* The **digest** is xxh3-64 over the payload, seeded by the hash of ``MAGIC``, the page checksum
+  and the object's key: a reader checks it before the page can be adopted, at ~20x the speed of
+  a copy on the CPU, so a flipped bit, a zeroed tail, a torn write, an object renamed under
+  another key or one of an older format is a counted miss (``checksum_mismatch``), never served.
 
 So one value covers a page end to end: storage reads are checked by the digest, and the digest
 covers the page checksum that the device checks at load-back.
@@ -36,12 +36,11 @@ def trailer_bytes(layers: int) -> int:
     return len(MAGIC) + 8 * layers + _DIGEST
 
 
-def _digest(payload: np.ndarray, head: bytes | memoryview, key: str) -> bytes:
-    h = xxhash.xxh3_64()
-    h.update(payload.data)
-    h.update(head)
-    h.update(key.encode())
-    return h.digest()
+def _digest(payload: np.ndarray, head: bytes, key: str) -> bytes:
+    """xxh3-64 of ``payload`` seeded with xxh3-64 of ``head`` and ``key`` (one pass over the
+    payload, no hasher object: the cost of a read is the payload's hash alone)."""
+    seed = xxhash.xxh3_64_intdigest(head + key.encode())
+    return xxhash.xxh3_64_digest(payload.data, seed)
 
 
 def make_trailer(key: str, payload: np.ndarray, sums: np.ndarray) -> bytes:
@@ -57,13 +56,13 @@ def check_trailer(
     """The page checksum (``sums_of`` reads it) that ``raw``, the trailer read with object
     ``key`` and its ``payload``, carries; None when the digest does not match (a damaged
     object, another key's or another format's)."""
-    view = memoryview(raw).cast("B")
-    head, digest = view[:-_DIGEST], view[-_DIGEST:]
-    if len(view) <= len(MAGIC) + _DIGEST or head[: len(MAGIC)] != MAGIC:
+    data = bytes(raw)
+    head, digest = data[:-_DIGEST], data[-_DIGEST:]
+    if len(data) <= len(MAGIC) + _DIGEST or not head.startswith(MAGIC):
         return None
     if _digest(payload, head, key) != digest:
         return None
-    return bytes(head[len(MAGIC) :])
+    return head[len(MAGIC) :]
 
 
 def sums_of(carried: bytes) -> np.ndarray:

@@ -52,6 +52,7 @@ class PageIO:
         self.object_bytes: int = self.page_size * host_pool.layer_num * host_pool.item_size
         self.zero_copy = self.layout != "layer_first"
         self._parts: list[torch.Tensor] = list(host_pool.host_parts)
+        self._flat = [_bytes(t) for t in self._parts] if self.zero_copy else []
         self.trailer_bytes = trailer_bytes(host_pool.layer_num)
         self.stored_bytes = self.object_bytes + self.trailer_bytes
         self._no_sum = np.full(host_pool.layer_num, NO_SUM, np.int64)
@@ -131,16 +132,24 @@ class PageIO:
             return buf[slot : slot + self.page_size]
         return buf[slot // self.page_size]  # [pages, ...]: page_first_direct, page_head
 
+    def _objects(self, slot: int) -> list[np.ndarray]:
+        """The page's objects in the pool (``zero_copy`` layouts): in every one of them, a
+        page's bytes are one run at ``slot * object_bytes / page_size`` of its part's buffer."""
+        start = slot // self.page_size * self.object_bytes
+        return [flat[start : start + self.object_bytes] for flat in self._flat]
+
     def source(self, slot: int) -> list[np.ndarray]:
         """The page at ``slot``'s objects as 1-D uint8 arrays (views when ``zero_copy``, else
         copies); read them, never write them."""
+        if self.zero_copy:
+            return self._objects(slot)
         return [_bytes(self._view(p, slot).contiguous()) for p in range(self.parts)]
 
     def target(self, slot: int) -> list[np.ndarray]:
         """Writable 1-D uint8 arrays to fill with the page's objects: views into the pool when
         ``zero_copy`` (written in place), else staging arrays that ``commit`` copies in."""
         if self.zero_copy:
-            return [_bytes(self._view(p, slot)) for p in range(self.parts)]
+            return self._objects(slot)
         return [np.empty(self.object_bytes, np.uint8) for _ in range(self.parts)]
 
     def commit(self, slot: int, filled: list[np.ndarray]) -> None:
@@ -154,7 +163,7 @@ class PageIO:
     def address(self, slot: int) -> list[int]:
         """The pool addresses of the page's objects (``zero_copy`` layouts only)."""
         assert self.zero_copy, "address() needs a zero-copy layout"
-        return [self._view(p, slot).data_ptr() for p in range(self.parts)]
+        return [int(obj.ctypes.data) for obj in self._objects(slot)]
 
 
 def _bytes(t: torch.Tensor) -> np.ndarray:
