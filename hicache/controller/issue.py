@@ -184,7 +184,7 @@ def issue_load(
 
     layers = device_pool.layer_num
     ahead = layers if config.layers_ahead is None else config.layers_ahead
-    issue = LayerIssue(plan, layers, stream, batch.complete, on_done, ahead)
+    issue = LayerIssue(plan, layers, stream, batch.complete, on_done, ahead, mark)
     issue.through(ahead - 1)
     if not issue.done:
         batch.defer(issue)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from hicache.controller.stats import BatchClock
 from hicache.devices import EventLike, stream_scope
 from hicache.pools.load_plan import LayerRunner
 
@@ -36,6 +37,8 @@ class LayerIssue:
     complete : records layer ``l``'s event on ``stream`` (``LayerLoadingEvent.complete``).
     on_done : runs once, in ``stream``'s scope, after the last layer (the batch's end events).
     ahead : layers kept issued beyond the one a forward pass waits for (``reach``).
+    clock : the batch's busy time (``BusyClock.begin``): each call that issues layers is a
+        span of it, so the stream's idle time between deferred issues is not counted.
     """
 
     def __init__(
@@ -46,8 +49,10 @@ class LayerIssue:
         complete: Callable[[int, torch.cuda.Stream | None], None],
         on_done: Callable[[], None],
         ahead: int,
+        clock: BatchClock,
     ) -> None:
         self._plan = plan
+        self._clock = clock
         self._stream = stream
         self._complete = complete
         self._on_done = on_done
@@ -67,10 +72,12 @@ class LayerIssue:
         if stop <= self.issued:
             return
         with stream_scope(self._stream):
+            self._clock.resume()
             while self.issued < stop:
                 self._plan.run(self.issued)
                 self._complete(self.issued, self._stream)
                 self.issued += 1
+            self._clock.pause()
             if self.done:
                 self._on_done()
 

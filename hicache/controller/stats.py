@@ -1,11 +1,15 @@
 """Transfer counters of a ``HiCacheController``: bytes, busy time and batches per direction.
 
 Counting costs one increment per issued batch; nothing runs on the radix tree's paths. Busy
-time is wall time around the synchronous copy on CPU; on CUDA a pair of timing events recorded
-on the transfer stream around the batch, resolved (``elapsed_time``) only once the end event
-has completed, when ``settle`` is called (at each issue and each snapshot), so counting never
-blocks. ``h2d`` is host -> device (load-back), ``d2h`` device -> host (backup). The same
-per-batch durations feed one ``DurationHistogram`` per direction.
+time is the time the transfer stream spent on a batch, not the time the CPU took to dispatch
+it: on CUDA a pair of timing events recorded on the transfer stream around each span of the
+batch (a whole backup or load; a load whose later layers are issued as the forward pass
+reaches them, ``layers_ahead``, has one span per issue, so the stream's idle time between them
+is not counted), resolved (``elapsed_time``) only once the batch's last event has completed,
+when ``settle`` is called (at each issue, each ack processed and each snapshot), so counting
+never blocks. On CPU the same spans are wall time around the synchronous copies. ``h2d`` is
+host -> device (load-back), ``d2h`` device -> host (backup). The same per-batch durations feed
+one ``DurationHistogram`` per direction.
 """
 
 from __future__ import annotations
@@ -60,6 +64,48 @@ class TransferStats:
     d2h_batch_seconds: Durations
 
 
+class BatchClock:
+    """The busy time of one batch: the sum of its spans, each opened by :meth:`resume` and
+    closed by :meth:`pause` on the batch's stream (the current one; call both inside its stream
+    scope). CUDA timing events on ``cuda``, wall time otherwise."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.seconds = 0.0  # CPU: the closed spans' wall time
+        self.spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._open: float | torch.cuda.Event | None = None
+
+    def resume(self) -> None:
+        """Open a span (a no-op while one is open)."""
+        if self._open is not None:
+            return
+        if not self.cuda:
+            self._open = time.perf_counter()
+            return
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._open = start
+
+    def pause(self) -> None:
+        """Close the open span (a no-op when none is open)."""
+        start, self._open = self._open, None
+        if isinstance(start, float):
+            self.seconds += time.perf_counter() - start
+        elif start is not None:
+            finish = torch.cuda.Event(enable_timing=True)
+            finish.record()
+            self.spans.append((start, finish))
+
+    def landed(self) -> bool:
+        """Whether every closed span has run (never blocks; spans on one stream run in order)."""
+        return not self.spans or self.spans[-1][1].query()
+
+    def elapsed(self) -> float:
+        """Busy seconds of the closed spans; on CUDA only once :meth:`landed`."""
+        gpu_ms: float = sum(s.elapsed_time(f) for s, f in self.spans)
+        return self.seconds + gpu_ms / 1e3
+
+
 class BusyClock:
     """Bytes, batches and busy seconds of one direction's batches on ``device``; a token
     moves ``token_bytes`` (every layer)."""
@@ -69,35 +115,33 @@ class BusyClock:
         self.bytes = self.batches = 0
         self._seconds = 0.0
         self.durations = DurationHistogram()
-        self._pending: deque[tuple[torch.cuda.Event, torch.cuda.Event]] = deque()
+        self._pending: deque[BatchClock] = deque()
 
-    def begin(self) -> float | torch.cuda.Event:
-        """Mark the start of a batch on the current stream (call inside its stream scope)."""
-        if not self.cuda:
-            return time.perf_counter()
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        return start
+    def begin(self) -> BatchClock:
+        """A new batch's clock with its first span open on the current stream (call inside
+        its stream scope)."""
+        clock = BatchClock(self.cuda)
+        clock.resume()
+        return clock
 
-    def end(self, mark: float | torch.cuda.Event, tokens: int) -> None:
-        """Close the batch opened by ``begin`` (same stream) that moved ``tokens``."""
+    def end(self, clock: BatchClock, tokens: int) -> None:
+        """Close the batch ``begin`` opened (its open span on the same stream) that moved
+        ``tokens``."""
+        clock.pause()
         self.bytes += tokens * self.token_bytes
         self.batches += 1
-        if isinstance(mark, float):
-            self._done(time.perf_counter() - mark)
+        if not clock.cuda:
+            self._done(clock.elapsed())
             return
-        finish = torch.cuda.Event(enable_timing=True)
-        finish.record()
-        self._pending.append((mark, finish))
-        self.settle()  # keeps the pending pairs few
+        self._pending.append(clock)
+        self.settle()  # keeps the pending batches few
 
     def settle(self) -> float:
         """Busy seconds of the completed batches (never blocks); batches on one stream finish
         in issue order, so this stops at the first one still running."""
         pending = self._pending
-        while pending and pending[0][1].query():
-            start, finish = pending.popleft()
-            self._done(start.elapsed_time(finish) / 1e3)
+        while pending and pending[0].landed():
+            self._done(pending.popleft().elapsed())
         return self._seconds
 
     def _done(self, seconds: float) -> None:
@@ -113,6 +157,11 @@ class TransferCounters:
         token_bytes = host_pool.layout_dim * host_pool.parts
         self.h2d, self.d2h = BusyClock(device, token_bytes), BusyClock(device, token_bytes)
         self.blocking_waits = 0
+
+    def settle(self) -> None:
+        """Resolve the busy time of every batch that has landed, both ways (never blocks)."""
+        self.h2d.settle()
+        self.d2h.settle()
 
     def snapshot(
         self,

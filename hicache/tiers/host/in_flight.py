@@ -52,6 +52,7 @@ class InFlight:
         for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
             for ack in pop_finished_acks(queue):
                 landed.update(i for i in ack.node_ids if i in waiting)
+        controller.counters.settle()  # the busy time of the batches that landed (no wait)
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
             if failed is not None:
                 raise failed
