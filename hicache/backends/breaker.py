@@ -3,7 +3,8 @@
 States (``state``): ``closed`` (calls go through), ``open`` (every call is refused at once: a
 fast miss), ``half_open`` (the back-off has passed and one trial call is in flight; others are
 refused). Closed -> open after ``failure_threshold`` consecutive failures, or at once after a
-call slower than ``slow_call_s`` (a dead server typically costs seconds per call). The trial
+call slower than its limit (a dead server typically costs seconds per call): ``slow_call_s``
+for every ``SLOW_CALL_PAGES`` pages it moves, so a large batch is not taken for a hang. The trial
 call's success closes it (and resets the back-off); its failure reopens it with the back-off
 doubled, up to ``max_backoff_s``.
 """
@@ -20,6 +21,7 @@ from hicache.checks import check_int
 __all__ = ["CircuitBreaker"]
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+SLOW_CALL_PAGES = 64  # a call may take slow_call_s per this many pages (64 8B pages: 1 GiB)
 
 
 def _check_seconds(name: str, value: object) -> float:
@@ -36,7 +38,8 @@ class CircuitBreaker:
     Parameters
     ----------
     failure_threshold : consecutive failures that open it (>= 1).
-    slow_call_s : a call taking longer than this counts as a failure and opens it at once.
+    slow_call_s : a call taking longer than this (per ``SLOW_CALL_PAGES`` pages, ``slow_limit``)
+        counts as a failure and opens it at once.
     backoff_s : how long it stays open the first time.
     max_backoff_s : cap of the doubled back-off (>= ``backoff_s``).
     clock : seconds, monotonic; the caller times calls with the same clock (``clock``).
@@ -89,11 +92,16 @@ class CircuitBreaker:
                 return True
             return False
 
-    def record(self, ok: bool, elapsed_s: float) -> bool:
-        """Report a call that ``allow`` let through: ``ok`` (it did not fail) and how long it
-        took. Returns whether it counted as a failure (not ``ok``, or slower than
-        ``slow_call_s``)."""
-        failed = not ok or elapsed_s > self.slow_call_s
+    def slow_limit(self, pages: int = 1) -> float:
+        """The seconds past which a call moving ``pages`` pages is slow."""
+        return self.slow_call_s * max(1.0, pages / SLOW_CALL_PAGES)
+
+    def record(self, ok: bool, elapsed_s: float, pages: int = 1) -> bool:
+        """Report a call that ``allow`` let through: ``ok`` (it did not fail), how long it
+        took and the pages it moved. Returns whether it counted as a failure (not ``ok``, or
+        slower than ``slow_limit(pages)``)."""
+        slow = elapsed_s > self.slow_limit(pages)
+        failed = not ok or slow
         with self._lock:
             if not failed:
                 self._failures = 0
@@ -105,7 +113,7 @@ class CircuitBreaker:
                 self._open()
             elif self._state == CLOSED:
                 self._failures += 1
-                if self._failures >= self.failure_threshold or elapsed_s > self.slow_call_s:
+                if self._failures >= self.failure_threshold or slow:
                     self._open()
             return True
 

@@ -30,7 +30,14 @@ from hicache.backends.base import HiCacheStorage, HiCacheStorageExtraInfo
 from hicache.backends.breaker import CircuitBreaker
 from hicache.backends.deadline import CallRunner
 from hicache.backends.faults import FaultLog
-from hicache.backends.reports import ReportsFailures, ReportsFaults, check_bools, check_count
+from hicache.backends.reports import (
+    ReportsFailures,
+    ReportsFaults,
+    check_bools,
+    check_count,
+    failures_of,
+    faults_of,
+)
 from hicache.backends.storage_stats import StorageStats
 from hicache.durations import DurationHistogram
 
@@ -91,15 +98,20 @@ class GuardedStorage(HiCacheStorage):
             )
 
     def _call(
-        self, what: str, fn: Callable[[], T], check: Callable[[T], T | None], slots: Any = None
+        self,
+        what: str,
+        fn: Callable[[], T],
+        check: Callable[[T], T | None],
+        pages: int,
+        slots: Any = None,
     ) -> tuple[T | None, float]:
         """``check(fn())`` and its duration, or ``(None, 0.0)`` when refused, raised, timed
-        out or malformed; feeds the breaker and the failure counter. ``slots``: the host slots
-        ``fn`` uses."""
+        out or malformed; feeds the breaker (``pages``: the pages the call covers) and the
+        failure counter. ``slots``: the host slots ``fn`` uses."""
         if self.breaker is not None and not self.breaker.allow():
             self._add(refused=1)
             return None, 0.0
-        before = self._backend_failures()
+        before = failures_of(self.backend)
         start = self._clock()
         try:
             finished, raw = self._run(what, fn, slots)
@@ -111,9 +123,9 @@ class GuardedStorage(HiCacheStorage):
             self._log(what, exc)
         elapsed = self._clock() - start
         self._durations[what].observe(elapsed)
-        failed = result is None or self._backend_failures() > before
+        failed = result is None or failures_of(self.backend) > before
         if self.breaker is not None:
-            failed = self._judge(what, failed, elapsed)
+            failed = self._judge(what, failed, elapsed, pages)
         if failed:
             self._add(failures=1)
         return result, elapsed
@@ -139,21 +151,13 @@ class GuardedStorage(HiCacheStorage):
             return torch.empty(0, dtype=torch.int64)
         return self.runner.held_slots()
 
-    def _backend_failures(self) -> int:
-        if not isinstance(self.backend, ReportsFailures):
-            return 0
-        try:
-            return int(self.backend.failure_count())
-        except Exception:
-            return 0
-
-    def _judge(self, what: str, failed: bool, elapsed: float) -> bool:
+    def _judge(self, what: str, failed: bool, elapsed: float, pages: int) -> bool:
         """Report a call to the breaker; count a slow call and any trip it caused as faults.
         Whether the call counts as failed."""
         assert self.breaker is not None
-        counted = self.breaker.record(not failed, elapsed)
+        counted = self.breaker.record(not failed, elapsed, pages)
         if counted and not failed:
-            limit = self.breaker.slow_call_s
+            limit = self.breaker.slow_limit(pages)
             self.faults.record("slow_call", f"{what} took {elapsed:.3g} s (> {limit:g} s)")
         with self._lock:
             trips, self._trips_seen = self.breaker.opened - self._trips_seen, self.breaker.opened
@@ -177,6 +181,7 @@ class GuardedStorage(HiCacheStorage):
             "batch_exists",
             lambda: self.backend.batch_exists(keys, extra_info),
             lambda r: check_count(r, len(keys)),
+            len(keys),
         )
         self._add(queries=1, query_pages=len(keys), hit_pages=found or 0)
         return found or 0
@@ -220,6 +225,7 @@ class GuardedStorage(HiCacheStorage):
             what,
             lambda: method(keys, host_indices, extra_info),
             lambda r: check_bools(r, len(keys)),
+            len(keys),
             host_indices,
         )
         if done is None:
@@ -265,7 +271,7 @@ class GuardedStorage(HiCacheStorage):
         b, d = self.breaker, {what: h.snapshot() for what, h in self._durations.items()}
         return replace(
             stats,
-            faults=self._fault_counts(),
+            faults=faults_of(self.backend, self.faults.counts()),
             breaker_state="none" if b is None else b.state,
             breaker_trips=0 if b is None else b.opened,
             exists_call_seconds=d["batch_exists"],
@@ -274,17 +280,6 @@ class GuardedStorage(HiCacheStorage):
             used_bytes=usage.get("bytes_used"),
             capacity_bytes=usage.get("max_bytes"),
         )
-
-    def _fault_counts(self) -> dict[str, int]:
-        """The guard's faults by kind plus the backend's (``ReportsFaults``)."""
-        counts = self.faults.counts()
-        if isinstance(self.backend, ReportsFaults):
-            try:
-                for kind, n in self.backend.fault_counts().items():
-                    counts[kind] = counts.get(kind, 0) + n
-            except Exception:  # its counters are not worth a failure; the guard's stand
-                pass
-        return counts
 
     def get_stats(self) -> dict[str, Any]:
         """The backend's ``get_stats()`` (``{}`` if it raises) updated with ``stats()`` as a

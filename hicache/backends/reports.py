@@ -23,6 +23,28 @@ class ReportsFaults(Protocol):
     def fault_counts(self) -> dict[str, int]: ...
 
 
+def failures_of(backend: object) -> int:
+    """A ``ReportsFailures`` backend's ``failure_count()`` (0 for another, or if it raises)."""
+    if not isinstance(backend, ReportsFailures):
+        return 0
+    try:
+        return int(backend.failure_count())
+    except Exception:
+        return 0
+
+
+def faults_of(backend: object, counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` (faults by kind) plus a ``ReportsFaults`` backend's; its counters are not
+    worth a failure: if they raise, ``counts`` stand."""
+    if isinstance(backend, ReportsFaults):
+        try:
+            for kind, n in backend.fault_counts().items():
+                counts[kind] = counts.get(kind, 0) + n
+        except Exception:
+            pass
+    return counts
+
+
 def check_bools(result: object, n: int) -> list[bool] | None:
     """``result`` when it is a list of ``n`` bools (a batch read or write), else None."""
     if isinstance(result, list) and len(result) == n and all(isinstance(b, bool) for b in result):

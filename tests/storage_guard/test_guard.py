@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hicache.backends.base import HiCacheStorage
-from hicache.backends.breaker import CircuitBreaker
+from hicache.backends.breaker import SLOW_CALL_PAGES, CircuitBreaker
 from hicache.backends.guard import GuardedStorage, StorageStats
 from hicache.pools import MHATokenToKVPool, MHATokenToKVPoolHost
 
@@ -312,3 +312,12 @@ def test_backend_counted_failures_feed_the_breaker(host_pool) -> None:  # type: 
         assert guard.batch_exists(["a"]) == 0
     s = guard.stats()
     assert (s.failures, s.refused, s.breaker_state, fake.calls) == (2, 2, "open", 3)
+
+
+def test_a_large_batch_is_allowed_time_in_proportion() -> None:
+    """slow_call_s per SLOW_CALL_PAGES pages: a 256-page call of 3 s is not slow; a one-page
+    call of 1.5 s is (and opens the breaker at once)."""
+    br = CircuitBreaker(slow_call_s=1.0)
+    assert br.slow_limit(1) == 1.0 and br.slow_limit(4 * SLOW_CALL_PAGES) == 4.0
+    assert br.record(True, 3.0, 4 * SLOW_CALL_PAGES) is False and br.state == "closed"
+    assert br.record(True, 1.5, 1) is True and br.state == "open"
