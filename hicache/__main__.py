@@ -68,8 +68,9 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
         "load-back-threshold": "shortest host hit worth loading (tokens)",
         "seed": "RNG seed",
         "threads": "torch CPU threads during the run",
-        "tp": "tensor-parallel ranks: processes over loopback gloo (CPU), each holding its "
-        "shard of the heads, MLP and KV; fails unless every rank saw the same hit rates",
+        "tp": "tensor-parallel ranks: processes over loopback, each holding its shard of the "
+        "heads, MLP and KV (with --device cuda rank r on cuda:{r %% GPUs}); fails unless "
+        "every rank saw the same hit rates",
     }
     for name, help_ in ints.items():
         p.add_argument(f"--{name}", type=int, help=help_ + (_preset(name) or _field_default(name)))

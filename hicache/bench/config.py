@@ -43,7 +43,7 @@ class BenchConfig:
     defaults to one 64-token page here (the library's default is SGLang's 256): each later
     turn of this workload adds about 200 new tokens, which 256 would always recompute.
     ``tp``: tensor-parallel ranks, each a process with its shard of the model and pools
-    (``bench.tp_run``; CPU over loopback gloo); ``heads``, ``kv_heads`` (MHA) and
+    (``bench.tp_run``; on ``cuda`` rank r on ``cuda:{r % GPUs}``); ``heads``, ``kv_heads`` (MHA) and
     ``intermediate`` must be multiples of it.
     ``metrics_port``: serve Prometheus metrics on ``metrics_host`` during each run (one rank);
     ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``)."""
@@ -173,7 +173,7 @@ class BenchConfig:
         check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
 
     def _check_tp(self) -> None:
-        """``--tp`` a positive int that splits the model evenly, on CPU."""
+        """``--tp`` a positive int that splits the model evenly, on ``cpu`` or ``cuda``."""
         check_count("tp", self.tp, minimum=1)
         if self.tp == 1:
             return
@@ -183,8 +183,11 @@ class BenchConfig:
                 raise ValueError(
                     f"{flag(name)} ({getattr(self, name)}) must be a multiple of --tp ({self.tp})"
                 )
-        if self.device != "cpu":
-            raise ValueError(f"--tp {self.tp} runs its ranks on CPU (gloo): needs --device cpu")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(
+                f"--tp {self.tp} puts rank r on cuda:{{r % GPUs}} itself: needs --device cuda "
+                f"or cpu, got {self.device!r}"
+            )
 
     def model_revision(self) -> str:
         """A digest of everything that makes the model's KV: its config (seed included)."""

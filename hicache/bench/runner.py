@@ -18,7 +18,7 @@ from hicache.bench.config import BenchConfig
 from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
 from hicache.bench.report import format_gain, format_table, per_round, summarize
-from hicache.bench.tp_run import run_tp
+from hicache.bench.tp_run import run_tp, tp_line
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
 from hicache.kv_events import make_sink
@@ -113,7 +113,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
         )
     )
     if cfg.tp > 1:
-        out.write(f"TP: {cfg.tp} ranks; every rank saw these hit rates (per tier, per round)\n")
+        out.write(tp_line(cfg, results))
     plot = f"note: {why}" if why else f"plot:    {out_dir / 'rounds.png'}"
     out.write(f"results: {out_dir / 'results.json'}\n{plot}\n")
     return results

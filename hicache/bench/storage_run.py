@@ -35,7 +35,7 @@ from hicache.bench.runner import (
     torch_threads,
     warm_up,
 )
-from hicache.bench.tp_run import run_tp
+from hicache.bench.tp_run import run_tp, tp_line
 from hicache.engine import build_engine
 from hicache.model import TinyTransformer, TPShard
 
@@ -98,7 +98,7 @@ def run_storage_bench(
     out.write(format_table(summaries, STORAGE_ROWS, STORAGE_NOTES) + "\n\n")
     out.write(format_warm(summaries["cold"], summaries["warm-storage"]) + "\n")
     if cfg.tp > 1:
-        out.write(f"TP: {cfg.tp} ranks; every rank saw these hit rates (per tier, per round)\n")
+        out.write(tp_line(cfg, results))
     out.write(f"results: {out_dir / 'results.json'}\n")
     return results
 

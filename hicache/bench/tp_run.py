@@ -1,5 +1,7 @@
 """``hicache bench --tp N``: the workload on N tensor-parallel ranks, each a process holding its
-shard of the model and of the pools, over loopback gloo (``hicache.tp.run_ranks``).
+shard of the model and of the pools (``hicache.tp.run_ranks``): on the CPU over gloo, or with
+``--device cuda`` rank r on ``cuda:{r % GPUs}`` (NCCL for the model when every rank has its
+own GPU, gloo when they share; the cache agrees over gloo either way).
 
 Every rank runs the same runs (modes, or storage phases) through its own engine; the caches
 agree over the group. The ranks' trees are identical by construction, so every rank must see
@@ -16,9 +18,11 @@ import torch
 import torch.distributed as dist
 
 from hicache.bench.config import BenchConfig
+from hicache.devices import canonical_device
 from hicache.tp import run_ranks
 
 TIMEOUT_S = 1800.0  # a rank still running then is killed (the whole run fails)
+GROUP_TIMEOUT_S = 60.0  # a collective (a model all-reduce) stuck this long fails its rank
 SUMMARY_KEYS = (
     "requests",
     "rejected",
@@ -45,9 +49,19 @@ def run_tp(
     only), each returning ``{name: run}`` for ``names``; rank 0's results, once
     ``check_same_hits`` passed. ``hicache.tp.RankFailed`` when a rank failed, ``TPMismatch``
     when the ranks' hits differ."""
-    results = run_ranks(_rank, cfg.tp, runs, cfg, progress, args, timeout_s=TIMEOUT_S)
+    results = run_ranks(
+        _rank,
+        cfg.tp,
+        runs,
+        cfg,
+        progress,
+        args,
+        timeout_s=TIMEOUT_S,
+        device=cfg.device,
+        group_timeout_s=GROUP_TIMEOUT_S,
+    )
     check_same_hits(results, names)
-    return dict(results[0])
+    return {**results[0], "tp_ranks": [r["tp_rank"] for r in results]}
 
 
 def _rank(
@@ -56,7 +70,18 @@ def _rank(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # a fresh process: nothing to restore
     first = dist.get_rank(group) == 0
-    return runs(cfg, *args, progress=progress and first, group=group)
+    where = {"device": str(canonical_device(cfg.device)), "backend": str(dist.get_backend(group))}
+    return {**runs(cfg, *args, progress=progress and first, group=group), "tp_rank": where}
+
+
+def tp_line(cfg: BenchConfig, results: dict[str, Any]) -> str:
+    """The report's TP line: the ranks, where they ran, and that their hits agreed."""
+    ranks = results["tp_ranks"]
+    devices = ", ".join(r["device"] for r in ranks)
+    return (
+        f"TP: {cfg.tp} ranks on {devices} ({ranks[0]['backend']}); every rank saw these hit "
+        "rates (per tier, per round)\n"
+    )
 
 
 def check_same_hits(results: list[dict[str, Any]], names: list[str]) -> None:

@@ -11,6 +11,12 @@ Collectives are bounded by ``timeout_s``. A collective that fails or times out (
 stopped calling) raises :class:`TPError` on every rank that reaches it, and the group is then
 broken: every later call raises at once. A rank whose own step failed passes the exception to
 ``agree(failed=...)``: it re-raises it, every other rank raises :class:`TPPeerError` naming it.
+
+The agreement runs on CPU tensors whenever the group takes them (gloo, or a mixed
+``"cpu:gloo,cuda:nccl"`` group: ``hicache.tp.placement``): it then never touches the GPU. Only a
+group that takes CUDA tensors alone (plain NCCL) makes each agreement copy its words to the
+GPU and back, which waits for the compute stream: give the cache a gloo group (SGLang's
+``tp_cpu_group``) beside an NCCL one.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from hicache.checks import check_bool
+from hicache.tp.placement import takes_cpu_tensors
 
 T = TypeVar("T")
 
@@ -84,8 +91,8 @@ class TPGroup:
         self.size = 1 if group is None else dist.get_world_size(group)
         self.collectives = 0
         self._broken: str | None = None
-        nccl = group is not None and dist.get_backend(group) == "nccl"
-        self._device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
+        gpu_only = group is not None and not takes_cpu_tensors(str(dist.get_backend(group)))
+        self._device = torch.device("cuda", torch.cuda.current_device()) if gpu_only else None
 
     @property
     def active(self) -> bool:

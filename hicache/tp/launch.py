@@ -1,8 +1,13 @@
-"""Start the ranks of a TP group as processes talking gloo over loopback.
+"""Start the ranks of a TP group as processes over loopback (127.0.0.1).
 
-``launch_ranks(fn, size, *args)`` spawns ``size`` processes; rank r runs
-``fn(group, *args)`` with ``group`` the default process group (gloo, 127.0.0.1), and sends back
-what it returned or how it failed. A rank that has not finished by ``timeout_s`` is killed.
+``launch_ranks(fn, size, *args, device=...)`` spawns ``size`` processes; rank r runs
+``fn(group, *args)`` with ``group`` the default process group, and sends back what it returned
+or how it failed. On ``device="cuda"`` rank r first makes ``cuda:{r % device_count}`` its
+current device, so ``"cuda"`` means its own GPU; the group's backends are
+``hicache.tp.placement``'s (NCCL for CUDA tensors when every rank has its own GPU, gloo
+otherwise and for CPU tensors). Every collective of the group is bounded by
+``group_timeout_s`` (gloo raises; NCCL's watchdog aborts the rank's process). A rank that has
+not finished by ``timeout_s`` is killed.
 A rank's result is pickled through a queue and the rank exits at once (``os._exit``, so gloo's
 teardown cannot block on a dead peer): return plain Python or numpy values, not torch tensors
 (their shared-memory handles die with the process).
@@ -20,6 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+import torch
+
+from hicache.tp.placement import RankPlacement, place_rank
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,10 @@ def _free_port() -> int:
 
 
 def _rank_main(
-    rank: int,
+    place: RankPlacement,
     size: int,
     port: int,
-    timeout_s: float,
+    group_timeout_s: float,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     out: Any,
@@ -63,13 +72,16 @@ def _rank_main(
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    rank = place.rank
     try:
+        if place.device != "cpu":
+            torch.cuda.set_device(place.device)  # before the group: NCCL binds the current GPU
         dist.init_process_group(
-            "gloo",
+            place.backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=size,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timedelta(seconds=group_timeout_s),
         )
         out.put((rank, fn(dist.group.WORLD, *args), None, ""))
     except BaseException as exc:  # reported to the parent, which decides
@@ -80,19 +92,47 @@ def _rank_main(
         os._exit(0)  # skip gloo's teardown, which can block on a dead peer
 
 
+def placements(device: str, size: int) -> list[RankPlacement]:
+    """Where each of ``size`` ranks on ``device`` (``"cpu"``/``"cuda"``) runs on this machine;
+    ``ValueError`` as ``place_rank``."""
+    count = torch.cuda.device_count() if device == "cuda" else 0
+    return [place_rank(device, r, size, count) for r in range(size)]
+
+
+def _check_seconds(name: str, value: float) -> float:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def launch_ranks(
-    fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = 300.0
+    fn: Callable[..., Any],
+    size: int,
+    *args: Any,
+    timeout_s: float = 300.0,
+    device: str = "cpu",
+    group_timeout_s: float | None = None,
 ) -> list[RankOutcome]:
     """Run ``fn(group, *args)`` on ``size`` ranks (``fn`` picklable: a module-level function);
-    every rank's outcome, in rank order. Never raises for a rank's failure."""
+    every rank's outcome, in rank order. Never raises for a rank's failure.
+
+    ``device``: ``"cpu"`` or ``"cuda"`` (rank r on ``cuda:{r % device_count}``).
+    ``group_timeout_s``: the process group's timeout (its rendezvous and each collective);
+    None: ``timeout_s``. ``ValueError`` for a bad argument, before any process starts."""
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
+    _check_seconds("timeout_s", timeout_s)
+    bound = _check_seconds(
+        "group_timeout_s", timeout_s if group_timeout_s is None else group_timeout_s
+    )
+    places = placements(device, size)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_rank_main, args=(r, size, port, timeout_s, fn, args, out), daemon=True)
-        for r in range(size)
+        ctx.Process(target=_rank_main, args=(p, size, port, bound, fn, args, out), daemon=True)
+        for p in places
     ]
     for p in procs:
         p.start()
@@ -116,9 +156,18 @@ def launch_ranks(
     return [outcomes[r] for r in range(size)]
 
 
-def run_ranks(fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any],
+    size: int,
+    *args: Any,
+    timeout_s: float = 300.0,
+    device: str = "cpu",
+    group_timeout_s: float | None = None,
+) -> list[Any]:
     """As ``launch_ranks``, returning each rank's result; ``RankFailed`` if any rank failed."""
-    outcomes = launch_ranks(fn, size, *args, timeout_s=timeout_s)
+    outcomes = launch_ranks(
+        fn, size, *args, timeout_s=timeout_s, device=device, group_timeout_s=group_timeout_s
+    )
     if any(o.error is not None for o in outcomes):
         raise RankFailed(outcomes)
     return [o.result for o in outcomes]

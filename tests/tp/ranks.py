@@ -9,6 +9,10 @@ import os
 import time
 from typing import Any
 
+import torch
+
+from hicache.devices import canonical_device
+from hicache.model import TPShard
 from hicache.tp import TPError, TPGroup, TPPeerError
 
 
@@ -97,3 +101,20 @@ def stuck_peer(group: Any) -> dict[str, Any]:
         return {"first": waited, "second": "no error"}
     except TPError as err:
         return {"first": waited, "second": "broken" in str(err)}
+
+
+def stuck_model_peer(group: Any, device: str) -> tuple[str, float]:
+    """Rank 1 does not reach the model's all-reduce (of a tensor on ``device``, "cpu" or
+    "cuda") for 8 s; rank 0's raises after the group's timeout (shorter): the exception's type
+    name and the seconds it waited."""
+    shard = TPShard.of(group)
+    if shard.rank == 1:
+        time.sleep(8.0)
+        return "slept", 8.0
+    x, start = torch.ones(4, device=canonical_device(device)), time.monotonic()
+    try:
+        shard.all_reduce(x)
+        x.cpu()  # a CUDA collective has finished only once its result is read
+        return "no error", time.monotonic() - start
+    except Exception as exc:
+        return type(exc).__name__, time.monotonic() - start

@@ -62,7 +62,10 @@ def test_bench_tp2_reports_rank0_and_matches_one_rank(
 ) -> None:
     assert main(argv(tp=2, out_dir=tmp_path / "tp2")) == 0
     out = capsys.readouterr().out
-    assert "TP 2 ranks" in out and "TP: 2 ranks; every rank saw these hit rates" in out
+    assert (
+        "TP 2 ranks" in out
+        and "TP: 2 ranks on cpu, cpu (gloo); every rank saw these hit rates" in out
+    )
     tp2 = json.loads((tmp_path / "tp2" / "results.json").read_text())
     assert tp2["config"]["tp"] == 2
     for mode in MODES:
@@ -78,7 +81,10 @@ def test_storage_bench_tp2_serves_phase_two_from_storage(tmp_path: Path) -> None
     args = {**TINY_STORAGE, "tp": 2, "out_dir": str(tmp_path), "storage_dir": str(tmp_path / "s")}
     out = io.StringIO()
     results = run_storage_bench(BenchConfig.from_args(args), False, out)
-    assert "TP 2 ranks" in out.getvalue() and "TP: 2 ranks; every rank saw" in out.getvalue()
+    assert (
+        "TP 2 ranks" in out.getvalue()
+        and "TP: 2 ranks on cpu, cpu (gloo); every rank saw" in out.getvalue()
+    )
     warm = results["warm-storage"]["summary"]
     assert warm["storage_hit_rate"] > 0 and warm["storage_hit_tokens"] > 0
     assert results["cold"]["summary"]["storage_backup_pages"] > 0
