@@ -1,8 +1,10 @@
 """Fanout: a batch call's pages spread over a few threads (a backend's own, for its I/O).
 
-The file store reads a batch's pages in parallel: each read is system calls that release the
-GIL (``open``, ``readv``) and a short hash, so a few threads keep several reads in flight where
-one thread waits on each in turn. Results keep the batch's order; an exception in one page
+The file store reads a batch's pages in parallel when its objects are large: each read is
+system calls that release the GIL (``open``, ``readv``) and a hash, so a few threads keep
+several reads in flight where one thread waits on each in turn. Small objects are read inline:
+their Python work (which holds the GIL) is then most of a read, and threads handing the GIL to
+each other cost more than they overlap. Results keep the batch's order; an exception in one page
 propagates to the caller as in a loop (the file store's page reads catch their own).
 """
 
@@ -32,10 +34,11 @@ class Fanout:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def map(self, fn: Callable[..., T], *items: Iterable[object]) -> list[T]:
-        """``[fn(*args) for args in zip(*items)]``, computed on the threads."""
+    def map(self, fn: Callable[..., T], *items: Iterable[object], parallel: bool = True) -> list[T]:
+        """``[fn(*args) for args in zip(*items)]``, computed on the threads (inline when not
+        ``parallel``)."""
         args = list(zip(*items, strict=True))
-        if self.threads == 1 or len(args) < 2:
+        if not parallel or self.threads == 1 or len(args) < 2:
             return [fn(*a) for a in args]
         with self._lock:
             if self._pool is None:

@@ -21,29 +21,31 @@ import hashlib
 import logging
 import os
 import re
-import shutil
-import threading
 import time
-import uuid
 from typing import Any
-
-import numpy as np
 
 from hicache import env
 from hicache.backends.base import PageStore
 from hicache.backends.fanout import DEFAULT_THREADS, Fanout
 from hicache.backends.faults import io_kind
-from hicache.backends.file_lru import OBJECT_SUFFIX, TMP_MARK, DirectoryUsage, Ledger, discard
+from hicache.backends.file_lru import (
+    OBJECT_SUFFIX,
+    DirectoryUsage,
+    Ledger,
+    default_cap,
+    discard,
+    write_temporary,
+)
 from hicache.backends.keys import KEY_VERSION, object_keys
 from hicache.backends.pages import PageIO
 from hicache.checks import check_int
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
+__all__ = ["DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
-DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
+PARALLEL_READ_BYTES = 256 << 10  # objects this large are read on the read threads
 TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
 _PAGE_HASH = re.compile(KEY_VERSION + r"_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
@@ -59,7 +61,8 @@ class HiCacheFile(PageStore):
     max_bytes : the cap on the bytes of committed objects (>= 1); default the lesser of
         64 GiB and half the free space of ``root``'s file system.
     evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
-    read_threads : threads reading a batch's pages in parallel (>= 1; 1: the calling thread).
+    read_threads : threads reading a batch's pages in parallel when its objects are at least
+        ``PARALLEL_READ_BYTES`` (>= 1; 1: the calling thread).
     """
 
     medium = "DISK"
@@ -86,7 +89,7 @@ class HiCacheFile(PageStore):
             os.makedirs(self.root, exist_ok=True)
         except OSError as err:  # every call will miss; serving goes on without the tier
             self._fail("create root", err)
-        self.max_bytes = max_bytes if max_bytes is not None else _default_cap(self.root)
+        self.max_bytes = max_bytes if max_bytes is not None else default_cap(self.root)
         self.usage = DirectoryUsage(self.root, float(evict_ratio))
 
     def _paths(self, page_key: str, parts: int) -> list[str]:
@@ -115,7 +118,10 @@ class HiCacheFile(PageStore):
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
-        return self._readers.map(lambda k, s: self._get_page(pages, k, s, stale), keys, slots)
+        wide = pages.object_bytes >= PARALLEL_READ_BYTES
+        return self._readers.map(
+            lambda k, s: self._get_page(pages, k, s, stale), keys, slots, parallel=wide
+        )
 
     def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
         """Read one page: every object opened and its size checked before any byte lands, so a
@@ -187,30 +193,13 @@ class HiCacheFile(PageStore):
                 staged[i] = []  # filled as written, so a failure can discard what was
                 for final, name, data in missing:
                     tail = pages.trailer(name, slot, data)
-                    staged[i].append((self._write_tmp(final, data, tail), final))
+                    staged[i].append((write_temporary(final, [data.data, tail]), final))
             except OSError as err:
                 self._fail("write", err)
                 discard([tmp for tmp, _ in staged.pop(i, [])])
                 break  # a prefix: a later page without this one would be a hole
         self._commit(staged, pages.stored_bytes, done)
         return done
-
-    def _write_tmp(self, final: str, data: np.ndarray, tail: bytes) -> str:
-        tmp = f"{final}{TMP_MARK}{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex}"
-        try:
-            file = open(tmp, "xb", buffering=0)
-        except FileNotFoundError:  # the bucket is new
-            os.makedirs(os.path.dirname(tmp), exist_ok=True)
-            file = open(tmp, "xb", buffering=0)
-        try:
-            with file:
-                written = os.writev(file.fileno(), [data.data, tail])
-            if written != data.nbytes + len(tail):
-                raise OSError(f"short write: {written} of {data.nbytes + len(tail)} bytes")
-        except OSError:
-            discard([tmp])
-            raise
-        return tmp
 
     def _commit(self, staged: dict[int, Staged], nbytes: int, done: list[bool]) -> None:
         """Rename the staged pages into place under the directory lock, in order, each only
@@ -292,10 +281,3 @@ def bucket_of(page_key: str) -> str:
 
 def _default_root() -> str:
     return env.storage_dir() or DEFAULT_ROOT
-
-
-def _default_cap(root: str) -> int:
-    try:
-        return max(1, min(DEFAULT_MAX_BYTES, shutil.disk_usage(root).free // 2))
-    except OSError:
-        return DEFAULT_MAX_BYTES

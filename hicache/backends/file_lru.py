@@ -17,13 +17,37 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import struct
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["USAGE_FILE", "DirectoryUsage", "Ledger", "discard", "scan_objects"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "USAGE_FILE",
+    "DirectoryUsage",
+    "Ledger",
+    "default_cap",
+    "discard",
+    "scan_objects",
+    "write_temporary",
+]
+
+DEFAULT_MAX_BYTES = 64 << 30  # or half the free disk space at construction, if less
+
+
+def default_cap(root: str) -> int:
+    """The default byte cap of a store at ``root``: ``DEFAULT_MAX_BYTES``, or half the free
+    space of its file system if less."""
+    try:
+        return max(1, min(DEFAULT_MAX_BYTES, shutil.disk_usage(root).free // 2))
+    except OSError:
+        return DEFAULT_MAX_BYTES
+
 
 USAGE_FILE = ".hicache_usage"
 OBJECT_SUFFIX = ".bin"
@@ -134,3 +158,27 @@ def discard(paths: list[str]) -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+def write_temporary(final: str, buffers: list[memoryview | bytes]) -> str:
+    """Write ``buffers`` to a new unique temporary beside ``final``
+    (``{final}{TMP_MARK}{pid}.{thread}.{uuid}``, its directory made if missing); its path.
+    Raises ``OSError`` (a short write too), leaving no temporary behind."""
+    tmp = f"{final}{TMP_MARK}{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileNotFoundError:  # the bucket is new
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            written = os.writev(fd, buffers)
+        finally:
+            os.close(fd)
+        expected = sum(len(memoryview(b).cast("B")) for b in buffers)
+        if written != expected:
+            raise OSError(f"short write: {written} of {expected} bytes")
+    except OSError:
+        discard([tmp])
+        raise
+    return tmp

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hicache.backends import file as file_module
+from hicache.backends import file_lru
 from hicache.backends.faults import FaultLog, io_kind
 from hicache.backends.file import HiCacheFile
 from hicache.backends.guard import GuardedStorage
@@ -34,12 +34,14 @@ def _fail_creating(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     """Creating a file (the writer's temporaries) raises ``OSError(code)``: a full or
     read-only file system."""
 
-    def failing_open(path: str, mode: str = "r", *args: Any, **kw: Any) -> Any:
-        if "x" in mode:
-            raise OSError(code, os.strerror(code), path)
-        return open(path, mode, *args, **kw)
+    real_open = os.open
 
-    monkeypatch.setattr(file_module, "open", failing_open, raising=False)
+    def failing_open(path: str, flags: int, *args: Any, **kw: Any) -> Any:
+        if flags & os.O_CREAT:
+            raise OSError(code, os.strerror(code), path)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(file_lru.os, "open", failing_open)
 
 
 def _lines(caplog: pytest.LogCaptureFixture, kind: str) -> list[str]:

@@ -5,6 +5,7 @@ missing), and once the fault clears, the next backup on each chain stores all of
 from __future__ import annotations
 
 import errno
+import os
 import random
 import threading
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from hicache import KVStack
-from hicache.backends import file as file_module
+from hicache.backends import file_lru
 from hicache.backends.file import HiCacheFile
 from hicache.backends.memory import MemoryStorage
 from hicache.backends.pages import PageIO
@@ -112,11 +113,13 @@ def test_a_file_write_failure_stops_the_batch(tmp_path, monkeypatch):
     store.register_mem_pool_host(host)
     keys = keys_for(host, 4)
 
-    def flaky_open(path: str, mode: str = "r", **kw: Any) -> Any:
-        if keys[1] in path and "x" in mode:  # the fault: EIO creating the second page's file
-            raise OSError(errno.EIO, "injected")
-        return open(path, mode, **kw)
+    real_open = os.open
 
-    monkeypatch.setattr(file_module, "open", flaky_open, raising=False)
+    def flaky_open(path: str, flags: int, *args: Any, **kw: Any) -> Any:
+        if keys[1] in path and flags & os.O_CREAT:  # the fault: EIO creating page 2's file
+            raise OSError(errno.EIO, "injected")
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(file_lru.os, "open", flaky_open)
     assert store.batch_set_v1(keys, slots([0, 1, 2, 3])) == [True, False, False, False]
     assert [store.batch_exists([key]) for key in keys] == [1, 0, 0, 0]  # no page past the hole
