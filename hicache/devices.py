@@ -1,4 +1,4 @@
-"""CPU/CUDA differences in one place: streams, events, pinning.
+"""CPU/CUDA differences in one place: streams, events, pinning, slot tensors' host copies.
 
 On CPU every transfer is synchronous, so streams are ``None``, events are already complete and
 stream scopes are no-ops. On CUDA these are the real ``torch.cuda`` objects. Nothing here imports
@@ -180,3 +180,44 @@ def unpin_tensor(tensor: torch.Tensor) -> None:
     err = torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
     if int(err) != 0:
         raise RuntimeError(f"cudaHostUnregister failed with error {int(err)}")
+
+
+HOST_COPY = "hicache_host_copy"  # the attribute by which a device slot tensor carries its host copy
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """CPU ``host`` on ``device``: ``host`` itself on the CPU; else one non-blocking copy from
+    pinned memory (no wait for the device), returned carrying ``host`` (see :func:`host_copy`).
+    ``host`` must not be written to afterwards (it is the device tensor's host metadata)."""
+    if device.type == "cpu":
+        return host
+    pinned = host.pin_memory() if device.type == "cuda" else host
+    out = pinned.to(device, non_blocking=True)
+    setattr(out, HOST_COPY, host)
+    return out
+
+
+def known_host_copy(tensor: torch.Tensor) -> torch.Tensor | None:
+    """``tensor``'s values on the CPU when known without asking the device (the tensor itself
+    on the CPU, the copy a :func:`to_device` or :func:`cat_slots` result carries), else None."""
+    return tensor if tensor.device.type == "cpu" else getattr(tensor, HOST_COPY, None)
+
+
+def cat_slots(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(tensors)`` (1-D, one device), carrying the concatenation of their host copies
+    where each has a known one (:func:`known_host_copy`)."""
+    out = torch.cat(tensors)
+    hosts = [known_host_copy(t) for t in tensors]
+    if out.device.type != "cpu" and all(h is not None for h in hosts):
+        setattr(out, HOST_COPY, torch.cat(hosts))  # type: ignore[arg-type]
+    return out
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values on the CPU without asking the device where that can be done: the
+    tensor itself on the CPU, the host copy a :func:`to_device` result carries, else a copy
+    back (a device-to-host sync: it waits for the work queued before it). The carried copy is
+    trusted: tensors hicache hands out are read-only for their users. Read the result, never
+    write it."""
+    known = known_host_copy(tensor)
+    return tensor.to("cpu") if known is None else known

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 35, part nosync, on one GPU (< 4 min): the scheduler steps under
-# set_sync_debug_mode("error") (expected to xfail until the syncs are gone), the census of the
+# set_sync_debug_mode("error") (must pass: no sync left), the census of the
 # syncs still there, and bench_control_plane's CUDA TP-1 row. Two files under $OUT.
 set -euo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

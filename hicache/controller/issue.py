@@ -20,7 +20,7 @@ from hicache.controller.transfer_indices import (
     transfer_indices,
     wait_for_compute,
 )
-from hicache.devices import new_event, stream_scope
+from hicache.devices import known_host_copy, new_event, stream_scope
 from hicache.pools import HostKVPool, KVPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.backup_staging import BackupStaging
@@ -57,7 +57,9 @@ def write_op(
             raise ValueError(f"host_indices has {host_indices.numel()} slots, expected {n}")
     if host_indices is None:
         return None
-    return CacheOperation(host_indices, device_indices, [node_id])
+    # the CPU copy of the device slots when known without a device read (``to_device``'s)
+    cpu = known_host_copy(device_indices)
+    return CacheOperation(host_indices, device_indices, [node_id], cpu)
 
 
 def load_op(

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from hicache.devices import cat_slots
 from hicache.engine.request import Request
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import MatchResult, RadixKey, TreeNode
@@ -31,7 +32,7 @@ def load_back(cache: Any, match: MatchResult, locked: TreeNode) -> tuple[torch.T
         return match.device_indices, locked
     cache.inc_lock_ref(node)
     cache.dec_lock_ref(locked)
-    return torch.cat([match.device_indices, loaded.to(match.device_indices.device)]), node
+    return cat_slots([match.device_indices, loaded.to(match.device_indices.device)]), node
 
 
 class SlotBudget:
@@ -139,7 +140,7 @@ class SlotBudget:
             if slots is None:
                 raise RuntimeError(f"out of KV slots for admitted request {req.rid}")
             cols = slice(req.kv_capacity, req.kv_capacity + extra)
-            self.req_to_token_pool.write((req.req_pool_idx, cols), slots.to(torch.int32))
+            self.req_to_token_pool.write((req.req_pool_idx, cols), slots)  # no device read
             req.kv_capacity += extra
         row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
         return row[req.kv_len : end].to(torch.int64)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from hicache.devices import canonical_device, to_device
+
 _TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 _HAS_GQA = _TORCH >= (2, 5)  # scaled_dot_product_attention(enable_gqa=...)
 
@@ -77,12 +79,13 @@ class ForwardBatch:
         positions = torch.cat(
             [torch.arange(p, p + n) for p, n in zip(prefix_lens, ext, strict=True)]
         )
+        on = canonical_device(device)  # CPU-built tensors go over non-blocking (no sync)
         return cls(
-            input_ids=torch.tensor([t for ids in input_ids for t in ids], device=device),
-            positions=positions.to(device),
-            out_cache_loc=out_cache_loc.to(device=device, dtype=torch.int64),
+            input_ids=to_device(torch.tensor([t for ids in input_ids for t in ids]), on),
+            positions=to_device(positions, on),
+            out_cache_loc=out_cache_loc.to(device=on, dtype=torch.int64),
             segments=segments,
-            last_index=torch.tensor(ends, device=device) - 1,
+            last_index=to_device(torch.tensor(ends) - 1, on),
         )
 
     def attend(self, q: torch.Tensor, gather: KVGather, scale: float) -> torch.Tensor:

@@ -7,6 +7,9 @@ int64 tensor of page ids and an ``allocated`` mask per page backs the double-fre
 alloc and free are array operations, never Python loops over slots. ``free`` validates with
 single-threaded numpy (no intra-op thread-pool wake-ups) and, given whole pages (what ``alloc``
 hands out), works per page: one O(n) layout check, then a sort of the page ids only.
+On CUDA the bookkeeping stays on the CPU too: ``alloc`` hands out a device tensor made by one
+non-blocking copy from pinned memory that carries its CPU slots (``devices.to_device``), and
+``free`` reads those (``devices.host_copy``), so neither waits for the device.
 """
 
 from __future__ import annotations
@@ -17,11 +20,9 @@ import numpy as np
 import torch
 
 from hicache.checks import check_int
-from hicache.devices import canonical_device
+from hicache.devices import canonical_device, host_copy, to_device
 from hicache.pools.device_pool import KVPool
 from hicache.threads import ThreadBound
-
-_CPU = torch.device("cpu")
 
 
 def _empty_pages() -> torch.Tensor:
@@ -99,6 +100,8 @@ class PageAllocator(ThreadBound):
         """Free the pages holding ``indices``; returns the number of slots freed.
 
         Freeing any slot of a page frees the whole page (a request's trailing partial page).
+        ``indices`` on the CPU, or a device tensor that ``alloc`` handed out (its host copy is
+        read), never ask the device; other device tensors are copied back first (a sync).
         Raises ``TypeError``/``ValueError`` before any change on a non-integer tensor, an
         out-of-range or reserved slot, a repeated slot, or a page that is not allocated.
         """
@@ -176,7 +179,7 @@ class PageAllocator(ThreadBound):
             raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
         if indices.device.type not in ("cpu", "cuda"):
             raise ValueError(f"indices must be on the CPU or a CUDA device, got {indices.device}")
-        slots = indices.to(_CPU, torch.int64).numpy()
+        slots = host_copy(indices).to(torch.int64).numpy()  # no device read for our own slots
         if slots.size == 0:
             return _empty_pages()
         lo, hi = self.slot_range
@@ -287,7 +290,6 @@ class TokenToKVPoolAllocator(PageAllocator):
         slots = self.alloc_cpu(n)
         if slots is None:
             return None
-        if self.device.type == "cpu":
-            return slots, slots
-        # From pinned memory: a copy from pageable memory may wait for the stream's queued work.
-        return slots, slots.pin_memory().to(self.device, non_blocking=True)
+        # On CUDA one non-blocking copy from pinned memory, carrying ``slots``: ``free`` reads
+        # them there instead of copying the device tensor back (a sync).
+        return slots, to_device(slots, self.device)

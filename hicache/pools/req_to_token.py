@@ -9,9 +9,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from hicache import env
 from hicache.checks import check_int, check_unsupported_flag
-from hicache.devices import canonical_device
+from hicache.devices import canonical_device, host_copy, to_device
 from hicache.threads import ThreadBound
 
 SLOT_LIMIT = 2**31  # req_to_token is int32: slot ids are in [0, SLOT_LIMIT)
@@ -24,6 +23,9 @@ class ReqToTokenPool(ThreadBound):
 
     Row ``r``, column ``p`` holds the KV slot of token ``p`` of the request owning row ``r``.
     Rows are handed out by ``alloc`` and returned by ``free``; the table itself is not cleared.
+    ``req_to_token_cpu`` is the table on the CPU, where the radix cache reads rows: the table
+    itself on a CPU pool; on CUDA a mirror that ``write`` keeps in step (reading device rows
+    would wait for the device), so on CUDA rows the cache reads must be written by ``write``.
 
     SGLang's keywords (``size``, ``max_context_len``, ``device``, ``enable_memory_saver``);
     the memory saver is not supported, so ``enable_memory_saver`` must be False. ``alloc`` and
@@ -45,8 +47,12 @@ class ReqToTokenPool(ThreadBound):
         self.size = check_int("size", size, minimum=1)
         self.max_context_len = check_int("max_context_len", max_context_len, minimum=1)
         self.device = canonical_device(device)
-        self.req_to_token = torch.zeros(
-            (size, max_context_len), dtype=torch.int32, device=self.device
+        shape = (size, max_context_len)
+        self.req_to_token = torch.zeros(shape, dtype=torch.int32, device=self.device)
+        self.req_to_token_cpu = (
+            self.req_to_token
+            if self.device.type == "cpu"
+            else torch.zeros(shape, dtype=torch.int32)
         )
         self._free: list[int] = []
         self._used: set[int] = set()
@@ -98,13 +104,30 @@ class ReqToTokenPool(ThreadBound):
 
         Raises ``TypeError`` for a non-integer (or bool) id or value, ``IndexError`` for a row or
         column out of range, ``ValueError`` for a slot id out of range or a length mismatch.
-        Rows are not checked for being allocated. Ranges of CUDA tensors (``cols``, ``values``)
-        are checked only with ``HICACHE_CHECK_DEVICE_INDICES`` (a device sync).
+        Rows are not checked for being allocated. Ranges are checked on the CPU copies of
+        tensors: CUDA tensors hicache handed out (``TokenToKVPoolAllocator.alloc``, the radix
+        cache's indices) carry theirs, others are copied back (a device sync). On CUDA the CPU
+        mirror gets the values, the table one non-blocking copy of them.
         """
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)
-        if isinstance(cols, torch.Tensor) and isinstance(values, torch.Tensor):
-            values = values.to(self.device, torch.int32)  # index_put_ needs the table's dtype
+        host_cols = host_copy(cols) if isinstance(cols, torch.Tensor) else cols
+        host = values
+        if isinstance(values, torch.Tensor):
+            host = host_copy(values)
+            _check_range("values", "slot ids", host, SLOT_LIMIT, ValueError)
+            host = host.to(torch.int32)
+        self.req_to_token_cpu[row, host_cols] = host  # the table itself on the CPU
+        if self.req_to_token is self.req_to_token_cpu:
+            return
+        if isinstance(cols, torch.Tensor) and isinstance(host_cols, torch.Tensor):
+            cols = cols.to(self.device) if cols.is_cuda else to_device(host_cols, self.device)
+        if isinstance(values, torch.Tensor):
+            values = (
+                values.to(self.device, torch.int32)
+                if values.is_cuda
+                else to_device(host, self.device)  # type: ignore[arg-type]
+            )
         self.req_to_token[row, cols] = values
 
     def clear(self) -> None:
@@ -125,8 +148,8 @@ class ReqToTokenPool(ThreadBound):
             _check_integer_tensor("indices: cols", cols)
             if cols.dim() != 1:
                 raise TypeError(f"indices: cols must be 1-D, got shape {tuple(cols.shape)}")
-            _check_range("indices", "cols", cols, width, IndexError)
-            return row, cols.to(self.device, torch.int64), cols.numel()
+            _check_range("indices", "cols", host_copy(cols), width, IndexError)
+            return row, cols.to(torch.int64), cols.numel()
         return row, _bounded("indices", "col", cols, width), 1
 
 
@@ -148,9 +171,8 @@ def _check_integer_tensor(name: str, tensor: torch.Tensor) -> None:
 
 
 def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: type) -> None:
-    """``error`` unless ``values`` lie in ``[0, limit)``: one ``aminmax``, skipped on CUDA
-    unless ``HICACHE_CHECK_DEVICE_INDICES``."""
-    if values.numel() == 0 or (values.device.type != "cpu" and not env.device_indices_checked()):
+    """``error`` unless ``values`` (on the CPU) lie in ``[0, limit)``: one ``aminmax``."""
+    if values.numel() == 0:
         return
     low, high = (int(v) for v in torch.aminmax(values))
     if low < 0 or high >= limit:
@@ -158,14 +180,14 @@ def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: 
 
 
 def _slot_values(values: Any, count: int) -> torch.Tensor | int:
-    """``values`` once checked as the slot ids of a write of ``count`` entries (any cast to the
-    int32 table is then lossless)."""
+    """``values`` once checked as the slot ids of a write of ``count`` entries (an int's range
+    here, a tensor's by the caller on its CPU copy: any cast to the int32 table is then
+    lossless)."""
     if isinstance(values, torch.Tensor):
         _check_integer_tensor("values", values)
         if values.dim() > 1 or values.numel() != count:
             raise ValueError(f"values has shape {tuple(values.shape)}; indices select {count}")
-        _check_range("values", "slot ids", values, SLOT_LIMIT, ValueError)
-        return values
+        return values  # its range is checked on its CPU copy
     if isinstance(values, bool) or not isinstance(values, int):
         raise TypeError(f"values must be an int or an integer tensor, got {type(values).__name__}")
     if not 0 <= values < SLOT_LIMIT:

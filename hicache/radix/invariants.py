@@ -105,7 +105,7 @@ def _check_slot_ownership(ledger: Ledger, nodes: list[TreeNode]) -> None:
     if allocator is None:
         return  # pure index: values are token ids and may repeat
     values = [n.slots for n in nodes if n.slots is not None]
-    slots = concat_slots(values, ledger.device).cpu()
+    slots = concat_slots(values, torch.device("cpu"))
     if torch.unique(slots).numel() != slots.numel():
         _fail("a device slot is owned by two tree positions")
     held = ledger.owners.held()

@@ -26,6 +26,8 @@ from hicache.radix.stats import DeviceStats
 from hicache.radix.tier import LowerTier
 from hicache.radix.tree import RadixTree
 
+_CPU = torch.device("cpu")
+
 
 class Ledger:
     """Accounting over ``tree``; evicted device slots go back to ``allocator`` (None: a pure
@@ -268,10 +270,11 @@ class Ledger:
         return evicted
 
     def free(self, slots: list[Slots]) -> None:
-        """Give device ``slots`` (no longer any node's) back to the allocator."""
+        """Give device ``slots`` (no longer any node's) back to the allocator, as CPU indices:
+        the allocator's bookkeeping is on the CPU, so a free never asks the device."""
         if self.allocator is None or not slots:
             return
-        merged = concat_slots(slots, self.device)
+        merged = concat_slots(slots, _CPU)
         if merged.numel():
             self.allocator.free(merged)
             self.owners.release(merged)

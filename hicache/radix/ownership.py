@@ -1,17 +1,17 @@
 """Checks that slots handed to the tree are the caller's to give, before the tree takes them.
 
-Two levels (the cost of each is what decides which):
+Every check runs on the slots' CPU values (the tree's slot metadata lives on the CPU, see
+``radix.slots``): stored slots and CPU tensors as they are, a device tensor through its host
+copy (``devices.host_copy``: free for the tensors hicache hands out, a sync for others). Levels
+(the cost of each is what decides which):
 
 * **Always** (O(n) vectorised numpy, plus a sort of the page ids): every slot lies in the
   allocator's usable range ``[page_size, size + page_size)`` (so never the reserved slot 0's
   page, never negative), the slots come in whole aligned pages (page ``k`` holds
   ``k * page_size .. k * page_size + page_size - 1`` in order; a trailing partial page is its
-  first slots), and no page (hence no slot) appears twice. CPU slots are always checked; slots
-  on a CUDA device only with ``HICACHE_CHECK_DEVICE_INDICES=1`` (the check copies them to the
-  host, a device sync).
+  first slots), and no page (hence no slot) appears twice.
 * **Always, where tracked** (one gather per call, ``SlotOwners``): slots the tree is about to
-  take are held by no node already (CPU slots; CUDA slots with ``HICACHE_CHECK_DEVICE_INDICES=1``
-  set when the cache is built).
+  take are held by no node already.
 * **Debug** (``HICACHE_CHECK_OWNERSHIP=1``; O(allocator) per call): those slots are allocated
   in the allocator (not free). Needs an allocator with ``free_slots()`` (hicache's
   ``TokenToKVPoolAllocator`` has it).
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from hicache import env
+from hicache.devices import host_copy
 from hicache.pools import SlotAllocator
 from hicache.radix.key import RadixKey
 from hicache.radix.slots import Slots, check_value
@@ -60,18 +61,6 @@ def slot_bounds(allocator: SlotAllocator | None) -> tuple[int, int] | None:
     return page, size + page
 
 
-def _host_view(slots: Slots) -> np.ndarray | None:
-    """``slots`` as a CPU numpy array, or None when they live on a device and checking device
-    indices is off."""
-    if isinstance(slots, np.ndarray):
-        return slots
-    if slots.is_cpu:
-        return slots.numpy()
-    if not env.device_indices_checked():
-        return None
-    return slots.detach().to("cpu", torch.int64).numpy()
-
-
 def _fail(name: str, what: str) -> None:
     raise ValueError(f"{name} {what}")
 
@@ -80,8 +69,8 @@ def check_pages(slots: Slots, name: str, allocator: SlotAllocator | None) -> Non
     """``ValueError`` unless ``slots`` (int ``[n]``) are in range, in whole aligned pages (the
     last page may be partial) and each page at most once. See the module docstring. One sort
     of the page starts settles both the range and the repeats."""
-    ids = _host_view(slots)
-    if ids is None or ids.size == 0:
+    ids = _to_host(slots)
+    if ids.size == 0:
         return
     bounds = slot_bounds(allocator)
     if bounds is None:
@@ -126,25 +115,19 @@ class SlotOwners:
     step by the cache (``take`` when a node gets device slots, ``release`` when slots go back
     to the allocator), so "owned by another node" is one gather per call.
 
-    Kept for CPU slots always; for CUDA slots only when ``HICACHE_CHECK_DEVICE_INDICES=1`` at
-    construction (every update then copies the slots to the host, a sync); otherwise (and for a
-    pure index, without an allocator) every method is a no-op.
+    Kept on the CPU for the slots of any device (the tree's slots are CPU metadata); without
+    an allocator with integer bounds (a pure index, a test double) every method is a no-op.
     """
 
     def __init__(self, allocator: SlotAllocator | None) -> None:
         bounds = slot_bounds(allocator)
-        on = (
-            bounds is not None
-            and allocator is not None
-            and (torch.device(allocator.device).type == "cpu" or env.device_indices_checked())
-        )
-        self._held = np.zeros(bounds[1], dtype=bool) if on and bounds else None
+        self._held = None if bounds is None else np.zeros(bounds[1], dtype=bool)
 
-    def take(self, slots: Slots) -> None:
+    def take(self, slots: Slots | torch.Tensor) -> None:
         if self._held is not None:
             self._held[_to_host(slots)] = True
 
-    def release(self, slots: Slots) -> None:
+    def release(self, slots: Slots | torch.Tensor) -> None:
         if self._held is not None:
             self._held[_to_host(slots)] = False
 
@@ -179,32 +162,35 @@ def check_insert_value(
     device: torch.device,
     owners: SlotOwners,
     tree: RadixTree,
-) -> None:
+) -> Slots | None:
     """``insert``'s checks of ``value`` (no state change): an integer tensor ``[len(key)]``,
     required with an allocator and then on its ``device``; its slots then pass ``check_pages``, and
     the slots the insert would take (past the device prefix ``tree`` caches) are held by no
     node (``owners``) and, under the debug switch, allocated. The cached prefix is looked up (a
     read-only walk) only when some slot is held or the debug switch is on: a fresh insert pays
-    one gather."""
+    one gather. Returns ``value``'s CPU values (a view where it can be; None for None), read
+    once: what the tree copies its slots from."""
     check_value(value, len(key))
-    if allocator is None:
-        return
     if value is None:
-        raise ValueError("value is required: this cache frees its values to an allocator")
-    if value.device != device:
+        if allocator is not None:
+            raise ValueError("value is required: this cache frees its values to an allocator")
+        return None
+    if allocator is not None and value.device != device:
         raise ValueError(f"value must be on the allocator's device {device}, got {value.device}")
-    if slot_bounds(allocator) is None and not env.ownership_checked():
+    host = _to_host(value)
+    if allocator is None or (slot_bounds(allocator) is None and not env.ownership_checked()):
         # A duck-typed allocator without integer size/page_size: check_pages has no range to
         # check and returns, and SlotOwners tracks nothing (it needs the bounds), so nothing
-        # below can fail. Returning here only skips their setup (a numpy view, a slice).
-        return
-    check_pages(value, "value", allocator)
+        # below can fail.
+        return host
+    check_pages(host, "value", allocator)
     end = len(key) - len(key) % tree.page_size
-    if env.ownership_checked() or owners.any_held(value[:end]):
-        new = value[tree.device_prefix(key)[0] : end]
+    if env.ownership_checked() or owners.any_held(host[:end]):
+        new = host[tree.device_prefix(key)[0] : end]
         owners.check(new, "value")
         check_allocated(new, "value", allocator)
+    return host
 
 
-def _to_host(slots: Slots) -> np.ndarray:
-    return slots if isinstance(slots, np.ndarray) else slots.detach().to("cpu").numpy()
+def _to_host(slots: Slots | torch.Tensor) -> np.ndarray:
+    return slots if isinstance(slots, np.ndarray) else host_copy(slots).numpy()

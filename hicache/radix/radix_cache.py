@@ -89,7 +89,7 @@ class RadixCache(BasePrefixCache):
         self.disable = disable
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
-        self.tree = RadixTree(page_size, self._no_indices())
+        self.tree = RadixTree(page_size, np.empty(0, dtype=np.int64))
         self.ledger = Ledger(
             self.tree, allocator, self.device, eviction_policy, self.slot_owners, events
         )
@@ -116,14 +116,14 @@ class RadixCache(BasePrefixCache):
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
         key = as_radix_key(key)
-        check_insert_value(
+        host = check_insert_value(
             key, value, self.token_to_kv_pool_allocator, self.device, self.slot_owners, self.tree
         )
         if type(priority) is not int or priority < _PRIORITY_MIN:
             check_int("priority", priority, minimum=_PRIORITY_MIN)
         if self.disable:
             return 0
-        return self._insert(key, value, priority)[0]
+        return self._insert(key, host, priority)[0]
 
     def evict(self, num_tokens: int) -> int:
         check_int("num_tokens", num_tokens, minimum=0)
@@ -177,15 +177,15 @@ class RadixCache(BasePrefixCache):
     def cache_unfinished_req(self, req: Any) -> None:
         idx, row, key, present = self._check_req(req)
         if self.disable:
-            req.prefix_indices = as_tensor(row)
+            req.prefix_indices = concat_slots([row], self.device)
             return
         protected, aligned = req.cache_protected_len, len(key)
         self.ledger.free([row[protected:present]])
         path = self._insert(key, row, req.priority)[1]
-        tree_indices = self._path_indices(path)
+        tree_indices = self._path_slots(path)
         pool = self.req_to_token_pool
         assert pool is not None  # check_req refuses a cache without one
-        pool.write((idx, slice(protected, aligned)), tree_indices[protected:])
+        pool.write((idx, slice(protected, aligned)), as_tensor(tree_indices[protected:]))
         new_last = path[-1] if path else self.root
         self.inc_lock_ref(new_last)
         if req.last_node is not None:
@@ -291,10 +291,10 @@ class RadixCache(BasePrefixCache):
         indices = concat_slots(values, self.device)
         return MatchResult(indices, last_device, path[-1] if path else self.root, host_len)
 
-    def _path_indices(self, path: list[TreeNode]) -> torch.Tensor:
+    def _path_slots(self, path: list[TreeNode]) -> Slots:
         values = [node.slots for node in path if node.slots is not None]
         assert len(values) == len(path), "path has a node without a device copy"
-        return concat_slots(values, self.device)
+        return np.concatenate(values) if values else np.empty(0, dtype=np.int64)
 
     def _no_indices(self) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=self.device)

@@ -198,7 +198,9 @@ def check_req(
     aligned = key[: len(key) - len(key) % tree.page_size]
     present, on_device = tree.device_prefix(aligned)
     _check_lock(tree, req, on_device)
-    row = copy_slots(table[idx, : len(key)])
+    # the CPU mirror where the pool keeps one (``ReqToTokenPool.req_to_token_cpu``): reading a
+    # device row back would wait for the device
+    row = copy_slots(getattr(pool, "req_to_token_cpu", table)[idx, : len(key)])
     own = row[req.cache_protected_len :]
     name = "req_to_token row (positions cache_protected_len..kv_len)"
     check_pages(own, name, allocator)

@@ -1,72 +1,69 @@
 """Slot indices as the tree stores them: validation, private copies, concatenation.
 
-A node stores its slots (``TreeNode.slots``, ``TreeNode.host_slots``) as a private int64
-array ``[n]`` of type :data:`Slots`: a numpy array when the slots are on the CPU (a pure index,
-CPU pools, host slots), a torch tensor on the slots' device otherwise. CPU slots live in numpy
-because a numpy array costs less than a tensor to make, slice and free (about 0.4 us each on the
-insert and evict paths), and because torch routes CPU copies of more than ~32k elements through its
-intra-op thread pool, whose wake-up costs milliseconds on a busy 2-core host, while a
-single-threaded memcpy of a few MB takes microseconds. Whatever leaves the tree through the
-public API is a torch tensor (``concat_slots``, ``as_tensor``, and the ``TreeNode.value`` /
-``host_value`` properties).
+A node stores its slots (``TreeNode.slots``, ``TreeNode.host_slots``) as a private int64 numpy
+array ``[n]`` (:data:`Slots`), on the CPU whatever the pools' device: host metadata, device data
+(STYLE #8). Reading device slots back would wait for the device (a sync on the scheduler's
+path), so slots enter the tree as CPU values (the request table's CPU mirror, the allocator's
+host copy of what it handed out: ``devices.host_copy``) and leave it as a device tensor made
+by one non-blocking copy from pinned memory that carries its CPU copy (``concat_slots``,
+``devices.to_device``). Numpy because an array costs less than a tensor to make, slice and
+free (about 0.4 us each on the insert and evict paths), and because torch routes CPU copies
+of more than ~32k elements through its intra-op thread pool, whose wake-up costs milliseconds
+on a busy 2-core host, while a single-threaded memcpy of a few MB takes microseconds.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 
-Slots = np.ndarray | torch.Tensor  # see the module docstring
+from hicache.devices import host_copy, to_device
+
+Slots = np.ndarray  # see the module docstring
 
 _INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
 
 
-def _host(value: Slots) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else value.numpy()
+def _host(value: Slots | torch.Tensor) -> np.ndarray:
+    """``value`` as a CPU numpy array (a view where it can be)."""
+    return value if isinstance(value, np.ndarray) else host_copy(value).numpy()
 
 
 def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
-    """A new int64 tensor ``[sum of lengths]`` holding ``values`` (stored slots or tensors) end
-    to end, on the values' device, or on ``device`` when ``values`` is empty."""
-    if not values:
-        return torch.empty(0, dtype=torch.int64, device=device)
-    first = values[0]
-    if isinstance(first, np.ndarray) or first.is_cpu:
-        # always a new array (a copy when there is one: half the cost of a concatenate)
-        joined = (
-            _host(first).copy() if len(values) == 1 else np.concatenate(list(map(_host, values)))
-        )
-        return torch.from_numpy(joined.astype(np.int64, copy=False))
-    return torch.cat(cast(list[torch.Tensor], values)).to(torch.int64)  # all on one device
+    """A new int64 tensor ``[sum of lengths]`` holding ``values`` (stored slots or CPU tensors)
+    end to end, on ``device``: on CUDA one non-blocking copy from pinned memory, carrying the
+    CPU copy (``devices.to_device``)."""
+    if len(values) == 1:  # always a new array (a copy: half the cost of a concatenate)
+        joined = _host(values[0]).copy()
+    else:
+        joined = np.concatenate([_host(v) for v in values] or [np.empty(0, np.int64)])
+    return to_device(torch.from_numpy(joined.astype(np.int64, copy=False)), device)
 
 
-def copy_slots(value: Slots, start: int = 0, end: int | None = None) -> Slots:
-    """A private int64 copy of ``value[start:end]`` in the stored form (numpy for CPU slots);
-    shares no memory with ``value``."""
-    if isinstance(value, np.ndarray):
-        return value[start:end].astype(np.int64)  # astype copies
-    if value.is_cpu:
-        return value.numpy()[start:end].astype(np.int64)
-    return value[start:end].to(torch.int64, copy=True)
+def copy_slots(value: Slots | torch.Tensor, start: int = 0, end: int | None = None) -> Slots:
+    """A private int64 numpy copy of ``value[start:end]``; shares no memory with ``value``. A
+    device tensor is read through ``devices.host_copy`` (a sync unless hicache made it)."""
+    return _host(value)[start:end].astype(np.int64)  # astype copies
 
 
 def as_tensor(slots: Slots) -> torch.Tensor:
-    """Stored slots as a torch tensor sharing their memory (read it, never write it)."""
-    return torch.from_numpy(slots) if isinstance(slots, np.ndarray) else slots
+    """Stored slots as a CPU torch tensor sharing their memory (read it, never write it)."""
+    return torch.from_numpy(slots)
 
 
-def stored_form(value: Slots | None) -> Slots | None:
-    """``value`` (None, a tensor or a numpy array) in the stored form, without a copy: a CPU
-    tensor becomes its numpy view; ``TypeError`` for anything else."""
+def stored_form(value: Slots | torch.Tensor | None) -> Slots | None:
+    """``value`` (None, a tensor or a numpy array) in the stored form, without a copy where it
+    can be: a CPU tensor becomes its numpy view, a device tensor its CPU copy
+    (``devices.host_copy``); ``TypeError`` for anything else."""
     if value is None or isinstance(value, np.ndarray):
         return value
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"slots must be a torch.Tensor, a numpy array or None, got {type(value).__name__}"
         )
-    return value.numpy() if value.is_cpu else value
+    return _host(value)
 
 
 def head_slots(value: Slots | None, at: int) -> Slots | None:

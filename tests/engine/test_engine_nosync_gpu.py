@@ -22,12 +22,5 @@ pytestmark = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="issue 35: the allocator's free and the tree's slot bookkeeping still read CUDA "
-    "indices back (run benchmarks/probes/sync_census.py for the sites); remove this marker "
-    "once the steps run clean",
-)
 def test_scheduler_steps_do_not_sync_on_cuda() -> None:
     sync_census.scheduler_steps(sync_census.build("error"), "error")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from hicache.devices import host_copy, known_host_copy, to_device
 from hicache.radix import RadixCache, RadixKey, TreeNode
 from hicache.radix.invariants import iter_nodes
 from hicache.radix.slots import as_tensor, concat_slots, copy_slots
@@ -70,18 +71,24 @@ def test_leaf_keys_view_the_callers_key_only_when_covering_half_of_it():
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_slot_helpers_copy_and_concatenate(device):
-
-    value = torch.arange(6, dtype=torch.int32, device=device)
+    # meta tensors cannot be read: a device tensor's slots come from the copy it carries
+    value = to_device(torch.arange(6, dtype=torch.int32), torch.device(device))
     part = as_tensor(copy_slots(value, 2, 5))
-    assert part.dtype == torch.int64 and part.shape == (3,) and part.device.type == device
+    assert part.dtype == torch.int64 and part.shape == (3,) and part.device.type == "cpu"
+    assert part.tolist() == [2, 3, 4] and isinstance(copy_slots(value), np.ndarray)
     joined = concat_slots([part, copy_slots(part)], torch.device(device))
     assert joined.dtype == torch.int64 and joined.shape == (6,) and joined.device.type == device
-    assert concat_slots([], torch.device(device)).shape == (0,)
+    assert host_copy(joined).tolist() == [2, 3, 4, 2, 3, 4]
+    assert host_copy(concat_slots([], torch.device(device))).shape == (0,)
     if device == "cpu":
-        assert isinstance(copy_slots(value), np.ndarray)  # CPU slots are stored as numpy
-        assert part.tolist() == [2, 3, 4] and joined.tolist() == [2, 3, 4, 2, 3, 4]
         value[2] = 99
         assert part[0] == 2  # a copy, not a view
+
+
+def test_device_slots_without_a_host_copy_are_read_from_the_device():
+    with pytest.raises(NotImplementedError, match="meta"):  # meta: the read is refused
+        copy_slots(torch.arange(4, device="meta"))
+    assert known_host_copy(torch.arange(4, device="meta")) is None
 
 
 def test_tree_node_flags_and_ids():

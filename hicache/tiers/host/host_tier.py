@@ -26,7 +26,7 @@ from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
-from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.slots import Slots, concat_slots, copy_slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
 from hicache.tiers.host.host_storage_slots import StorageSlots
@@ -176,7 +176,8 @@ class HostTier(StorageSlots):
 
     def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
-        self.controller.write(as_tensor(node.slots), node.id, host)
+        # device slots carrying their CPU copy: the backup is planned without a device read
+        self.controller.write(concat_slots([node.slots], self.controller.device), node.id, host)
         node.host_value = host  # a fresh tensor from the host pool: stored without another copy
         if self.events is not None:
             self.events.stored(node, HOST)
