@@ -42,6 +42,23 @@ def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
     return torch.cat(cast(list[torch.Tensor], values)).to(torch.int64)  # all on one device
 
 
+class SlotsToJoin:
+    """Stored slot arrays (``parts``, ``length`` slots in all) that ``join`` makes into one
+    tensor as ``concat_slots`` does (on ``device`` when ``parts`` is empty), when a caller asks.
+    ``parts`` is kept, not copied: the tree's arrays, which it never writes in place."""
+
+    __slots__ = ("parts", "device", "length")
+
+    def __init__(self, parts: list[Slots], device: torch.device, length: int) -> None:
+        self.parts, self.device, self.length = parts, device, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def join(self) -> torch.Tensor:
+        return concat_slots(self.parts, self.device)
+
+
 def copy_slots(value: Slots, start: int = 0, end: int | None = None) -> Slots:
     """A private int64 copy of ``value[start:end]`` in the stored form (numpy for CPU slots);
     shares no memory with ``value``."""
