@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import hicache.radix.slots as slots_module
+from hicache.engine.memory import SlotBudget
 from hicache.radix import MatchResult, RadixCache, RadixKey
 from hicache.radix.slots import SlotsToJoin
+from hicache.stack import build_kv_stack
 
 from .fakes import FakeAllocator
 from .hiradix_rig import make_cache, put, tokens_of
@@ -163,3 +165,20 @@ def test_a_result_takes_a_tensor_or_slots_to_join_and_refuses_anything_else():
     assert lazy.device_indices.tolist() == [1, 2, 3]
     with pytest.raises(TypeError, match="device_indices must be a torch.Tensor"):
         MatchResult([1, 2], root, root)  # type: ignore[arg-type]
+
+
+def test_engine_admission_joins_only_for_a_request_it_admits(joins):
+    stack = build_kv_stack(
+        layer_num=1, dtype=torch.float32, size=32, max_requests=2, max_context_len=64,
+        head_num=1, head_dim=4,
+    )  # fmt: skip
+    budget = SlotBudget(stack.cache, stack.allocator, stack.req_to_token_pool)
+    ids = list(range(8))
+    slots = stack.allocator.alloc(8)
+    stack.cache.insert(RadixKey(ids), slots)
+    key = RadixKey([*ids, 9])
+    assert budget.admit(key, kv_total=64, active=[]) is None  # 56 more slots: does not fit
+    assert joins == [] and stack.cache.protected_size() == 0
+    admitted = budget.admit(key, kv_total=12, active=[])
+    assert admitted is not None and admitted.prefix.tolist() == slots.tolist()
+    assert joins == [1]
