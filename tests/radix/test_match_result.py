@@ -182,3 +182,24 @@ def test_engine_admission_joins_only_for_a_request_it_admits(joins):
     admitted = budget.admit(key, kv_total=12, active=[])
     assert admitted is not None and admitted.prefix.tolist() == slots.tolist()
     assert joins == [1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_match_and_join_never_sync():
+    stack = build_kv_stack(
+        layer_num=1, dtype=torch.float16, size=64, max_requests=2, max_context_len=64,
+        head_num=1, head_dim=8, device="cuda",
+    )  # fmt: skip
+    cache, allocator = stack.cache, stack.allocator
+    slots = [allocator.alloc(8) for _ in range(2)]
+    cache.insert(RadixKey(list(range(8))), slots[0])
+    cache.insert(RadixKey(list(range(16))), torch.cat(slots))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        hit, miss = cache.match_prefix(list(range(16))), cache.match_prefix([99])
+        indices, empty = hit.device_indices, miss.device_indices
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert indices.is_cuda and empty.is_cuda and empty.numel() == miss.device_prefix_len == 0
+    assert indices.tolist() == torch.cat(slots).tolist() and hit.device_prefix_len == 16
