@@ -1,4 +1,5 @@
-"""The one C extension, ``hicache.radix.cpack`` (token ids from lists, ``hicache/radix/tokens.py``).
+"""The one C extension, ``hicache.radix.cpack`` (token ids from lists, ``hicache/radix/tokens.py``;
+the tree walk's compares, ``hicache/radix/key.py``).
 
 Everything else is in pyproject.toml. ``optional=True``: without a C compiler the install still
 succeeds and ``tokens.py`` uses its pure-Python path (same results, slower on long lists).

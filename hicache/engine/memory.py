@@ -92,7 +92,7 @@ class SlotBudget:
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
         rows = None
-        if self.round_up(kv_total) - len(match.device_indices) <= self.headroom(active):
+        if self.round_up(kv_total) - match.device_prefix_len <= self.headroom(active):
             rows = self.req_to_token_pool.alloc(1)
         rows = self.tp.keep_if_all(rows, self.req_to_token_pool.free, where="engine admission")
         if rows is None:

@@ -116,7 +116,7 @@ class Scheduler:
                 continue
             key = self._key(req)
             match = self.cache.match_prefix(key)
-            hit = len(match.device_indices) + match.host_hit_length
+            hit = match.device_prefix_len + match.host_hit_length
             if self.cache.prefetch_from_storage(str(req.rid), match.last_host_node, key[hit:]):
                 self.prefetching.add(req)
                 self.prefetch_events += 1
@@ -140,7 +140,7 @@ class Scheduler:
         if admitted is None:
             return False
         self._install(req, admitted.row, admitted.prefix, admitted.node)
-        req.device_hit = len(admitted.match.device_indices)
+        req.device_hit = admitted.match.device_prefix_len
         loaded = len(admitted.prefix) - req.device_hit
         req.storage_hit = min(req.storage_hit, loaded)  # what the prefetch added, if still there
         req.host_hit = loaded - req.storage_hit

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hicache.radix.base import BasePrefixCache, MatchResult
+from hicache.radix.base import BasePrefixCache
 from hicache.radix.config import HiCacheConfig, RadixCacheConfig
 from hicache.radix.key import RadixKey
+from hicache.radix.match import MatchResult
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import EVICTION_POLICIES
 from hicache.radix.radix_cache import RadixCache

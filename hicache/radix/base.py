@@ -1,16 +1,18 @@
 """The prefix-cache contract: what every call does, changes and raises.
 
 Implementations (``RadixCache``, ``HiRadixCache``) keep their own docstrings short and refer here.
-Also the pool interfaces the cache is written against, its frozen config and the match result.
+Also the pool interfaces the cache is written against and its frozen config; the match result
+is ``match.MatchResult``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import torch
 
+from hicache.radix.match import MatchResult
 from hicache.radix.node import TreeNode
 from hicache.radix.stats import CacheStats
 from hicache.radix.tier import TIER_CHANGES, TierChain
@@ -25,25 +27,6 @@ class ReqToTokenTable(Protocol):
     def is_allocated(self, idx: int) -> bool: ...
     def free(self, idx: int | list[int]) -> None: ...
     def write(self, indices: Any, values: torch.Tensor) -> None: ...
-
-
-class MatchResult(NamedTuple):
-    """Result of ``match_prefix``.
-
-    device_indices : int64 ``[m]`` device KV slots of the longest cached page-aligned prefix that
-        is on the device (empty on a miss); a fresh tensor the caller may keep.
-    last_device_node : deepest matched node holding a device copy (the root on a miss); lock it
-        (``inc_lock_ref``) before using ``device_indices``.
-    last_host_node : deepest matched node, device or host-only; equals ``last_device_node`` in a
-        cache without a host tier.
-    host_hit_length : tokens matched past ``last_device_node`` that exist only on the host (0
-        without a host tier).
-    """
-
-    device_indices: torch.Tensor
-    last_device_node: TreeNode
-    last_host_node: TreeNode
-    host_hit_length: int = 0
 
 
 class BasePrefixCache(ABC, ThreadBound):
@@ -71,7 +54,8 @@ class BasePrefixCache(ABC, ThreadBound):
 
         Changes: splits a node where the match ends inside it, and records an access (recency,
         hit count) on every matched node. Takes no lock: call ``inc_lock_ref`` on
-        ``last_device_node`` before the next ``evict``.
+        ``last_device_node`` before the next ``evict``. Joins no slot indices: the result's
+        ``device_indices`` are joined when first read (``match.MatchResult``).
         """
 
     @abstractmethod

@@ -19,13 +19,14 @@ import torch
 from hicache.checks import check_int
 from hicache.pools import SlotAllocator
 from hicache.radix import invariants
-from hicache.radix.base import BasePrefixCache, MatchResult, ReqToTokenTable
+from hicache.radix.base import BasePrefixCache, ReqToTokenTable
 from hicache.radix.config import RadixCacheConfig
 from hicache.radix.device_only import NoLowerTier
 from hicache.radix.digest import tree_digest
 from hicache.radix.events import EventSink, KVEvent, cache_events
 from hicache.radix.key import RadixKey, as_radix_key, edge_ids
 from hicache.radix.ledger import Ledger
+from hicache.radix.match import MatchResult, match_over
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_allocator, check_insert_value
 from hicache.radix.req import CheckedReq, check_req
@@ -107,11 +108,11 @@ class RadixCache(BasePrefixCache):
     def match_prefix(self, key: Any) -> MatchResult:
         key = as_radix_key(key)
         if self.disable:
-            return MatchResult(self._no_indices(), self.root, self.root, 0)
+            return match_over([], self.root, self.device)
         path = self.tree.walk(key.token_ids, key.extra_key)[0]
         self.ledger.hit(path, next(self._clock))
-        result = self._match_result(path)
-        self._counts.matched(len(key), result.device_indices.numel(), result.host_hit_length)
+        result = match_over(path, self.root, self.device)
+        self._counts.matched(len(key), result.device_prefix_len, result.host_hit_length)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
@@ -279,17 +280,6 @@ class RadixCache(BasePrefixCache):
             path.append(leaf)
         self._counts.inserted(len(ids) - len(ids) % self.page_size - present)
         return present, path
-
-    def _match_result(self, path: list[TreeNode]) -> MatchResult:
-        values, last_device, host_len = [], self.root, 0
-        for node in path:
-            if node.slots is None:
-                host_len += len(node.key)
-            else:
-                values.append(node.slots)
-                last_device = node
-        indices = concat_slots(values, self.device)
-        return MatchResult(indices, last_device, path[-1] if path else self.root, host_len)
 
     def _path_slots(self, path: list[TreeNode]) -> Slots:
         values = [node.slots for node in path if node.slots is not None]

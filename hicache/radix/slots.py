@@ -42,6 +42,23 @@ def concat_slots(values: list[Slots], device: torch.device) -> torch.Tensor:
     return to_device(torch.from_numpy(joined.astype(np.int64, copy=False)), device)
 
 
+class SlotsToJoin:
+    """Stored slot arrays (``parts``, ``length`` slots in all) that ``join`` makes into one
+    tensor as ``concat_slots`` does (on ``device`` when ``parts`` is empty), when a caller asks.
+    ``parts`` is kept, not copied: the tree's arrays, which it never writes in place."""
+
+    __slots__ = ("parts", "device", "length")
+
+    def __init__(self, parts: list[Slots], device: torch.device, length: int) -> None:
+        self.parts, self.device, self.length = parts, device, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def join(self) -> torch.Tensor:
+        return concat_slots(self.parts, self.device)
+
+
 def copy_slots(value: Slots | torch.Tensor, start: int = 0, end: int | None = None) -> Slots:
     """A private int64 numpy copy of ``value[start:end]``; shares no memory with ``value``. A
     device tensor is read through ``devices.host_copy`` (a sync unless hicache made it)."""

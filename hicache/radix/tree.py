@@ -1,8 +1,8 @@
 """RadixTree: the structure of the radix tree — walking, splitting, linking, paths.
 
 Children are found by the bytes of their first page (``(extra_key, bytes)`` under the root, so
-namespaces never share a node). A whole edge that matches is settled by one bytes comparison;
-otherwise one vectorised numpy comparison finds the first differing page, never token by token.
+namespaces never share a node). An edge is compared with the key by ``key.match_len``: one
+memcmp over both buffers (the C helper) or one vectorised numpy comparison, never token by token.
 
 Pure structure: the tree relinks nodes (``parent``, ``children``, ``child_key``, ``key``,
 ``slots``, ``host_slots``) and never touches sizes, locks or leaf sets. A split leaves both
@@ -16,13 +16,7 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
-from hicache.radix.key import (
-    BYTES_COMPARE_MAX,
-    TOKEN_DTYPE,
-    RadixKey,
-    common_prefix_len,
-    edge_ids,
-)
+from hicache.radix.key import TOKEN_DTYPE, RadixKey, edge_ids, match_len, page_bytes
 from hicache.radix.node import ChildKey, TreeNode
 from hicache.radix.slots import Slots, head_slots
 
@@ -33,7 +27,6 @@ class RadixTree:
     def __init__(self, page_size: int, root_slots: Slots) -> None:
         self.page_size = page_size
         self._root_slots = root_slots
-        self._scratch = np.empty(0, dtype=bool)  # reused by common_prefix_len
         self.root = self._new_root()
 
     def _new_root(self) -> TreeNode:
@@ -58,28 +51,18 @@ class RadixTree:
         path: list[TreeNode] = []
         if not n:
             return path, None
-        look: ChildKey = (extra_key, ids[:page].tobytes())
+        look: ChildKey = (extra_key, page_bytes(ids, 0, page))
         child, pos = self.root.children.get(look), 0
         while child is not None:
             key = child.key
-            end = pos + len(key)
-            if (
-                end <= n
-                and len(key) <= BYTES_COMPARE_MAX
-                and key.tobytes() == ids[pos:end].tobytes()
-            ):
-                pos = end
-            else:
-                if n > len(self._scratch):
-                    self._scratch = np.empty(n, dtype=bool)
-                matched = common_prefix_len(key, ids[pos:n], page, self._scratch)
-                if matched < len(key):
-                    child = self.split(child, matched)
-                pos += matched
+            matched = match_len(key, ids, pos, n, page)
+            if matched < len(key):
+                child = self.split(child, matched)
+            pos += matched
             path.append(child)
             if pos >= n:
                 return path, None
-            look = ids[pos : pos + page].tobytes()
+            look = page_bytes(ids, pos, page)
             child = child.children.get(look)
         return path, look
 
@@ -92,14 +75,14 @@ class RadixTree:
         n = len(ids) - len(ids) % page
         path: list[TreeNode] = []
         pos = 0
-        child = self.root.children.get((extra_key, ids[:page].tobytes())) if n else None
+        child = self.root.children.get((extra_key, page_bytes(ids, 0, page))) if n else None
         while child is not None:
-            matched = common_prefix_len(child.key, ids[pos:n], page)
+            matched = match_len(child.key, ids, pos, n, page)
             if matched < len(child.key):
                 return path, (child if matched else None), matched
             path.append(child)
             pos += matched
-            child = child.children.get(ids[pos : pos + page].tobytes()) if pos < n else None
+            child = child.children.get(page_bytes(ids, pos, page)) if pos < n else None
         return path, None, 0
 
     def device_prefix(self, key: RadixKey) -> tuple[int, list[TreeNode]]:

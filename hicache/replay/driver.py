@@ -167,7 +167,7 @@ class Replayer:
         req.req_pool_idx, req.prefix_indices, req.last_node = row, prefix, node
         req.kv_len = req.cache_protected_len = len(prefix)
         req.kv_capacity = total
-        req.device_hit, req.host_hit = len(m.device_indices), len(prefix) - len(m.device_indices)
+        req.device_hit, req.host_hit = m.device_prefix_len, len(prefix) - m.device_prefix_len
         req.to_compute = req.trace.input_length - len(prefix)
         req.decode_left = max(req.trace.output_length - 1, 0)
         return True

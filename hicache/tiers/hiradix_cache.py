@@ -26,10 +26,11 @@ import torch
 
 from hicache.checks import check_int
 from hicache.pools import SlotAllocator
-from hicache.radix.base import MatchResult, ReqToTokenTable
+from hicache.radix.base import ReqToTokenTable
 from hicache.radix.config import HiCacheConfig, check_config
 from hicache.radix.device_only import NoLowerTier
 from hicache.radix.events import EventSink
+from hicache.radix.match import MatchResult
 from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
 from hicache.radix.slots import Slots

@@ -117,5 +117,4 @@ def test_common_prefix_len_rounds_down_to_pages(page, n):
         b[mismatch] += 1
         expected = mismatch - mismatch % page
         assert common_prefix_len(a, b, page) == expected
-        assert common_prefix_len(a, b, page, np.empty(n, bool)) == expected
     assert common_prefix_len(a[: n // 2], a, page) == n // 2

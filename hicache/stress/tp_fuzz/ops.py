@@ -22,7 +22,7 @@ class StorageOps:
     def prefetch(self, d: Driver) -> None:
         tenant, prefix = d.workload.random_prefix()
         m = d.cache.match_prefix(RadixKey(prefix, tenant))
-        hit = len(m.device_indices) + m.host_hit_length
+        hit = m.device_prefix_len + m.host_hit_length
         rid = f"prefetch-{self.started}"
         self.started += 1
         rest = RadixKey(prefix[hit:], tenant)
