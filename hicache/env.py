@@ -83,9 +83,10 @@ class Env:
         host pool must leave free.
     check_ownership : ``HICACHE_CHECK_OWNERSHIP`` — debug: slots handed to the radix tree must
         be allocated in the allocator (O(allocator) per call; see ``radix.ownership``).
-    backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; default 0: off) of
-        device memory a CUDA controller stages kernel-backend backups through
-        (``hicache.pools.backup_staging``).
+    backup_staging_mb : ``HICACHE_BACKUP_STAGING_MB`` — MiB (finite, >= 0; 0: off; default
+        256) of device memory a CUDA controller stages kernel-backend backups through
+        (``hicache.pools.backup_staging``): on an H100 a device hit during a backup goes from
+        1.27-1.28x an idle one without it to 1.05-1.06x with it (``benchmarks/RESULTS.md``).
     native_move_kv_cache : ``HICACHE_NATIVE_MOVE_KV_CACHE`` — device pools' ``move_kv_cache``
         uses torch indexing instead of the Triton kernel (SGLang's
         ``SGLANG_NATIVE_MOVE_KV_CACHE``).
@@ -102,7 +103,7 @@ class Env:
     check_device_indices: bool | Invalid
     host_ram_reserve_gb: float | Invalid
     check_ownership: bool | Invalid = False
-    backup_staging_mb: float | Invalid = 0.0
+    backup_staging_mb: float | Invalid = 256.0
     native_move_kv_cache: bool | Invalid = False
     check_threads: bool | Invalid = False
     mooncake: tuple[tuple[str, str], ...] = ()
@@ -113,7 +114,7 @@ class Env:
             triton_interpret=_triton_flag("TRITON_INTERPRET"),
             check_device_indices=_flag("HICACHE_CHECK_DEVICE_INDICES", False),
             host_ram_reserve_gb=_amount("HICACHE_HOST_RAM_RESERVE_GB", 2.0, "GB"),
-            backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 0.0, "MiB"),
+            backup_staging_mb=_amount("HICACHE_BACKUP_STAGING_MB", 256.0, "MiB"),
             check_ownership=_flag("HICACHE_CHECK_OWNERSHIP", False),
             native_move_kv_cache=_flag("HICACHE_NATIVE_MOVE_KV_CACHE", False),
             check_threads=_flag("HICACHE_CHECK_THREADS", False),

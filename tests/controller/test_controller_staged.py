@@ -27,7 +27,6 @@ def test_a_write_is_staged_when_its_host_runs_suit(
 ) -> None:
     rig = make_rig(kind, "kernel", layout, page_size, pages=64 // page_size, device=device)
     ctrl, host_pool = rig.controller, rig.host_pool
-    assert ctrl.staging is None  # off by default (HICACHE_BACKUP_STAGING_MB=0)
     ctrl.staging = BackupStaging(host_pool, 3 * page_size)  # several chunks per write
     staged: list[int] = []
     real = ctrl.staging.backup

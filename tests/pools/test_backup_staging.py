@@ -106,7 +106,7 @@ def test_a_controller_stages_only_pinned_cuda_kernel_capable_pools(
     _, host, _ = _rig("mha", "layer_first", 4)
     monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=0.0))
     monkeypatch.setattr(host, "pinned", True)  # as on CUDA
-    assert controller_staging(host, "auto") is None  # HICACHE_BACKUP_STAGING_MB=0, the default
+    assert controller_staging(host, "auto") is None  # HICACHE_BACKUP_STAGING_MB=0: off
     monkeypatch.setattr(env, "ENV", dataclasses.replace(env.ENV, backup_staging_mb=256.0))
     with caplog.at_level("INFO", logger="hicache.pools.backup_staging"):
         staging = controller_staging(host, "kernel")
@@ -121,7 +121,10 @@ def test_a_controller_stages_only_pinned_cuda_kernel_capable_pools(
 def test_the_staging_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HICACHE_BACKUP_STAGING_MB", raising=False)
     monkeypatch.setattr(env, "ENV", env.Env.read())
-    assert env.backup_staging_bytes() == 0  # off unless asked for
+    assert env.backup_staging_bytes() == 256 * 2**20  # on by default
+    monkeypatch.setenv("HICACHE_BACKUP_STAGING_MB", "0")
+    monkeypatch.setattr(env, "ENV", env.Env.read())
+    assert env.backup_staging_bytes() == 0
     monkeypatch.setenv("HICACHE_BACKUP_STAGING_MB", "1.5")
     monkeypatch.setattr(env, "ENV", env.Env.read())
     assert env.backup_staging_bytes() == 3 * 2**19
