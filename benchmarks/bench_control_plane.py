@@ -9,14 +9,21 @@ processes over loopback gloo; on CUDA only TP 1):
   then evicted from the device), plus ``--new`` tokens; the one step matches, locks, allocates,
   issues the load-back, prefills, finishes, frees, inserts and issues the backup.
 
-A step's control-plane time is its wall time minus the model's forward (timed by a wrapper around
-the model; on CUDA it synchronizes inside the wrapper, so the sampling copy that follows does not
-wait) and, on CPU, minus the busy time of the KV copies (``cache.stats().transfer``: on CPU they
-run inline on the scheduler thread, on a GPU on the copy streams). Sampling the next tokens
-(``argmax().tolist()`` of ``[batch, 256]`` logits, a few us) stays in. Under TP a step costs
-what its slowest rank spent, so each sample is the maximum over ranks. The table compares with
-SGLang's published per-step cost of its HiCache TP agreement: 0.6-3.2 ms (a gloo all-reduce per
-step, sgl-project/sglang#39903; four all-reduces of ~150 us per decode step, #30511).
+Two figures per step, both without the model's forward (timed by a wrapper around the model;
+on CUDA it synchronizes inside the wrapper, so the sampling copy that follows does not wait)
+and, on CPU, without the busy time of the KV copies (``cache.stats().transfer``: on CPU they run
+inline on the scheduler thread, on a GPU on the copy streams):
+
+- **cache us**, the target's figure: wall time inside the cache's calls, its pools' (allocation,
+  free, request-table writes) and its TP agreements (``_cache_meter.CacheMeter``);
+- **engine us**: the whole step's wall time, so also the engine's scheduling loop, building the
+  model's batch (``ForwardBatch.build``) and sampling (``argmax().tolist()`` of ``[batch, 256]``
+  logits): the model runner's and scheduler's work in a serving engine, not the cache's.
+
+Under TP a step costs what its slowest rank spent, so each sample is the maximum over ranks. The
+table compares with SGLang's published per-step cost of its HiCache TP agreement: 0.6-3.2 ms (a
+gloo all-reduce per step, sgl-project/sglang#39903; four all-reduces of ~150 us per decode step,
+#30511).
 
     python benchmarks/bench_control_plane.py                  # CPU, TP 1,2,4
     python benchmarks/bench_control_plane.py --device cuda --tp 1
@@ -28,9 +35,10 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from _cache_meter import CacheMeter
 from _common import import_hicache
 
 engine_mod = import_hicache("engine")
@@ -98,21 +106,33 @@ def build(group: Any, s: Settings) -> Any:
 
 def copy_seconds(engine: Any) -> float:
     """Busy seconds of the host tier's KV copies so far; only where they run inline (CPU)."""
-    t = engine.cache.stats().transfer
-    return t.h2d_seconds + t.d2h_seconds if engine.model.device.type == "cpu" else 0.0
+    t = engine.cache.cache_controller.counters
+    return t.h2d.settle() + t.d2h.settle() if engine.model.device.type == "cpu" else 0.0
 
 
-Sample = tuple[float, int]  # (control-plane us, TP collectives) of one step
+class Sample(NamedTuple):
+    """One step: control-plane microseconds of the cache (``agree_us`` of them in TP
+    agreements) and of the whole engine step (both without the model's forward and the inline
+    KV copies), and the TP collectives issued."""
+
+    cache_us: float
+    agree_us: float
+    engine_us: float
+    collectives: int
 
 
-def timed_step(engine: Any) -> Sample:
-    """One ``engine.step()``: its control-plane microseconds and the collectives it issued."""
+def timed_step(engine: Any, meter: CacheMeter) -> Sample:
+    """One ``engine.step()``, timed."""
     model, copies, coll = engine.model.spent, copy_seconds(engine), engine.tp.collectives
+    inside, agreeing = meter.seconds, meter.agree_seconds
     start = time.perf_counter()
     engine.step()
     wall = time.perf_counter() - start
-    spent = wall - (engine.model.spent - model) - (copy_seconds(engine) - copies)
-    return 1e6 * spent, engine.tp.collectives - coll
+    copy = copy_seconds(engine) - copies
+    cache = meter.seconds - inside - copy
+    spent = wall - (engine.model.spent - model) - copy
+    agree = meter.agree_seconds - agreeing
+    return Sample(1e6 * cache, 1e6 * agree, 1e6 * spent, engine.tp.collectives - coll)
 
 
 def prompt(seed: int, n: int) -> list[int]:
@@ -120,7 +140,7 @@ def prompt(seed: int, n: int) -> list[int]:
     return torch.randint(0, 256, (n,), generator=g).tolist()
 
 
-def decode_samples(engine: Any, s: Settings) -> list[Sample]:
+def decode_samples(engine: Any, meter: CacheMeter, s: Settings) -> list[Sample]:
     """``s.steps`` timed decode steps of ``s.batch`` requests (after their prefill and 4 more
     steps, so the prompts' backups are done)."""
     for i in range(s.batch):
@@ -130,7 +150,7 @@ def decode_samples(engine: Any, s: Settings) -> list[Sample]:
         engine.step()
     for _ in range(4):
         engine.step()
-    samples = [timed_step(engine) for _ in range(s.steps)]
+    samples = [timed_step(engine, meter) for _ in range(s.steps)]
     engine.run()
     return samples
 
@@ -142,7 +162,7 @@ def offload(engine: Any) -> None:
     engine.cache.evict(engine.allocator.size)
 
 
-def prefill_samples(engine: Any, s: Settings) -> list[Sample]:
+def prefill_samples(engine: Any, meter: CacheMeter, s: Settings) -> list[Sample]:
     """``s.steps`` timed steps, each one request whose ``s.prefix`` tokens are a host hit."""
     prefixes = [prompt(i, s.prefix) for i in range(PREFIXES)]
     for p in prefixes:
@@ -152,7 +172,7 @@ def prefill_samples(engine: Any, s: Settings) -> list[Sample]:
     for i in range(s.steps + 2):
         offload(engine)
         req = engine.submit(prefixes[i % PREFIXES] + prompt(-1 - i, s.new), 1)
-        took = timed_step(engine)
+        took = timed_step(engine, meter)
         assert req.status is engine_mod.Status.FINISHED, req.status
         assert req.host_hit >= s.prefix - s.page_size, f"no host hit: {req.host_hit}"
         if i >= 2:  # two warm-up steps
@@ -164,7 +184,11 @@ def rank_run(group: Any, s: Settings) -> dict[str, Any]:
     """One rank's samples of both steps."""
     torch.set_num_threads(1)
     engine = build(group, s)
-    return {"decode": decode_samples(engine, s), "prefill host hit": prefill_samples(engine, s)}
+    meter = CacheMeter(engine)
+    return {
+        "decode": decode_samples(engine, meter, s),
+        "prefill host hit": prefill_samples(engine, meter, s),
+    }
 
 
 def measure(tp: int, s: Settings) -> dict[str, Any]:
@@ -174,8 +198,12 @@ def measure(tp: int, s: Settings) -> dict[str, Any]:
 
 
 def slowest(ranks: list[list[Sample]]) -> list[Sample]:
-    """Per step: the slowest rank's microseconds, rank 0's collectives."""
-    return [(max(us for us, _ in step), step[0][1]) for step in zip(*ranks, strict=True)]
+    """Per step: the slowest rank's microseconds (each figure's own slowest), rank 0's
+    collectives."""
+    return [
+        Sample(*(max(r[i] for r in step) for i in range(3)), step[0].collectives)
+        for step in zip(*ranks, strict=True)
+    ]
 
 
 def p90(values: list[float]) -> float:
@@ -183,15 +211,24 @@ def p90(values: list[float]) -> float:
 
 
 def table(rows: list[tuple[int, str, list[Sample]]]) -> str:
-    head = f"{'TP':>3} {'step':<17} {'median us':>10} {'p90 us':>8} {'coll/step':>9}  vs SGLang"
+    """Cache median and p90, its agreements' median, the cache without them, engine-step
+    median (all us), collectives per step, verdict."""
+    head = (
+        f"{'TP':>3} {'step':<17} {'cache us':>9} {'p90':>7} {'agree us':>8} {'own us':>7} "
+        f"{'engine us':>10} {'coll/step':>9}  vs SGLang"
+    )
     lines = [head, "-" * len(head)]
     for tp, name, samples in rows:
-        us = [t for t, _ in samples]
-        coll = sum(c for _, c in samples) / len(samples)
-        med = statistics.median(us)
+        cache = [r.cache_us for r in samples]
+        med = statistics.median(cache)
+        agree = statistics.median(r.agree_us for r in samples)
+        own = statistics.median(r.cache_us - r.agree_us for r in samples)
+        engine = statistics.median(r.engine_us for r in samples)
+        coll = sum(r.collectives for r in samples) / len(samples)
         ok = "under" if med < TARGET_US else "OVER"
         lines.append(
-            f"{tp:>3} {name:<17} {med:>10.1f} {p90(us):>8.1f} {coll:>9.2f}  "
+            f"{tp:>3} {name:<17} {med:>9.1f} {p90(cache):>7.1f} {agree:>8.1f} {own:>7.1f} "
+            f"{engine:>10.1f} {coll:>9.2f}  "
             f"{SGLANG_MS} ({ok} {TARGET_US:.0f} us target)"
         )
     return "\n".join(lines)

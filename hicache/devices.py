@@ -213,6 +213,15 @@ def cat_slots(tensors: list[torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def slice_slots(tensor: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """``tensor[start:end]`` (1-D), carrying the same slice of its known host copy."""
+    out = tensor[start:end]
+    host = known_host_copy(tensor)
+    if out.device.type != "cpu" and host is not None:
+        setattr(out, HOST_COPY, host[start:end])
+    return out
+
+
 def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s values on the CPU without asking the device where that can be done: the
     tensor itself on the CPU, the host copy a :func:`to_device` result carries, else a copy

@@ -41,7 +41,7 @@ from hicache.engine.checks import check_parts, check_submission
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
-from hicache.engine.scheduler import Scheduler, Work
+from hicache.engine.scheduler import Plan, Scheduler, Work
 from hicache.model import ForwardBatch, TinyTransformer
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.threads import ThreadBound
@@ -151,14 +151,15 @@ class Engine(ThreadBound):
         """
         done, self.scheduler.rejected = self.scheduler.rejected, []
         self.cache.check_hicache_events()
-        work = self.scheduler.plan()
+        plan = self.scheduler.plan()
+        work = plan.work
         self._check_stall(bool(work))
         if not work:
             if self.scheduler.prefetching:
                 time.sleep(IDLE_WAIT_S)  # leave the CPU to the prefetch I/O
             return done
         start = time.perf_counter()
-        logits = self._forward(work)
+        logits = self._forward(plan)
         tokens = logits.argmax(dim=-1).tolist()  # waits for the forward pass
         prefill = sum(len(w.input_ids) for w in work if w.req.status is Status.PREFILL)
         if prefill:
@@ -197,7 +198,8 @@ class Engine(ThreadBound):
         moved, self._prefetch_mark = mark != self._prefetch_mark, mark
         return moved
 
-    def _forward(self, work: list[Work]) -> torch.Tensor:
+    def _forward(self, plan: Plan) -> torch.Tensor:
+        work = plan.work
         rows = [w.req.req_pool_idx for w in work]
         assert None not in rows, "a scheduled request holds a row"
         loads = self.cache.ready_to_load_host_cache()  # first: they start while the batch builds
@@ -206,7 +208,7 @@ class Engine(ThreadBound):
             [row for row in rows if row is not None],
             [w.req.kv_len for w in work],
             [w.input_ids for w in work],
-            torch.cat([w.slots for w in work]),
+            plan.slots,
             self.model.device,
         )
         self.cache.consume_load_batch(loads)

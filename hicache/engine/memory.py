@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
-from hicache.devices import cat_slots
+from hicache.devices import cat_slots, slice_slots, to_device
 from hicache.engine.request import Request
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import MatchResult, RadixKey, TreeNode
@@ -127,20 +127,59 @@ class SlotBudget:
             self.evicted_tokens += self.cache.evict(short)
         return self.allocator.alloc(n)
 
-    def grow(self, req: Request, n: int) -> torch.Tensor:
-        """Make row ``req.req_pool_idx`` name slots for tokens ``kv_len .. kv_len + n - 1``.
+    def grow(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
+        """Make each request's row name slots for its next ``n`` tokens (``kv_len .. kv_len +
+        n - 1``), the pages they lack allocated at once (one TP agreement for the whole step).
 
-        Returns those ``n`` slots (int64, allocator device). Raises ``RuntimeError`` when the
-        reservation made at admission cannot be honoured (a bookkeeping bug).
+        Returns those slots, request after request: ``[sum of n]`` int64 on the table's device.
+        Raises ``RuntimeError`` when the reservations made at admission cannot be honoured (a
+        bookkeeping bug).
         """
-        end = req.kv_len + n
-        extra = self.round_up(end) - req.kv_capacity
-        if extra > 0:
-            slots = self.alloc(extra)
+        extras = [self.round_up(req.kv_len + n) - req.kv_capacity for req, n in parts]
+        total = sum(e for e in extras if e > 0)
+        if total:
+            slots = self.alloc(total)
             if slots is None:
-                raise RuntimeError(f"out of KV slots for admitted request {req.rid}")
+                rids = [req.rid for (req, _), e in zip(parts, extras, strict=True) if e > 0]
+                raise RuntimeError(f"out of KV slots for admitted request(s) {rids}")
+            self._extend([req for req, _ in parts], extras, slots)
+        return self._new_slots(parts)
+
+    def _extend(self, reqs: list[Request], extras: list[int], slots: torch.Tensor) -> None:
+        """Append ``slots`` (the allocator's) to the rows of ``reqs``: ``extras[i]`` of them to
+        the i-th (none where it is not positive)."""
+        start = 0
+        for req, extra in zip(reqs, extras, strict=True):
+            if extra <= 0:
+                continue
             cols = slice(req.kv_capacity, req.kv_capacity + extra)
-            self.req_to_token_pool.write((req.req_pool_idx, cols), slots)  # no device read
+            piece = slice_slots(slots, start, start + extra)  # keeps the host copy: no read
+            self.req_to_token_pool.write((req.req_pool_idx, cols), piece)
             req.kv_capacity += extra
-        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
-        return row[req.kv_len : end].to(torch.int64)
+            start += extra
+
+    def _new_slots(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
+        """The slots of each request's next ``n`` tokens, read from the table: one gather for
+        each run of one-token requests (decode), one slice for each longer one."""
+        table = self.req_to_token_pool.req_to_token
+        pieces: list[torch.Tensor] = []
+        run: list[Request] = []
+        for req, n in parts:
+            if n == 1:
+                run.append(req)
+                continue
+            pieces += _gather(table, run)
+            run = []
+            pieces.append(table[req.req_pool_idx, req.kv_len : req.kv_len + n])
+        pieces += _gather(table, run)
+        if not pieces:
+            return torch.empty(0, dtype=torch.int64, device=table.device)
+        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)).to(torch.int64)
+
+
+def _gather(table: torch.Tensor, reqs: list[Request]) -> list[torch.Tensor]:
+    """``[table[row, kv_len]]`` of ``reqs`` as one tensor in a list; an empty list for none."""
+    if not reqs:
+        return []
+    where = to_device(torch.tensor([[r.req_pool_idx, r.kv_len] for r in reqs]), table.device)
+    return [table[where[:, 0], where[:, 1]]]

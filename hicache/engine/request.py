@@ -131,8 +131,12 @@ class Request:
 
     @property
     def next_input_ids(self) -> list[int]:
-        """Tokens after ``kv_len``: the rest of the prompt, or the last sampled token."""
-        return (self.origin_input_ids + self.output_ids)[self.kv_len :]
+        """Tokens after ``kv_len``: the rest of the prompt, or the last sampled token (no copy
+        of the whole prompt)."""
+        past = self.kv_len - len(self.origin_input_ids)
+        if past >= 0:
+            return self.output_ids[past:]
+        return self.origin_input_ids[self.kv_len :] + self.output_ids
 
     @property
     def ttft(self) -> float | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,11 +16,18 @@ from hicache.radix.key import RadixKey
 
 @dataclass(frozen=True)
 class Work:
-    """One request's part of a step: ``input_ids`` at positions ``kv_len ..``, KV at ``slots``."""
+    """One request's part of a step: ``input_ids`` at positions ``kv_len ..``."""
 
     req: Request
     input_ids: list[int]
-    slots: torch.Tensor  # [len(input_ids)] int64 on the allocator device
+
+
+class Plan(NamedTuple):
+    """A step's work and the KV slots of its new tokens: ``slots`` ``[sum of len(input_ids)]``
+    int64 on the table's device, in ``work`` order (allocated at once by ``SlotBudget.grow``)."""
+
+    work: list[Work]
+    slots: torch.Tensor
 
 
 class Scheduler:
@@ -67,14 +74,20 @@ class Scheduler:
         self.rejected.append(req)
         return True
 
-    def plan(self) -> list[Work]:
-        """This step's work: one token per decoding request, then prompt chunks within budget."""
+    def plan(self) -> Plan:
+        """This step's work: one token per decoding request, then prompt chunks within budget;
+        then the slots of all its new tokens, allocated at once."""
         self._start_prefetches()
-        work = [self._take(r, r.next_input_ids) for r in self.active if r.status is Status.DECODE]
-        left = self.config.max_prefill_tokens
+        work = [Work(r, r.next_input_ids) for r in self.active if r.status is Status.DECODE]
+        self._plan_prefill(work, self.config.max_prefill_tokens)
+        return Plan(work, self.budget.grow([(w.req, len(w.input_ids)) for w in work]))
+
+    def _plan_prefill(self, work: list[Work], left: int) -> None:
+        """Append the prompt chunks of admitted requests, then of newly admitted ones, within
+        ``left`` tokens."""
         for req in [r for r in self.active if r.status is Status.PREFILL]:
             if left <= 0:
-                return work
+                return
             work.append(self._chunk(req, left))
             left -= len(work[-1].input_ids)
         passed: list[Request] = []  # still prefetching: they keep their place in the queue
@@ -89,16 +102,13 @@ class Scheduler:
             work.append(self._chunk(req, left))
             left -= len(work[-1].input_ids)
         self.waiting.extendleft(reversed(passed))
-        return work
 
     def retire(self, req: Request) -> None:
         self.active.remove(req)
 
-    def _chunk(self, req: Request, limit: int) -> Work:
-        return self._take(req, req.next_input_ids[:limit])
-
-    def _take(self, req: Request, ids: list[int]) -> Work:
-        return Work(req, ids, self.budget.grow(req, len(ids)))
+    @staticmethod
+    def _chunk(req: Request, limit: int) -> Work:
+        return Work(req, req.next_input_ids[:limit])
 
     @staticmethod
     def _key(req: Request) -> RadixKey:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -70,22 +72,23 @@ class ForwardBatch:
         ``out_cache_loc``: ``[T]`` int64 slots of the new tokens (any device)."""
         if not (len(req_pool_indices) == len(prefix_lens) == len(input_ids)) or not input_ids:
             raise ValueError("req_pool_indices, prefix_lens and input_ids must be equal, non-empty")
-        ext = [len(ids) for ids in input_ids]
-        if min(ext) <= 0:
+        ext = np.fromiter(map(len, input_ids), dtype=np.int64, count=len(input_ids))
+        if ext.min() <= 0:
             raise ValueError("every request needs at least one new token")
-        ends = torch.cumsum(torch.tensor(ext), 0).tolist()
-        spans = zip(req_pool_indices, prefix_lens, ext, ends, strict=True)
-        segments = tuple(_segment(req_to_token, r, p, n, e, device) for r, p, n, e in spans)
-        positions = torch.cat(
-            [torch.arange(p, p + n) for p, n in zip(prefix_lens, ext, strict=True)]
-        )
+        prefix = np.asarray(prefix_lens, dtype=np.int64)
+        ends = np.cumsum(ext)
         on = canonical_device(device)  # CPU-built tensors go over non-blocking (no sync)
+        # one copy of every row's context: each segment's slots are a view of it
+        kv = _table_rows(req_to_token, req_pool_indices, int((prefix + ext).max()), on)
+        spans = zip(prefix.tolist(), ext.tolist(), ends.tolist(), strict=True)
+        segments = tuple(_segment(kv[b], p, n, e, on) for b, (p, n, e) in enumerate(spans))
+        positions = np.arange(int(ends[-1])) + np.repeat(prefix - (ends - ext), ext)
         return cls(
-            input_ids=to_device(torch.tensor([t for ids in input_ids for t in ids]), on),
-            positions=to_device(positions, on),
+            input_ids=to_device(torch.tensor(list(chain.from_iterable(input_ids))), on),
+            positions=to_device(torch.from_numpy(positions), on),
             out_cache_loc=out_cache_loc.to(device=on, dtype=torch.int64),
             segments=segments,
-            last_index=to_device(torch.tensor(ends) - 1, on),
+            last_index=to_device(torch.from_numpy(ends - 1), on),
         )
 
     def attend(self, q: torch.Tensor, gather: KVGather, scale: float) -> torch.Tensor:
@@ -108,16 +111,25 @@ class ForwardBatch:
         return torch.cat(outs)
 
 
+def _table_rows(
+    table: torch.Tensor, rows: Sequence[int], width: int, device: torch.device | str
+) -> torch.Tensor:
+    """``table[rows, :width]`` as int64 on ``device``: ``[len(rows), width]``, one copy."""
+    if len(rows) == 1:
+        return table[rows[0], None, :width].to(device, torch.int64)
+    return table[to_device(torch.tensor(rows), table.device), :width].to(device, torch.int64)
+
+
 def _segment(
-    table: torch.Tensor, row: int, prefix: int, n: int, end: int, device: torch.device | str
+    kv: torch.Tensor, prefix: int, n: int, end: int, device: torch.device | str
 ) -> Segment:
+    """The segment of packed tokens ``[end - n, end)``; ``kv``: the row's context slots."""
     seq = prefix + n
     mask = None
     if n > 1 and prefix:  # built where it is used (a 32k-token prompt's would be 1 GiB)
         keys, queries = torch.arange(seq, device=device), torch.arange(prefix, seq, device=device)
         mask = keys[None, :] <= queries[:, None]
-    slots = table[row, :seq].to(device, torch.int64)
-    return Segment(end - n, end, slots, mask, causal=n > 1 and not prefix)
+    return Segment(end - n, end, kv[:seq], mask, causal=n > 1 and not prefix)
 
 
 def _sdpa(
