@@ -12,8 +12,7 @@ import psutil
 import pytest
 import torch
 
-from hicache.backends import StorageConfig
-from hicache.backends import file as file_module
+from hicache.backends import StorageConfig, file_lru
 from hicache.backends.file import HiCacheFile
 from hicache.backends.memory import MemoryStorage
 from hicache.metrics import MetricsServer, PrometheusExporter, start_http_server
@@ -156,12 +155,14 @@ def test_an_open_breaker_reads_1_with_its_trips() -> None:
 
 
 def test_file_store_faults_are_scraped_by_kind(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    def read_only(path, mode="r", *args, **kw):  # type: ignore[no-untyped-def]
-        if "x" in mode:  # the writer's temporaries: a read-only file system
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
-        return open(path, mode, *args, **kw)
+    real_open = os.open
 
-    monkeypatch.setattr(file_module, "open", read_only, raising=False)
+    def read_only(path, flags, *args, **kw):  # type: ignore[no-untyped-def]
+        if flags & os.O_CREAT:  # the writer's temporaries: a read-only file system
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(file_lru.os, "open", read_only)
     cache = _cache(HiCacheFile(tmp_path))
     _workload(cache)
     registry = prometheus_client.CollectorRegistry()
