@@ -60,6 +60,12 @@ def canonical_device(device: torch.device | str, name: str = "device") -> torch.
     return torch.device("cuda", _cuda_index(device, name))
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` name one device, an index left out (SGLang's ``"cuda"``) matching
+    any index of its type (the current device, where tensors are made)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
 def _cuda_index(device: torch.device, name: str) -> int:
     if not torch.cuda.is_available():
         raise ValueError(

@@ -68,3 +68,10 @@ def test_stream_scope_on_another_device_restores_both() -> None:
         assert torch.cuda.current_stream(1).cuda_stream == other.cuda_stream
     assert torch.cuda.current_device() == 0
     assert [torch.cuda.current_stream(d).cuda_stream for d in (0, 1)] == before
+
+
+def test_same_device_lets_an_index_left_out_match_any() -> None:
+    cuda, cuda0, cuda1 = torch.device("cuda"), torch.device("cuda", 0), torch.device("cuda", 1)
+    same_device = devices.same_device
+    assert same_device(cuda, cuda0) and same_device(cuda1, cuda) and same_device(cuda0, cuda0)
+    assert not same_device(cuda0, cuda1) and not same_device(torch.device("cpu"), cuda)

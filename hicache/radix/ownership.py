@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from hicache import env
-from hicache.devices import host_copy
+from hicache.devices import host_copy, same_device
 from hicache.pools import SlotAllocator
 from hicache.radix.key import RadixKey
 from hicache.radix.slots import Slots, check_value
@@ -175,7 +175,7 @@ def check_insert_value(
         if allocator is not None:
             raise ValueError("value is required: this cache frees its values to an allocator")
         return None
-    if allocator is not None and value.device != device:
+    if allocator is not None and not same_device(value.device, device):
         raise ValueError(f"value must be on the allocator's device {device}, got {value.device}")
     host = _to_host(value)
     if allocator is None or (slot_bounds(allocator) is None and not env.ownership_checked()):
