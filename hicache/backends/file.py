@@ -12,9 +12,8 @@ that every process using the directory shares. An object is its payload and its 
 ``fstat`` checks the file's size: a batch in chunks on ``read_threads`` threads, each chunk's
 system calls one ``file_read.read_pages`` call (in C, the GIL released, when built), then each
 page's trailer checked; a file of the wrong size, or one that fails its trailer's check, is
-corrupt: a miss, counted, and removed.
-The byte cap is shared by every instance on the directory (``file_lru``). Any ``OSError`` after
-construction is a miss; faults are counted by kind (``faults``).
+corrupt: a miss, counted, and removed. The byte cap is shared by every instance on the
+directory (``file_lru``). Any ``OSError`` after construction is a miss, counted by kind.
 """
 
 from __future__ import annotations
@@ -50,7 +49,9 @@ __all__ = ["DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
-READ_CHUNK_BYTES = 1 << 20  # a read thread's chunk: one C call, then its pages' checks
+# a read chunk at most (one C call, then its checks): a long batch pipelines (one chunk's hashes
+# hold the GIL while others read); a chunk's task overhead (~20 us) is a few percent of it
+READ_CHUNK_BYTES = 2 << 20
 TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
 _PAGE_HASH = re.compile(KEY_VERSION + r"_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
@@ -66,7 +67,7 @@ class HiCacheFile(PageStore):
     max_bytes : the cap on the bytes of committed objects (>= 1); default the lesser of
         64 GiB and half the free space of ``root``'s file system.
     evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
-    read_threads : threads reading a batch's pages in parallel, in chunks of about
+    read_threads : threads reading a batch's pages in parallel, in chunks of at most
         ``READ_CHUNK_BYTES`` (>= 1; 1: the calling thread).
     """
 
@@ -123,7 +124,8 @@ class HiCacheFile(PageStore):
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
-        chunk = max(1, READ_CHUNK_BYTES // (pages.stored_bytes * pages.parts))
+        most = max(1, READ_CHUNK_BYTES // (pages.stored_bytes * pages.parts))
+        chunk = min(most, -(-len(keys) // self._readers.threads))  # a chunk a thread at least
         return self._readers.map_chunks(
             lambda batch: self._read_chunk(pages, batch, stale),
             list(zip(keys, slots, strict=True)),
