@@ -14,6 +14,9 @@ if ls .whl/xxhash*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/xxhash*.whl
 fi
 export PYTHONPATH=$PWD:/tmp/site
+# the file store's C reads (hicache.backends.cfile) where a compiler is there
+python3 setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "C extensions not built: Python reads"
+python3 -c "from hicache.backends.file_read import NATIVE_READ as n; print('C reads:', n)"
 {
   echo "## trailer check vs copy (CPU)"
   timeout 90 python3 benchmarks/bench_page_checksum.py

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the test suite. Extra arguments go to pytest.
 # 1. The regular suite: every test but the `slow` and `mooncake` ones (an `-m` of yours wins),
-#    after checking that the install built the C extension `hicache.radix.cpack` where a C
-#    compiler is present (its pure-Python fallback is slower on long token lists).
+#    after checking that the install built the C extensions `hicache.radix.cpack` and
+#    `hicache.backends.cfile` where a C compiler is present (their pure-Python fallbacks are
+#    slower: long token lists, file-store reads).
 # 2. Unless you passed `-m`: the `mooncake` tests (of your paths, default tests/storage_mooncake),
 #    which start real Mooncake servers, in a network namespace with only loopback (`unshare
 #    --net`; Mooncake's clients listen on 0.0.0.0) and MC_TCP_BIND_ADDRESS=127.0.0.1. Skipped,
 #    saying so, when Mooncake Store is not installed (HICACHE_EXTRAS=test,mooncake installs it).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-if command -v cc >/dev/null && ! python -c "import hicache.radix.cpack" 2>/dev/null; then
-  echo "scripts/test.sh: a C compiler is here but the install did not build hicache.radix.cpack"
+if command -v cc >/dev/null && ! python -c "import hicache.radix.cpack, hicache.backends.cfile" 2>/dev/null; then
+  echo "scripts/test.sh: a C compiler is here but the install did not build hicache.radix.cpack or hicache.backends.cfile"
   exit 1
 fi
 python -m pytest -m "not slow and not mooncake" "$@"

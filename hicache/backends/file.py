@@ -9,19 +9,22 @@ process. A present object is never rewritten (write-once); it is touched instead
 that every process using the directory shares. An object is its payload and its trailer
 (``page_sum``). Reads ``readv`` the payload into the host page itself when ``PageIO.zero_copy``
 (else a staging array, then ``commit``) and the trailer beside it, in one call, after
-``os.fstat`` checks the file's size, a batch's pages on ``read_threads`` threads; a file of the
-wrong size, or one that fails its trailer's check, is corrupt: a miss, counted, and removed.
-The byte cap is shared by every instance on the directory (``file_lru``). Any ``OSError`` after
-construction is a miss; faults are counted by kind (``faults``).
+``fstat`` checks the file's size: a batch in chunks on ``read_threads`` threads, each chunk's
+system calls one ``file_read.read_pages`` call (in C, the GIL released, when built), then each
+page's trailer checked; a file of the wrong size, or one that fails its trailer's check, is
+corrupt: a miss, counted, and removed. The byte cap is shared by every instance on the
+directory (``file_lru``). Any ``OSError`` after construction is a miss, counted by kind.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
 import re
 import time
+from itertools import chain
 from typing import Any
 
 from hicache import env
@@ -36,6 +39,7 @@ from hicache.backends.file_lru import (
     discard,
     write_temporary,
 )
+from hicache.backends.file_read import Step, read_pages
 from hicache.backends.keys import KEY_VERSION, object_keys
 from hicache.backends.pages import PageIO
 from hicache.checks import check_int
@@ -45,7 +49,9 @@ __all__ = ["DEFAULT_ROOT", "HiCacheFile", "bucket_of"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/tmp/hicache"
-PARALLEL_READ_BYTES = 256 << 10  # objects this large are read on the read threads
+# a read chunk at most (one C call, then its checks): a long batch pipelines (one chunk's hashes
+# hold the GIL while others read); a chunk's task overhead (~20 us) is a few percent of it
+READ_CHUNK_BYTES = 2 << 20
 TOUCH_AFTER_NS = 60 * 10**9  # a hit leaves an mtime younger than this: LRU resolution, 1 min
 _PAGE_HASH = re.compile(KEY_VERSION + r"_[0-9a-f]{16}_([0-9a-f]{2})")
 Staged = list[tuple[str, str]]  # (temporary, final path) of each object a page still needs
@@ -61,8 +67,8 @@ class HiCacheFile(PageStore):
     max_bytes : the cap on the bytes of committed objects (>= 1); default the lesser of
         64 GiB and half the free space of ``root``'s file system.
     evict_ratio : the fraction of ``max_bytes`` an eviction leaves, in (0, 1].
-    read_threads : threads reading a batch's pages in parallel when its objects are at least
-        ``PARALLEL_READ_BYTES`` (>= 1; 1: the calling thread).
+    read_threads : threads reading a batch's pages in parallel, in chunks of at most
+        ``READ_CHUNK_BYTES`` (>= 1; 1: the calling thread).
     """
 
     medium = "DISK"
@@ -118,58 +124,68 @@ class HiCacheFile(PageStore):
 
     def _read_pages(self, pages: PageIO, keys: list[str], slots: list[int]) -> list[bool]:
         stale = time.time_ns() - TOUCH_AFTER_NS  # an object whose mtime is older is touched
-        wide = pages.object_bytes >= PARALLEL_READ_BYTES
-        return self._readers.map(
-            lambda k, s: self._get_page(pages, k, s, stale), keys, slots, parallel=wide
+        most = max(1, READ_CHUNK_BYTES // (pages.stored_bytes * pages.parts))
+        chunk = min(most, -(-len(keys) // self._readers.threads))  # a chunk a thread at least
+        return self._readers.map_chunks(
+            lambda batch: self._read_chunk(pages, batch, stale),
+            list(zip(keys, slots, strict=True)),
+            chunk,
         )
 
-    def _get_page(self, pages: PageIO, key: str, slot: int, stale_ns: int) -> bool:
-        """Read one page: every object opened and its size checked before any byte lands, so a
-        missing object leaves the page's host slots as they were (one that fails its check
-        leaves them unspecified: the caller does not adopt them)."""
-        fds: list[int] = []
-        paths = self._paths(key, pages.parts)
-        try:
-            for path in paths:
-                if not self._open_sized(path, pages.stored_bytes, stale_ns, fds):
-                    return False
-            targets = pages.target(slot)
-            trailers = [bytearray(pages.trailer_bytes) for _ in fds]
-            for fd, target, trailer in zip(fds, targets, trailers, strict=True):
-                got = os.readv(fd, [target.data, trailer])
-                if got != pages.stored_bytes:
-                    raise OSError(f"short read: {got} of {pages.stored_bytes} bytes")
-            if not self._accepted(pages, key, slot, targets, trailers):
-                self._remove(paths)
-                return False
-            pages.commit(slot, targets)
-            return True
-        except OSError as err:
-            self._fail("read", err)
-            return False
-        finally:
-            for fd in fds:
-                os.close(fd)
+    def _read_chunk(self, pages: PageIO, batch: list[tuple[str, int]], stale_ns: int) -> list[bool]:
+        """Read a chunk of ``(key, slot)`` pages (``file_read.read_pages``: one call, the GIL
+        released in C), then settle each: a page is a hit when every object read whole and
+        passed its trailer's check. A missing object leaves the page's host slots as they were
+        (one that fails leaves them unspecified: the caller does not adopt them)."""
+        parts = pages.parts
+        paths = [p for key, _ in batch for p in self._paths(key, parts)]
+        targets = [pages.target(slot) for _, slot in batch]
+        trailers = [bytearray(pages.trailer_bytes) for _ in paths]
+        buffers = [b for obj in zip(chain(*targets), trailers, strict=True) for b in obj]
+        outcomes = read_pages(paths, buffers, pages.stored_bytes, parts, stale_ns)
+        done = []
+        for i, (key, slot) in enumerate(batch):
+            objects = slice(i * parts, (i + 1) * parts)
+            done.append(
+                self._settled(paths[objects], outcomes[objects], pages.stored_bytes)
+                and self._checked(pages, key, slot, targets[i], trailers[objects], paths[objects])
+            )
+        return done
 
-    def _open_sized(self, path: str, nbytes: int, stale_ns: int, fds: list[int]) -> bool:
-        """Open ``path`` onto ``fds`` (the caller closes them), touched if its mtime is older
-        than ``stale_ns``. False when missing, or not ``nbytes`` long (corrupt: removed, so that
-        ``batch_exists`` stops offering it; the next eviction scan corrects the byte count)."""
-        try:
-            fds.append(os.open(path, os.O_RDONLY))
-        except FileNotFoundError:
-            return False
-        st = os.fstat(fds[-1])
-        if st.st_size == nbytes:
-            if st.st_mtime_ns < stale_ns:  # a hit refreshes the LRU
-                self._touch([fds[-1]])
-            return True
-        self.faults.record("corrupt_object", f"{path}: {st.st_size} bytes, {nbytes} expected")
-        self._remove([path])
-        return False
+    def _settled(self, paths: list[str], outcomes: list[tuple[int, int, int]], stored: int) -> bool:
+        """Count the faults of one page's ``outcomes``; whether every object was read whole."""
+        for path, (step, value, touch) in zip(paths, outcomes, strict=True):
+            if touch < 0:  # e.g. another user's file: it ages, nothing breaks
+                err = OSError(-touch, os.strerror(-touch), path)
+                self.faults.record(io_kind(err), f"touch: {err}", failed=False)
+            if step == Step.WRONG_SIZE:  # removed, so that batch_exists stops offering it
+                self.faults.record("corrupt_object", f"{path}: {value} bytes, {stored} expected")
+                self._remove([path])
+            elif step in (Step.OPEN_FAILED, Step.READ_FAILED) and value != errno.ENOENT:
+                self._fail("read", OSError(value, os.strerror(value), path))
+            elif step == Step.SHORT_READ:
+                self._fail("read", OSError(f"short read: {value} of {stored} bytes"))
+        return all(step == Step.READ_OK for step, _, _ in outcomes)
 
-    def _touch(self, files: list[str] | list[int]) -> None:
-        """Set the mtime of each path or open file to now; best effort (the LRU clock)."""
+    def _checked(
+        self,
+        pages: PageIO,
+        key: str,
+        slot: int,
+        targets: list[Any],
+        trailers: list[Any],
+        paths: list[str],
+    ) -> bool:
+        """Whether the page read into ``targets`` passes its trailers' check (committed to the
+        pool if so); its objects are removed if not."""
+        if not self._accepted(pages, key, slot, targets, trailers):
+            self._remove(paths)
+            return False
+        pages.commit(slot, targets)
+        return True
+
+    def _touch(self, files: list[str]) -> None:
+        """Set the mtime of each path to now; best effort (the LRU clock)."""
         for file in files:
             try:
                 os.utime(file)

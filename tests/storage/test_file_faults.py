@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from hicache.backends import file_lru
+from hicache.backends import file, file_lru
 from hicache.backends.faults import FaultLog, io_kind
 from hicache.backends.file import HiCacheFile
+from hicache.backends.file_read import python_read_pages
 from hicache.backends.guard import GuardedStorage
 
 from .conftest import keys_for, make_host, slots
@@ -75,6 +76,8 @@ def test_a_read_fault_is_counted_and_logged_once(
     def eio(fd: int, buffers: Any) -> int:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
+    # the Python reads, whose os.readv this replaces (test_file_read: C and Python agree)
+    monkeypatch.setattr(file, "read_pages", python_read_pages)
     monkeypatch.setattr(os, "readv", eio)
     with caplog.at_level(logging.WARNING, FILE_LOG):
         for _ in range(CALLS):
