@@ -33,10 +33,10 @@ BAD = {
 
 @pytest.mark.parametrize("slots", GOOD.values(), ids=GOOD.keys())
 def test_whole_aligned_pages_pass(slots: list[int]) -> None:
-    check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)  # type: ignore[arg-type]
+    check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)
 
 
 @pytest.mark.parametrize(("slots", "message"), BAD.values(), ids=BAD.keys())
 def test_bad_layouts_are_refused(slots: list[int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)  # type: ignore[arg-type]
+        check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)
