@@ -54,6 +54,7 @@ class ReqToTokenPool(ThreadBound):
             if self.device.type == "cpu"
             else torch.zeros(shape, dtype=torch.int32)
         )
+        self._cpu_rows = self.req_to_token_cpu.numpy()  # its memory: the writes' numpy view
         self._free: list[int] = []
         self._used: set[int] = set()
         self.clear()
@@ -111,22 +112,19 @@ class ReqToTokenPool(ThreadBound):
         """
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)
-        host_cols = host_copy(cols) if isinstance(cols, torch.Tensor) else cols
-        host = values
-        if isinstance(values, torch.Tensor):
-            host = host_copy(values)
+        host_cols = host_copy(cols).numpy() if isinstance(cols, torch.Tensor) else cols
+        host: np.ndarray | int = values if isinstance(values, int) else host_copy(values).numpy()
+        if isinstance(host, np.ndarray):
             _check_range("values", "slot ids", host, SLOT_LIMIT, ValueError)
-            host = host.to(torch.int32)
-        self.req_to_token_cpu[row, host_cols] = host  # the table itself on the CPU
+            host = host.astype(np.int32)  # lossless: in range
+        self._cpu_rows[row, host_cols] = host  # the table itself on the CPU
         if self.req_to_token is self.req_to_token_cpu:
             return
-        if isinstance(cols, torch.Tensor) and isinstance(host_cols, torch.Tensor):
-            cols = cols.to(self.device) if cols.is_cuda else to_device(host_cols, self.device)
-        if isinstance(values, torch.Tensor):
+        if isinstance(cols, torch.Tensor) and isinstance(host_cols, np.ndarray):
+            cols = cols.to(self.device) if cols.is_cuda else _on(host_cols, self.device)
+        if isinstance(values, torch.Tensor) and isinstance(host, np.ndarray):
             values = (
-                values.to(self.device, torch.int32)
-                if values.is_cuda
-                else to_device(host, self.device)  # type: ignore[arg-type]
+                values.to(self.device, torch.int32) if values.is_cuda else _on(host, self.device)
             )
         self.req_to_token[row, cols] = values
 
@@ -148,9 +146,14 @@ class ReqToTokenPool(ThreadBound):
             _check_integer_tensor("indices: cols", cols)
             if cols.dim() != 1:
                 raise TypeError(f"indices: cols must be 1-D, got shape {tuple(cols.shape)}")
-            _check_range("indices", "cols", host_copy(cols), width, IndexError)
+            _check_range("indices", "cols", host_copy(cols).numpy(), width, IndexError)
             return row, cols.to(torch.int64), cols.numel()
         return row, _bounded("indices", "col", cols, width), 1
+
+
+def _on(host: np.ndarray, device: torch.device) -> torch.Tensor:
+    """CPU values ``host`` on ``device`` (one non-blocking copy, ``devices.to_device``)."""
+    return to_device(torch.from_numpy(host), device)
 
 
 def _bounded(name: str, what: str, value: Any, limit: int) -> int:
@@ -170,11 +173,12 @@ def _check_integer_tensor(name: str, tensor: torch.Tensor) -> None:
         raise ValueError(f"{name} must be on the CPU or a CUDA device, got {tensor.device}")
 
 
-def _check_range(name: str, what: str, values: torch.Tensor, limit: int, error: type) -> None:
-    """``error`` unless ``values`` (on the CPU) lie in ``[0, limit)``: one ``aminmax``."""
-    if values.numel() == 0:
+def _check_range(name: str, what: str, values: np.ndarray, limit: int, error: type) -> None:
+    """``error`` unless ``values`` lie in ``[0, limit)``: a min and a max (numpy: a small
+    torch reduction costs several times as much on the scheduler's path)."""
+    if values.size == 0:
         return
-    low, high = (int(v) for v in torch.aminmax(values))
+    low, high = int(values.min()), int(values.max())
     if low < 0 or high >= limit:
         raise error(f"{name}: {what} must lie in [0, {limit}), got values in [{low}, {high}]")
 

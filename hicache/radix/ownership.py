@@ -92,15 +92,15 @@ def check_pages(slots: Slots, name: str, allocator: SlotAllocator | None) -> Non
 
 def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
     """The first slot of each page of ``ids``; ``ValueError`` unless every page is aligned and
-    consecutive (the last one may be partial)."""
+    consecutive (the last one may be partial). Each slot minus its place in its page must be
+    its page's first slot, a multiple of ``page``: a few whole-array numpy ops."""
+    first = ids - _lanes(page, ids.size)  # each slot's page start, where the layout is right
+    starts: np.ndarray = first[::page]
     whole = ids.size - ids.size % page
-    rows, tail = ids[:whole].reshape(-1, page), ids[whole:]
-    starts = np.concatenate([rows[:, 0], tail[:1]])
-    lanes = np.arange(page)
     if (
         (starts % page).any()
-        or not np.array_equal(rows, rows[:, :1] + lanes)
-        or (tail.size and not np.array_equal(tail, tail[0] + lanes[: tail.size]))
+        or (first[:whole].reshape(-1, page) != starts[: whole // page, None]).any()
+        or (first[whole:] != starts[-1]).any()
     ):
         _fail(
             name,
@@ -108,6 +108,17 @@ def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
             "(a page's slots may not straddle two pages)",
         )
     return starts
+
+
+_LANES: dict[int, np.ndarray] = {}  # page size -> ``k % page`` for k in range(len), grown as needed
+
+
+def _lanes(page: int, n: int) -> np.ndarray:
+    """``[k % page for k in range(n)]`` (int64; a view of a cached array: never write it)."""
+    lanes = _LANES.get(page)
+    if lanes is None or lanes.size < n:
+        lanes = _LANES[page] = np.arange(max(n, 1 << 16), dtype=np.int64) % page
+    return lanes[:n]
 
 
 class SlotOwners:

@@ -168,6 +168,15 @@ def _check_lock(tree: RadixTree, req: Any, on_device: list[TreeNode]) -> None:
         )
 
 
+def _row_slots(table: torch.Tensor, idx: int, n: int) -> Slots:
+    """A private int64 copy of ``table[idx, :n]``. ``table`` is the CPU mirror where the pool
+    keeps one (``ReqToTokenPool.req_to_token_cpu``: reading a device row back would wait for
+    the device), read through numpy (a torch slice costs several times as much)."""
+    if table.device.type == "cpu":
+        return table.numpy()[idx, :n].astype(np.int64)
+    return copy_slots(table[idx, :n])
+
+
 class CheckedReq(NamedTuple):
     """A validated request: its row id, an int64 copy of its row ``[kv_len]``, the key of its
     whole pages and how many leading tokens of that key the tree holds on the device."""
@@ -198,9 +207,7 @@ def check_req(
     aligned = key[: len(key) - len(key) % tree.page_size]
     present, on_device = tree.device_prefix(aligned)
     _check_lock(tree, req, on_device)
-    # the CPU mirror where the pool keeps one (``ReqToTokenPool.req_to_token_cpu``): reading a
-    # device row back would wait for the device
-    row = copy_slots(getattr(pool, "req_to_token_cpu", table)[idx, : len(key)])
+    row = _row_slots(getattr(pool, "req_to_token_cpu", table), idx, len(key))
     own = row[req.cache_protected_len :]
     name = "req_to_token row (positions cache_protected_len..kv_len)"
     check_pages(own, name, allocator)
