@@ -16,6 +16,17 @@ PAGE = 4
 LAYERS = 2
 
 
+# (mla, host layout, io_backend): every layout, each with a backend that serves it
+CASES = [
+    (False, "layer_first", "kernel"),
+    (False, "page_first", "kernel"),
+    (False, "page_head", "kernel"),
+    (False, "page_first_direct", "direct"),
+    (True, "layer_first", "kernel"),
+    (True, "page_first", "kernel"),
+]
+
+
 def storage_config(root: Path | HiCacheStorage, **changes: Any) -> StorageConfig:
     """A file store under ``root`` (or the given backend), threshold one page, waiting."""
     fields: dict[str, Any] = {

@@ -13,6 +13,7 @@ import torch
 
 from hicache.radix.page_hash import namespace_seed, page_hashes
 from tests.radix.storage_helpers import (
+    CASES,
     PAGE,
     kv_of,
     load,
@@ -22,14 +23,6 @@ from tests.radix.storage_helpers import (
     write_prefix,
 )
 
-CASES = [
-    (False, "layer_first", "kernel"),
-    (False, "page_first", "kernel"),
-    (False, "page_head", "kernel"),
-    (False, "page_first_direct", "direct"),
-    (True, "layer_first", "kernel"),
-    (True, "page_first", "kernel"),
-]
 TOKENS = 32  # eight pages
 
 

@@ -12,6 +12,7 @@ import torch
 from hicache.backends.memory import MemoryStorage
 from hicache.radix import RadixKey
 from tests.radix.storage_helpers import (
+    CASES,
     PAGE,
     kv_of,
     load,
@@ -26,16 +27,6 @@ from tests.radix.storage_helpers import (
 def _ids(n: int, seed: int = 1) -> list[int]:
     rng = random.Random(seed)
     return [rng.randrange(1, 30_000) for _ in range(n)]
-
-
-CASES = [
-    (False, "layer_first", "kernel"),
-    (False, "page_first", "kernel"),
-    (False, "page_head", "kernel"),
-    (False, "page_first_direct", "direct"),
-    (True, "layer_first", "kernel"),
-    (True, "page_first", "kernel"),
-]
 
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
