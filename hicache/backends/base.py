@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from hicache.backends.faults import FaultLog
-from hicache.backends.keys import check_keys, object_keys
+from hicache.backends.keys import check_keys
 from hicache.backends.pages import PageIO
 from hicache.pools.host_pool import HostKVPool
 
@@ -141,13 +141,14 @@ class PageStore(HiCacheStorage):
         return self.faults.counts()
 
     def _accepted(
-        self, pages: PageIO, key: str, slot: int, targets: list[Any], trailers: list[Any]
+        self, pages: PageIO, names: list[str], slot: int, targets: list[Any], trailers: list[Any]
     ) -> bool:
-        """``pages.accept`` for page ``key``'s objects read into ``targets``; a page that fails
-        it is a ``checksum_mismatch`` fault (the caller removes its objects)."""
-        if pages.accept(object_keys(key, pages.parts), slot, targets, trailers):
+        """``pages.accept`` for a page's objects ``names`` (``keys.object_keys``) read into
+        ``targets``; a page that fails it is a ``checksum_mismatch`` fault (the caller removes
+        its objects)."""
+        if pages.accept(names, slot, targets, trailers):
             return True
-        self.faults.record("checksum_mismatch", f"page {key}: an object failed its checksum")
+        self.faults.record("checksum_mismatch", f"objects {names}: one failed its checksum")
         return False
 
     def batch_exists(

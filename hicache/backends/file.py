@@ -98,14 +98,16 @@ class HiCacheFile(PageStore):
         self.max_bytes = max_bytes if max_bytes is not None else default_cap(self.root)
         self.usage = DirectoryUsage(self.root, float(evict_ratio))
 
-    def _paths(self, page_key: str, parts: int) -> list[str]:
-        """Where the objects of page ``page_key`` live (f-strings: this is the hot path)."""
+    def _paths(self, page_key: str, names: list[str]) -> list[str]:
+        """Where the objects ``names`` (``object_keys``) of page ``page_key`` live (f-strings:
+        this is the hot path)."""
         base = f"{self.root}/{bucket_of(page_key)}/"
-        return [f"{base}{k}{OBJECT_SUFFIX}" for k in object_keys(page_key, parts)]
+        return [f"{base}{k}{OBJECT_SUFFIX}" for k in names]
 
     def _count_present(self, pages: PageIO, keys: list[str]) -> int:
         for i, key in enumerate(keys):
-            if self.closed or not self._present(self._paths(key, pages.parts), pages):
+            paths = self._paths(key, object_keys(key, pages.parts))
+            if self.closed or not self._present(paths, pages):
                 return i
         return len(keys)
 
@@ -138,18 +140,22 @@ class HiCacheFile(PageStore):
         passed its trailer's check. A missing object leaves the page's host slots as they were
         (one that fails leaves them unspecified: the caller does not adopt them)."""
         parts = pages.parts
-        paths = [p for key, _ in batch for p in self._paths(key, parts)]
+        names = [object_keys(key, parts) for key, _ in batch]
+        paths = [p for (key, _), n in zip(batch, names, strict=True) for p in self._paths(key, n)]
         targets = [pages.target(slot) for _, slot in batch]
         trailers = [bytearray(pages.trailer_bytes) for _ in paths]
         buffers = [b for obj in zip(chain(*targets), trailers, strict=True) for b in obj]
         outcomes = read_pages(paths, buffers, pages.stored_bytes, parts, stale_ns)
         done = []
-        for i, (key, slot) in enumerate(batch):
+        for i, (_, slot) in enumerate(batch):
             objects = slice(i * parts, (i + 1) * parts)
-            done.append(
-                self._settled(paths[objects], outcomes[objects], pages.stored_bytes)
-                and self._checked(pages, key, slot, targets[i], trailers[objects], paths[objects])
-            )
+            ok = self._settled(paths[objects], outcomes[objects], pages.stored_bytes)
+            if ok and not self._accepted(pages, names[i], slot, targets[i], trailers[objects]):
+                self._remove(paths[objects])  # it failed its trailer's check
+                ok = False
+            if ok:
+                pages.commit(slot, targets[i])
+            done.append(ok)
         return done
 
     def _settled(self, paths: list[str], outcomes: list[tuple[int, int, int]], stored: int) -> bool:
@@ -167,23 +173,6 @@ class HiCacheFile(PageStore):
                 self._fail("read", OSError(f"short read: {value} of {stored} bytes"))
         return all(step == Step.READ_OK for step, _, _ in outcomes)
 
-    def _checked(
-        self,
-        pages: PageIO,
-        key: str,
-        slot: int,
-        targets: list[Any],
-        trailers: list[Any],
-        paths: list[str],
-    ) -> bool:
-        """Whether the page read into ``targets`` passes its trailers' check (committed to the
-        pool if so); its objects are removed if not."""
-        if not self._accepted(pages, key, slot, targets, trailers):
-            self._remove(paths)
-            return False
-        pages.commit(slot, targets)
-        return True
-
     def _touch(self, files: list[str]) -> None:
         """Set the mtime of each path to now; best effort (the LRU clock)."""
         for file in files:
@@ -198,9 +187,10 @@ class HiCacheFile(PageStore):
         done = [False] * len(keys)
         staged: dict[int, Staged] = {}
         for i, (key, slot) in enumerate(zip(keys, slots, strict=True)):
-            paths = self._paths(key, pages.parts)
+            names = object_keys(key, pages.parts)
+            paths = self._paths(key, names)
             try:
-                objects = zip(paths, object_keys(key, pages.parts), pages.source(slot), strict=True)
+                objects = zip(paths, names, pages.source(slot), strict=True)
                 missing = [(p, n, a) for p, n, a in objects if not self._present([p], pages)]
                 if not missing:
                     self._touch(paths)

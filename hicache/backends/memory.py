@@ -48,7 +48,7 @@ class MemoryStorage(PageStore):
         targets, cut = pages.target(slot), pages.object_bytes
         for target, raw in zip(targets, data, strict=True):
             target[:] = np.frombuffer(raw, np.uint8, cut)
-        if not self._accepted(pages, key, slot, targets, [raw[cut:] for raw in data]):
+        if not self._accepted(pages, names, slot, targets, [raw[cut:] for raw in data]):
             with self._lock:  # removed, so that batch_exists stops offering it
                 for name in names:
                     self._objects.pop(name, None)

@@ -243,11 +243,9 @@ class MooncakeStore(PageStore):
             targets = pages.target(slot)
         else:
             targets = [payloads[r * size : (r + 1) * size] for r in rows]
-        if not self._accepted(pages, key, slot, targets, [trailers[r].data for r in rows]):
-            self._note(
-                "batch_remove",
-                [int(c) for c in self._store.batch_remove(object_keys(key, parts), True)],
-            )
+        names = object_keys(key, parts)
+        if not self._accepted(pages, names, slot, targets, [trailers[r].data for r in rows]):
+            self._note("batch_remove", [int(c) for c in self._store.batch_remove(names, True)])
             return False
         pages.commit(slot, targets)
         return True
