@@ -10,6 +10,7 @@ from typing import Any
 
 from hicache.backends.base import HiCacheStorage
 from hicache.checks import check_choice, check_int
+from hicache.controller.config import check_tiering
 
 __all__ = ["BACKENDS", "PREFETCH_POLICIES", "StorageConfig"]
 
@@ -53,6 +54,9 @@ class StorageConfig:
         abandoned call, every call is a fast miss until one returns.
     cost_aware : skip a storage load whose expected time (measured bandwidth) exceeds the
         expected recompute time (measured prefill speed); see ``hicache.backends.cost``.
+    tiering : ``inclusive`` (default: a page is written to storage when its host backup lands)
+        or ``exclusive`` (written when the host tier evicts it: storage holds what the host
+        tier let go); ``hicache.controller.TIERINGS``.
     """
 
     backend: str | HiCacheStorage = "file"
@@ -71,6 +75,7 @@ class StorageConfig:
     call_timeout_s: float = 10.0
     call_workers: int = 4
     cost_aware: bool = True
+    tiering: str = "inclusive"
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, HiCacheStorage):
@@ -87,6 +92,7 @@ class StorageConfig:
         if self.tp_rank >= self.tp_size:
             raise ValueError(f"tp_rank must be < tp_size={self.tp_size}, got {self.tp_rank}")
         check_choice("prefetch_policy", self.prefetch_policy, PREFETCH_POLICIES)
+        check_tiering(self.tiering)
         check_int("prefetch_threshold", self.prefetch_threshold, minimum=1)
         for name in ("prefetch_timeout_base", "prefetch_timeout_per_ki_token"):
             _check_seconds(name, getattr(self, name))

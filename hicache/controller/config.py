@@ -12,6 +12,10 @@ from hicache.checks import check_choice, check_int
 from hicache.pools import HostKVPool, KVPool, SlotAllocator, check_pair
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+# How a lower tier relates to the one above it: ``inclusive`` (a page copied down stays above
+# too) or ``exclusive`` (a page lives in one of the two: it moves down when evicted above and a
+# load-back moves it up).
+TIERINGS = ("inclusive", "exclusive")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,11 @@ def check_write_policy(write_policy: object) -> str:
     """``write_policy`` if it is one of :data:`WRITE_POLICIES`, else ``ValueError``: the one
     check of a write policy (the radix config calls it too)."""
     return check_choice("write_policy", write_policy, WRITE_POLICIES)
+
+
+def check_tiering(tiering: object) -> str:
+    """``tiering`` if it is one of :data:`TIERINGS`, else ``ValueError``."""
+    return check_choice("tiering", tiering, TIERINGS)
 
 
 class SetLike(Protocol):

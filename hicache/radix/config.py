@@ -8,7 +8,7 @@ from typing import Any
 
 from hicache.backends import StorageConfig
 from hicache.checks import check_int
-from hicache.controller import check_write_policy
+from hicache.controller import check_tiering, check_write_policy
 from hicache.controller.integrity import check_verify
 from hicache.pools import check_pair
 from hicache.radix.policies import check_policy
@@ -67,6 +67,10 @@ class HiCacheConfig:
     verify_sample_period : under ``sample``, one load-back in this many is verified.
     storage : the storage tier (L3) below the host tier, or None (none); see
         ``hicache.backends.StorageConfig``.
+    tiering : ``inclusive`` (default: a page backed up to the host stays on the device until
+        evicted there) or ``exclusive`` (a page lives on the device or on the host, not both: it
+        is copied down only when the device evicts it, whatever ``write_policy`` says, and a
+        load-back frees its host copy once landed); ``hicache.controller.TIERINGS``.
     layers_ahead : None (default): a load batch is issued whole by
         ``ready_to_load_host_cache``; an int ``n >= 1``: its first ``n`` layers there, the rest
         as the forward pass reads them (``HiCacheController``'s ``layers_ahead``).
@@ -82,6 +86,7 @@ class HiCacheConfig:
     verify_sample_period: int = 8
     storage: StorageConfig | None = None
     layers_ahead: int | None = None
+    tiering: str = "inclusive"
 
     def __post_init__(self) -> None:
         if self.storage is not None and not isinstance(self.storage, StorageConfig):
@@ -94,6 +99,7 @@ class HiCacheConfig:
         check_pair(self.mem_layout, self.io_backend, name="mem_layout")
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
         check_verify(self.verify, self.verify_sample_period)
+        check_tiering(self.tiering)
         if self.layers_ahead is not None:
             check_int("layers_ahead", self.layers_ahead, minimum=1)
 
