@@ -161,6 +161,8 @@ def _storage_rows(s: CacheStats) -> Iterator[Row]:
         ),
         ("storage_prefetch_loaded_tokens", "Tokens prefetches inserted", st.prefetch_loaded_tokens),
         ("storage_backup_pages", "Pages written to storage", st.backup_pages),
+        ("storage_eviction_write_pages", "Pages written on host eviction", st.eviction_write_pages),
+        ("storage_eviction_dropped_pages", "Pages lost: write failed", st.eviction_dropped_pages),
         ("storage_failures", "Failed or refused storage calls", st.failures),
     ]
     for name, doc, value in counters:

@@ -45,6 +45,8 @@ name                                     type      labels
 ``storage_prefetch_skipped_total``       counter
 ``storage_prefetch_loaded_tokens_total`` counter
 ``storage_backup_pages_total``           counter
+``storage_eviction_write_pages_total``   counter   (exclusive tiering: written on host eviction)
+``storage_eviction_dropped_pages_total`` counter   (exclusive: evicted after a failed write)
 ``storage_pending``                      gauge     ``kind`` = ``prefetch`` | ``backup``
 ``storage_bytes_total``                  counter   ``direction`` = ``read`` | ``write``
 ``storage_seconds_total``                counter   ``direction``

@@ -163,6 +163,10 @@ class StorageIO:
     def drain(self) -> None:
         """Block until both threads have finished everything queued so far."""
         self._prefetch_q.join()
+        self.drain_backups()
+
+    def drain_backups(self) -> None:
+        """Block until the backup thread has finished every write queued so far."""
         self._backup_q.join()
 
     def close(self) -> None:

@@ -104,6 +104,11 @@ class StorageTierStats:
         recomputing (``hicache.backends.cost``).
     prefetch_loaded_tokens : tokens prefetches inserted into the tree as host-only nodes.
     backup_pages : pages written to storage (present afterwards) by backups.
+    eviction_write_pages : of ``backup_pages``, those written when the host tier evicted their
+        node (``StorageConfig.tiering`` exclusive); the rest were written when their host
+        backup landed (inclusive).
+    eviction_dropped_pages : pages the host tier evicted under exclusive tiering after their
+        storage write failed (lost, not served).
     pending_prefetches, pending_backups : prefetches and node backups in flight (gauges).
     bytes_read, bytes_written, read_seconds, write_seconds : storage traffic and busy time.
     failures : backend calls that failed (errors, exceptions) or were refused by the breaker.
@@ -135,6 +140,8 @@ class StorageTierStats:
     failures: int
     breaker_state: str
     breaker_trips: int = 0
+    eviction_write_pages: int = 0
+    eviction_dropped_pages: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     exists_call_seconds: Durations = EMPTY
     get_call_seconds: Durations = EMPTY

@@ -125,6 +125,10 @@ class BelowHost(Protocol):
     def settle(self) -> None:
         """Block until no storage write reads host slots."""
 
+    def victims(self, leaves: LeafSet) -> Iterator[TreeNode]:
+        """The host-evictable ``leaves`` the host tier may delete now, popped in policy order
+        as it asks for them (the storage tiering may write some first, and block on it)."""
+
 
 class StorageChain(Protocol):
     """The cache calls a storage link answers (``BasePrefixCache`` holds their contract): the

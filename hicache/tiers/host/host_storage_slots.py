@@ -2,17 +2,21 @@
 
 A prefetch reserves host slots (``reserve``, after ``make_room``) before its read, then each
 slot is adopted by a new host-only leaf (``adopt``) or given back (``release``); ``reserved``
-counts those in between, so the host pool's slots stay accounted for (``host_checks``).
+counts those in between, so the host pool's slots stay accounted for (``host_checks``). Host
+eviction takes its leaves through the storage tier (``victims``), which may write them first.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 
 from hicache.controller import HiCacheController
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
-from hicache.radix.tier import TierSite
+from hicache.radix.policies import LeafSet
+from hicache.radix.tier import BelowHost, TierSite
 
 
 class StorageSlots:
@@ -24,8 +28,18 @@ class StorageSlots:
     _size: int
     _reserved: int
 
+    leaves: LeafSet
+    below: BelowHost | None
+
     def evict(self, num_tokens: int) -> int:
         raise NotImplementedError  # ``HostTier.evict``
+
+    def victims(self) -> Iterator[TreeNode]:
+        """The leaves ``evict`` deletes, popped in order as it asks: the storage tier's say
+        (``BelowHost.victims``: under exclusive tiering it writes some first), else all."""
+        return (
+            iter(self.leaves.pop, None) if self.below is None else self.below.victims(self.leaves)
+        )
 
     def reserved(self) -> int:
         """Host slots reserved (``reserve``) and not yet adopted or released."""

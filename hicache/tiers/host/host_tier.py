@@ -247,8 +247,9 @@ class HostTier(StorageSlots):
     def evict(self, num_tokens: int) -> int:
         freed: list[Slots] = []
         count = 0
+        victims = self.victims()
         while count < num_tokens:
-            node = self.leaves.pop()
+            node = next(victims, None)
             if node is None:
                 break
             assert node.host_slots is not None and node.slots is None

@@ -47,10 +47,13 @@ KNOWN_PAGES_MAX = 1 << 20
 
 
 class _Tag(NamedTuple):
-    """A backup's ``tag``: its node and the page hashes it writes (the node may split later)."""
+    """A backup's ``tag``: its node and the page hashes it writes (the node may split later);
+    ``demoted``: written because the host tier evicts the node (``demote``), not on its host
+    write's ack (``backed_up``)."""
 
     node: TreeNode
     hashes: list[bytes]
+    demoted: bool
 
 
 class StorageBackups:
@@ -80,6 +83,7 @@ class StorageBackups:
         self._known: OrderedDict[bytes, None] = OrderedDict()
         self._writing: dict[bytes, tuple[Backup, int]] = {}  # page hash -> backup in flight
         self.written_pages = 0  # pages present in storage after a backup (counter)
+        self.demoted_pages = 0  # of those, the pages written by ``demote`` (counter)
 
     def pins(self, node: TreeNode) -> bool:
         return node.id in self._pinned
@@ -101,16 +105,45 @@ class StorageBackups:
                 self._queue(n, hashes, None if prior is None else self._writing.get(prior))
             prior = hashes[-1]
 
-    def _queue(self, node: TreeNode, hashes: list[bytes], after: tuple[Backup, int] | None) -> None:
+    def stored(self, node: TreeNode) -> bool:
+        """Whether every page of ``node`` is known to be in storage or queued for it (always,
+        on a rank that writes nothing and has no peers to pin alike: MLA ranks other than 0)."""
+        if not self.keys.writes and not self.tp.active:
+            return True
+        known = self._known
+        return all(h in known for h in node_hashes(node, self.page_size))
+
+    def demote(self, node: TreeNode) -> None:
+        """Pin the host-only leaf ``node`` the host tier is evicting and queue the write of its
+        pages (exclusive tiering: its ancestors are not written), after its parent's last
+        page's backup when that is in flight."""
+        parent = node.parent
+        assert parent is not None, "demote of the root"
+        prior = None if parent is self.tree.root else node_hashes(parent, self.page_size)[-1]
+        after = None if prior is None else self._writing.get(prior)
+        self._queue(node, node_hashes(node, self.page_size), after, demoted=True)
+
+    def settle(self) -> None:
+        """Block until the backup thread has run every queued write; process them (``poll``)."""
+        self.io.drain_backups()
+        self.poll()
+
+    def _queue(
+        self,
+        node: TreeNode,
+        hashes: list[bytes],
+        after: tuple[Backup, int] | None,
+        demoted: bool = False,
+    ) -> None:
         """Pin ``node`` and queue the write of its pages ``hashes`` ``after`` its parent page's
-        backup (None: not in flight)."""
+        backup (None: not in flight); ``demoted``: see ``_Tag``."""
         assert node.host_slots is not None, "a backup of a node not on the host"
         self.remember(hashes)
         self._pinned[node.id] = node
         self._pins[node.id] += 1
         self.host.refile(node)
         keys = self.keys.page_keys(hashes) if self.keys.writes else []
-        tag = _Tag(node, hashes)
+        tag = _Tag(node, hashes, demoted)
         op = Backup(tag, keys, as_tensor(node.host_slots), self._announcer(node), after)
         self._writing.update((h, (op, i)) for i, h in enumerate(hashes))
         self._queued.append(op)
@@ -157,6 +190,7 @@ class StorageBackups:
         for i in range(count):
             op = self._queued.popleft()
             self.written_pages += op.written_pages
+            self.demoted_pages += op.written_pages if op.tag.demoted else 0
             self._written(op, bool(failed[i]))
             if failed[i]:
                 self._held.append(op)  # unpinned once no timed-out write reads its slots
@@ -177,7 +211,7 @@ class StorageBackups:
         self._held = [op for op, ok in zip(self._held, free, strict=True) if not ok]
 
     def _unpin(self, op: Backup) -> None:
-        node, _ = op.tag
+        node = op.tag.node
         self._pins[node.id] -= 1
         if not self._pins[node.id]:
             del self._pins[node.id], self._pinned[node.id]
@@ -186,8 +220,7 @@ class StorageBackups:
     def _written(self, op: Backup, failed: bool) -> None:
         """``op`` has ended: its pages wait on it no more; failed (or cancelled), they were not
         stored, so a later backup tries again."""
-        _, hashes = op.tag
-        for h in hashes:
+        for h in op.tag.hashes:
             if self._writing.get(h, (None,))[0] is op:
                 del self._writing[h]
             if failed:

@@ -36,7 +36,7 @@ class StorageLink:
         self.tier.cost.note_prefill(tokens, seconds)
 
     def check_hicache_events(self) -> None:
-        self.tier.poll()
+        self.tier.step()
 
     def drain_transfers(self) -> None:
         """Every storage write and prefetch step queued."""

@@ -14,7 +14,9 @@ read still running in the backend holds them (``held``: they are quarantined unt
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hicache.backends import StorageConfig
@@ -22,6 +24,30 @@ from hicache.backends.cost import LoadCost
 from hicache.backends.deadline import touches
 from hicache.backends.io import Prefetch, PrefetchState, StorageIO
 from hicache.tiers.host.host_tier import HostTier
+
+
+@dataclass
+class PrefetchRequest:
+    """A prefetch in flight: the operation and the tokens it would insert."""
+
+    op: Prefetch
+    ids: np.ndarray  # the request's tokens from the root through its last prefetched page
+    extra_key: object
+    start: int  # tokens of ``ids`` above the prefetched pages (the anchor's depth)
+    hashes: list[bytes]  # one per prefetched page
+    lead_key: str  # the first page's key (the storage tier's leader of that key)
+    decided: bool = False  # whether ``decide`` has answered its query
+
+
+@dataclass
+class PrefetchFollower:
+    """A request whose first pages another request (``leader``) is already reading: it waits
+    for that read, then prefetches what is still missing below it."""
+
+    leader: str
+    ids: np.ndarray  # the request's tokens from the root through its last whole page
+    extra_key: object
+    started: float
 
 
 class PrefetchReads:

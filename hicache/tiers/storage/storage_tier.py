@@ -12,11 +12,11 @@ in the tree. Two flows connect them, both through host slots:
   host-only leaves under the deepest node of their path (the existing load-back takes over),
   duplicates of nodes that appeared meanwhile are released, and the rest is cancelled; slots
   still being written are released once the thread lets go of them.
-- **Backup** (``backed_up``, called by the host tier on each host write ack): every node on the
-  path whose pages are not yet queued is written to storage, parents first, on one thread, so
-  no prefix has holes (a failed write cancels the queued writes below it). A node being
-  written is **pinned**: the host tier will not evict it until storage has acknowledged, so
-  the bytes read are the node's.
+- **Backup** (``StorageBackups``; when, ``StorageTiering``): ``inclusive``, on each host write
+  ack (``backed_up``) every node on the path whose pages are not yet queued is written, parents
+  first, on one thread, so no prefix has holes (a failed write cancels the queued writes below
+  it); ``exclusive``, a host leaf is written when the host tier evicts it (``victims``). A node
+  being written is **pinned**: the host tier will not evict it until storage has acknowledged.
 
 A failed or refused storage call is a miss; nothing here raises on a backend failure.
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -45,35 +45,13 @@ from hicache.radix.events import Medium, NodeEvents
 from hicache.radix.key import RadixKey, edge_ids
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
+from hicache.radix.policies import LeafSet
 from hicache.radix.stats import StorageTierStats
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
 from hicache.tiers.storage.storage_backup import StorageBackups
-from hicache.tiers.storage.storage_reads import PrefetchReads
-
-
-@dataclass
-class _Request:
-    """A prefetch in flight: the operation and the tokens it would insert."""
-
-    op: Prefetch
-    ids: np.ndarray  # the request's tokens from the root through its last prefetched page
-    extra_key: object
-    start: int  # tokens of ``ids`` above the prefetched pages (the anchor's depth)
-    hashes: list[bytes]  # one per prefetched page
-    lead_key: str  # the first page's key (``StorageTier._leaders``)
-    decided: bool = False  # whether ``_start_reads`` has answered its query
-
-
-@dataclass
-class _Follower:
-    """A request whose first pages another request (``leader``) is already reading: it waits
-    for that read, then prefetches what is still missing below it."""
-
-    leader: str
-    ids: np.ndarray  # the request's tokens from the root through its last whole page
-    extra_key: object
-    started: float
+from hicache.tiers.storage.storage_reads import PrefetchFollower, PrefetchReads, PrefetchRequest
+from hicache.tiers.storage.storage_tiering import StorageTiering
 
 
 class StorageTier:
@@ -109,12 +87,13 @@ class StorageTier:
         self.page_size = keys.fingerprint.page_size  # the device pool's geometry's
         ps = self.page_size
         self.threshold = -(-config.prefetch_threshold // ps) * ps  # whole pages
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, PrefetchRequest] = {}
         self._loaded: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # first page key -> the request reading it
-        self._followers: dict[str, _Follower] = {}  # requests waiting on another's read
+        self._followers: dict[str, PrefetchFollower] = {}  # requests waiting on another's read
         self.backups = StorageBackups(tree, host, io, keys, ps, events, medium, storage.held_slots)
         self.reads = PrefetchReads(host, io, config, cost, self.threshold, ps, storage.held_slots)
+        self.tiering = StorageTiering(self.backups, config.tiering)
         self.tp = host.tp
         self._prefetches = self._loaded_tokens = 0
 
@@ -142,10 +121,14 @@ class StorageTier:
         if req_id in self._followers:
             raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
         if leader is not None:  # its read covers our first page: wait for it, don't read twice
-            self._followers[req_id] = _Follower(leader, full, key.extra_key, time.monotonic())
+            self._followers[req_id] = PrefetchFollower(
+                leader, full, key.extra_key, time.monotonic()
+            )
             return True
         op = Prefetch(req_id, keys)
-        self._requests[req_id] = _Request(op, full, key.extra_key, len(full) - n, hashes, keys[0])
+        self._requests[req_id] = PrefetchRequest(
+            op, full, key.extra_key, len(full) - n, hashes, keys[0]
+        )
         self._leaders[keys[0]] = req_id
         self._prefetches += 1
         self.io.query(op)
@@ -171,7 +154,7 @@ class StorageTier:
         self._finish(req_id, request, pages)
         return True
 
-    def _follow(self, req_id: str, follower: _Follower) -> bool:
+    def _follow(self, req_id: str, follower: PrefetchFollower) -> bool:
         """A follower's progress: wait while its leader reads, then prefetch the rest below
         what the leader put in the tree (or go, when the policy stops waiting)."""
         if follower.leader in self._requests:
@@ -201,7 +184,7 @@ class StorageTier:
             request.op.cancel()
             self.reads.retire(request.op)
 
-    def _finish(self, req_id: str, request: _Request, pages: int) -> None:
+    def _finish(self, req_id: str, request: PrefetchRequest, pages: int) -> None:
         """End ``request``, adopting its first ``pages`` pages (read on every rank)."""
         del self._requests[req_id]
         self._leaders.pop(request.lead_key, None)
@@ -212,7 +195,7 @@ class StorageTier:
         self._loaded_tokens += adopted
         self.reads.retire(request.op)
 
-    def _adopt(self, request: _Request, pages: int) -> int:
+    def _adopt(self, request: PrefetchRequest, pages: int) -> int:
         """Insert the first ``pages`` prefetched pages as a host-only leaf; returns its tokens.
         The slots of pages the tree already holds (or cannot take) stay for ``reads.retire``."""
         ps, op = self.page_size, request.op
@@ -241,13 +224,16 @@ class StorageTier:
             for request, done in zip(undecided, decided, strict=True):
                 request.decided = done
 
-    # ---- backup (``StorageBackups``) ---------------------------------------------------------
+    # ---- backup (``StorageBackups``, ``StorageTiering``) -------------------------------------
 
     def pins(self, node: TreeNode) -> bool:
         return self.backups.pins(node)
 
     def backed_up(self, node: TreeNode) -> None:
-        self.backups.backed_up(node)
+        self.tiering.backed_up(node)
+
+    def victims(self, leaves: LeafSet) -> Iterator[TreeNode]:
+        return self.tiering.victims(leaves)
 
     # ---- polling, draining, stats ------------------------------------------------------------
 
@@ -257,6 +243,12 @@ class StorageTier:
         self.backups.poll()
         self._start_reads()
         self.reads.release_retired()
+
+    def step(self) -> None:
+        """``poll``, then the exclusive tiering's ``write_ahead`` (once per scheduler step)."""
+        self.poll()
+        host = self.host
+        self.tiering.write_ahead(host.leaves, host.size(), host.controller.mem_pool_host.size)
 
     def settle(self) -> None:
         """Block until every queued storage operation has finished; process them. (A poll
@@ -295,6 +287,8 @@ class StorageTier:
             prefetch_skipped_slower=self.reads.slower,
             prefetch_loaded_tokens=self._loaded_tokens,
             backup_pages=self.backups.written_pages,
+            eviction_write_pages=self.backups.demoted_pages,
+            eviction_dropped_pages=self.tiering.dropped_pages,
             pending_prefetches=len(self._requests) + len(self._followers),
             pending_backups=self.backups.pending(),
         )
