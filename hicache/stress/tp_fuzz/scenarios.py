@@ -54,6 +54,7 @@ class FuzzConfig:
     storage_dir : ``storage_errors``: the directory of a ``file`` backend every rank shares
         (as ranks share a real store: MLA's non-writing ranks read what rank 0 wrote); empty:
         a ``memory`` backend per rank.
+    storage_tiering : the storage tier's ``StorageConfig.tiering`` (host<->storage).
     """
 
     ranks: int = 2
@@ -71,6 +72,7 @@ class FuzzConfig:
     write_policy: str = "write_through"
     eviction_policy: str = "lru"
     storage_dir: str = ""
+    storage_tiering: str = "inclusive"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -87,7 +89,8 @@ class FuzzConfig:
 
     def label(self) -> str:
         agree = "on" if self.agree else "off"
-        return f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}"
+        l3 = "" if self.storage_tiering == "inclusive" else f"/l3-{self.storage_tiering}"
+        return f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}{l3}"
 
     def kill_step(self) -> int:
         """The step at which ``rank_killed``'s fault rank exits (seeded, in the middle half)."""
@@ -110,6 +113,7 @@ class FuzzConfig:
                 prefetch_timeout_per_ki_token=0.0,
                 query_batch_pages=4,
                 io_batch_pages=4,
+                tiering=self.storage_tiering,
             )
             host = replace(host, storage=storage)
         return StressConfig(
