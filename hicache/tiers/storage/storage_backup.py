@@ -1,14 +1,16 @@
 """StorageBackups: the backup half of the storage tier — host pages written to storage in prefix
 order, each node pinned on the host until storage has acknowledged it.
 
-On each host write ack (``backed_up``), every node from the root down whose pages are not yet
-queued is queued, parents first, on the single backup thread, so a prefix reaches storage
-without holes. A backup whose parent page is still being written is queued ``after`` it
-(``_writing``): when the parent's write fails, the children's queued writes are cancelled, and
-all of them are forgotten, to be retried with the parent when a host write on their path is
-acknowledged again. The pages queued or present are remembered by hash (``known``: split-proof, as
-a split divides a node's hashes), the oldest forgotten first past ``KNOWN_PAGES_MAX``: a
-forgotten page is at worst written again, and ``batch_set_v1`` skips what is present.
+Inclusive tiering (``storage_tiering``): on each host write ack (``backed_up``), every node from
+the root down whose pages are not yet queued is queued, parents first, on the single backup
+thread, so a prefix reaches storage without holes. A backup whose parent page is still being
+written is queued ``after`` it (``_writing``): when the parent's write fails, the children's
+queued writes are cancelled, and all of them are forgotten, to be retried with the parent when a
+host write on their path is acknowledged again. The pages queued or present are remembered by
+hash (``known``: split-proof, as a split divides a node's hashes), the oldest forgotten first
+past ``KNOWN_PAGES_MAX``: a forgotten page is at worst written again, and ``batch_set_v1`` skips
+what is present. Exclusive tiering: a host leaf being evicted is queued alone (``demote``)
+unless ``stored``, and eviction may wait for it (``settle``).
 
 Under TP a node is unpinned on every rank in the same poll, once its backup has finished on all
 of them (the fewest finished, in queue order), and a page any rank failed to write is forgotten

@@ -9,6 +9,7 @@ slots. A hit shorter than ``threshold`` tokens is not read (``revoked``); nor is
 model says is slower to load than to recompute (``slower``). A cancelled read's slots that
 were not adopted are released once every rank's thread has let go of them and no timed-out
 read still running in the backend holds them (``held``: they are quarantined until it returns).
+``PrefetchRequest`` and ``PrefetchFollower`` are the storage tier's prefetches in flight.
 """
 
 from __future__ import annotations
