@@ -15,17 +15,24 @@ from typing import Any, TextIO
 import torch
 
 from hicache.bench.progress import ProgressBar
-from hicache.controller import WRITE_POLICIES
+from hicache.controller import TIERINGS, WRITE_POLICIES
 from hicache.kv_events import KVEventsConfig, make_sink
 from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
-from hicache.replay.config import DTYPES, GEOMETRY, ReplayConfig
+from hicache.replay.config import DTYPES, GEOMETRY, STORAGES, ReplayConfig
 from hicache.replay.generate import GenerateSpec, generate_trace
 from hicache.replay.plot import plot_replay, plot_sweep
-from hicache.replay.report import format_summary, summarize
+from hicache.replay.report import format_summary, summarize, traffic_line
 from hicache.replay.runner import ReplayRun, replay
-from hicache.replay.sweep import parse_sweep, sweep_configs
+from hicache.replay.sweep import (
+    grid_points,
+    parse_sweep,
+    sweep_configs,
+    sweep_header,
+    sweep_row,
+    total_capacity,
+)
 from hicache.replay.trace import BLOCK_TOKENS, Trace, read_trace, write_trace
 
 _INTS = {
@@ -37,15 +44,18 @@ _INTS = {
     "kv-heads": "KV heads",
     "head-dim": "head dim",
     "load-back-threshold": "shortest host hit worth loading, tokens",
+    "storage-capacity": "storage tier size in tokens (default: no cap for memory, the file "
+    "store's default cap for file)",
     "threads": "torch CPU threads (default 1 on cpu: more spin against each other on small "
     "shared machines and run many times slower)",
 }
 _FLOATS = {
-    "host-ratio": "host pool / device pool (> 1; 0: no host tier)",
+    "host-ratio": "host pool / device pool (any > 0; 0: no host tier)",
     "prefill-tps": "modelled prefill tokens/s",
     "decode-step-ms": "modelled decode iteration time",
     "h2d-gbps": "host->device GB/s for the clock",
     "d2h-gbps": "device->host GB/s for the clock",
+    "storage-gbps": "storage read GB/s for the clock",
 }
 _CHOICES = {  # flag: (ReplayConfig field, choices, help)
     "dtype": ("dtype", sorted(DTYPES), "KV dtype"),
@@ -53,6 +63,13 @@ _CHOICES = {  # flag: (ReplayConfig field, choices, help)
     "write-policy": ("write_policy", list(WRITE_POLICIES), "when device KV is copied to host"),
     "io-backend": ("io_backend", list(IO_BACKENDS), "how host<->device copies run"),
     "mem-layout": ("mem_layout", list(LAYOUTS), "host pool layout"),
+    "storage": (
+        "storage",
+        list(STORAGES),
+        "storage tier below the host (file: a temporary directory, removed at the end)",
+    ),
+    "tiering": ("tiering", list(TIERINGS), "device<->host tiering"),
+    "storage-tiering": ("storage_tiering", list(TIERINGS), "host<->storage tiering"),
 }
 GENERATE_OPTIONS = {  # GenerateSpec field: help (hicache.replay.generate's module docstring)
     "sessions": "conversations",
@@ -92,7 +109,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{flag}", dest=dest, choices=names, help=help_ + _default(dest))
     p.add_argument("--skip-bad", action="store_true", help="skip (and count) bad trace lines")
     p.add_argument("--limit", type=int, help="replay only the first N requests (default: all)")
-    p.add_argument("--sweep", help="device-tokens=V1,V2,... or host-ratio=V1,V2,...")
+    p.add_argument(
+        "--sweep",
+        help="a grid, NAME=V1,V2,...[,NAME=V1,...] over device-tokens, host-ratio, "
+        "storage-capacity, tiering, storage-tiering (e.g. device-tokens=8192,16384,"
+        "tiering=inclusive,exclusive)",
+    )
     p.add_argument("--out-dir", default="replay_out", help="where the JSON and PNG go")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_metrics_flags(p)
@@ -160,12 +182,21 @@ def _write(out_dir: Path, name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _tiers(cfg: ReplayConfig) -> str:
+    if not cfg.host_ratio:
+        return "no host tier"
+    host = f"host x{cfg.host_ratio:g} ({cfg.tiering})"
+    if cfg.storage == "none":
+        return host
+    cap = "uncapped" if cfg.storage_capacity is None else f"{cfg.storage_capacity:,} tokens"
+    return f"{host}, storage {cfg.storage} {cap} ({cfg.storage_tiering})"
+
+
 def _headline(path: str, trace: Trace, cfg: ReplayConfig) -> str:
-    host = f"host x{cfg.host_ratio:g}" if cfg.host_ratio else "no host tier"
     skipped = f", {trace.skipped} bad line(s) skipped" if trace.skipped else ""
     return (
         f"hicache replay {path}: {len(trace.requests):,} requests{skipped}; device "
-        f"{cfg.device_slots:,} tokens, {host}, page {cfg.page_size}, {cfg.device} "
+        f"{cfg.device_slots:,} tokens, {_tiers(cfg)}, page {cfg.page_size}, {cfg.device} "
         f"({cfg.token_bytes} B/token)"
     )
 
@@ -193,7 +224,8 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     summary = summarize(run)
     out.write(format_summary(summary) + "\n")
     path = _write(out_dir, "replay.json", {**meta, "config": base.to_dict(), **summary})
-    why = plot_replay(out_dir / "replay.png", run.records, _headline(args.trace, trace, base))
+    title = _headline(args.trace, trace, base).replace("; ", "\n", 1)
+    why = plot_replay(out_dir / "replay.png", run.records, f"{title}\n{traffic_line(summary)}")
     out.write(
         f"results: {path}\n" + (f"note: {why}\n" if why else f"plot:    {out_dir / 'replay.png'}\n")
     )
@@ -208,23 +240,29 @@ def _sweep(
     meta: dict[str, Any],
     out: TextIO,
 ) -> int:
-    name, values = parse_sweep(args.sweep)
-    configs = sweep_configs(base, name, values)
-    out.write(_headline(args.trace, trace, base) + f"\nsweep {name} = {values}\n")
+    grid = parse_sweep(args.sweep)
+    points = grid_points(grid)
+    configs = sweep_configs(base, points)
+    out.write(_headline(args.trace, trace, base) + f"\nsweep {grid} ({len(points)} replays)\n")
+    out.write(sweep_header(grid) + "\n")
     summaries = []
-    for value, cfg in zip(values, configs, strict=True):
-        run = _one(trace, cfg, f"{name}={value}", not args.no_progress)
-        summaries.append({name: value, "config": cfg.to_dict(), **summarize(run)})
-        h = summaries[-1]["hit_rate"]
-        out.write(
-            f"  {name}={value}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
-            f"total {h['total']:.1f}%  (ideal {h['ideal']:.1f}%)  "
-            f"TTFT p50 {summaries[-1]['ttft_ms']['p50'] or 0:,.0f} ms\n"
+    for point, cfg in zip(points, configs, strict=True):
+        label = " ".join(f"{k}={v}" for k, v in point.items())
+        run = _one(trace, cfg, label, not args.no_progress)
+        summary = summarize(run)
+        summaries.append(
+            {
+                **point,
+                "total_capacity_tokens": total_capacity(cfg),
+                "config": cfg.to_dict(),
+                **summary,
+            }
         )
+        out.write(sweep_row(point, cfg, summary) + "\n")
         if run.interrupted:
             break
-    path = _write(out_dir, "sweep.json", {**meta, "sweep": name, "runs": summaries})
-    why = plot_sweep(out_dir / "sweep.png", name, values[: len(summaries)], summaries)
+    path = _write(out_dir, "sweep.json", {**meta, "sweep": grid, "runs": summaries})
+    why = plot_sweep(out_dir / "sweep.png", grid, summaries)
     out.write(
         f"results: {path}\n" + (f"note: {why}\n" if why else f"plot:    {out_dir / 'sweep.png'}\n")
     )

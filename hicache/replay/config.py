@@ -7,13 +7,27 @@ from typing import Any
 
 import torch
 
-from hicache.checks import check_int
+from hicache.backends import StorageConfig
+from hicache.backends.page_sum import trailer_bytes
+from hicache.checks import check_choice, check_int
+from hicache.controller import TIERINGS
 from hicache.engine.config import check_real
 from hicache.metrics import check_endpoint
 from hicache.radix import HiCacheConfig, RadixCacheConfig
 from hicache.replay.trace import BLOCK_TOKENS
 from hicache.stack import KVStack, build_kv_stack
 
+STORAGES = ("none", "memory", "file")
+# The storage read bandwidth of the clock when not given: the file store's disk read measured
+# on an H100 machine (README, "TTFT per tier on a GPU": 64k-token prefix, 1.1 GB/s).
+STORAGE_GBPS = 1.1
+# What the bandwidth probe changes: a plain inclusive host tier, no storage (``cost.py``).
+PROBE_TIERS = {
+    "storage": "none",
+    "storage_capacity": None,
+    "storage_tiering": "inclusive",
+    "tiering": "inclusive",
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # CPU: the smallest KV a token can have (1 layer, one 4-wide fp16 head: 16 bytes), so a trace's
 # whole working set fits in RAM; the hit rates do not depend on the geometry. CUDA: the KV of
@@ -27,11 +41,15 @@ GEOMETRY = {
 @dataclass(frozen=True)
 class ReplayConfig:
     """One replay. Sizes in tokens; ``host_ratio`` 0 means no host tier (a device-only
-    ``RadixCache``), else host slots = ratio x device slots (> 1). ``prefill_tps`` and
-    ``decode_step_ms`` are the cost model's compute; ``h2d_gbps``/``d2h_gbps`` its transfer
-    bandwidth (None: measured on these pools before the replay, ``cost.measure_bandwidth``).
-    ``metrics_port``: serve the replayed cache's Prometheus metrics on ``metrics_host`` at this
-    port while it runs (None: no server)."""
+    ``RadixCache``), else host slots = ratio x device slots (any ratio > 0). ``storage``: the
+    storage tier below the host (``none``, ``memory`` or ``file``), capped at
+    ``storage_capacity`` tokens (None: no cap for ``memory``, the file store's default cap);
+    ``tiering`` / ``storage_tiering``: device<->host and host<->storage policy
+    (``hicache.controller.TIERINGS``). ``prefill_tps`` and ``decode_step_ms`` are the cost
+    model's compute; ``h2d_gbps``/``d2h_gbps`` its transfer bandwidth (None: measured on these
+    pools before the replay, ``cost.measure_bandwidth``), ``storage_gbps`` its storage read
+    bandwidth. ``metrics_port``: serve the replayed cache's Prometheus metrics on
+    ``metrics_host`` at this port while it runs (None: no server)."""
 
     device_tokens: int = 1 << 20
     host_ratio: float = 4.0
@@ -55,6 +73,11 @@ class ReplayConfig:
     d2h_gbps: float | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    storage: str = "none"
+    storage_capacity: int | None = None
+    tiering: str = "inclusive"
+    storage_tiering: str = "inclusive"
+    storage_gbps: float = STORAGE_GBPS
 
     def __post_init__(self) -> None:
         for name in ("device_tokens", "page_size", "max_running", "max_prefill_tokens"):
@@ -63,10 +86,10 @@ class ReplayConfig:
             check_int(name, getattr(self, name), minimum=1)
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
         check_real("host_ratio", self.host_ratio)
-        if 0 < self.host_ratio <= 1:
-            raise ValueError(f"host_ratio must be 0 (no host tier) or > 1, got {self.host_ratio}")
+        self._check_tiers()
         check_real("prefill_tps", self.prefill_tps, inclusive=False)
         check_real("decode_step_ms", self.decode_step_ms)
+        check_real("storage_gbps", self.storage_gbps, inclusive=False)
         for name in ("h2d_gbps", "d2h_gbps"):
             if getattr(self, name) is not None:
                 check_real(name, getattr(self, name), inclusive=False)
@@ -76,6 +99,21 @@ class ReplayConfig:
             check_endpoint(self.metrics_port, self.metrics_host)
         RadixCacheConfig(self.page_size, self.eviction_policy)
         self.hicache()
+
+    def _check_tiers(self) -> None:
+        """The storage tier and the tiering policies need the tier below them."""
+        check_choice("storage", self.storage, STORAGES)
+        check_choice("tiering", self.tiering, TIERINGS)
+        check_choice("storage_tiering", self.storage_tiering, TIERINGS)
+        if self.host_ratio == 0 and (self.storage != "none" or self.tiering != "inclusive"):
+            what = f"storage={self.storage!r}" if self.storage != "none" else "tiering"
+            raise ValueError(f"{what} needs a host tier (host_ratio > 0), got host_ratio=0")
+        if self.storage == "none":
+            for name, default in (("storage_capacity", None), ("storage_tiering", "inclusive")):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name} needs a storage tier (storage 'memory' or 'file')")
+        elif self.storage_capacity is not None:
+            check_int("storage_capacity", self.storage_capacity, minimum=self.page_size)
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ReplayConfig:
@@ -94,11 +132,41 @@ class ReplayConfig:
         return -(-self.device_tokens // self.page_size) * self.page_size
 
     @property
+    def host_tokens(self) -> int:
+        """Host slots (the pools' rule: ratio x device slots, up to whole pages)."""
+        return -(-int(self.device_slots * self.host_ratio) // self.page_size) * self.page_size
+
+    @property
     def token_bytes(self) -> int:
         """KV bytes of one token over all layers (K and V)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPES[self.dtype].itemsize
 
-    def hicache(self) -> HiCacheConfig | None:
+    @property
+    def storage_page_bytes(self) -> int:
+        """Bytes a page takes in storage: its K and V objects, each with its trailer."""
+        return self.page_size * self.token_bytes + 2 * trailer_bytes(self.layers)
+
+    def storage_config(self, root: str | None = None) -> StorageConfig | None:
+        """The storage tier (None without one): prefetches wait until complete and load every
+        hit (``cost_aware`` off: the replay models compute, it does not measure it), the byte
+        cap is ``storage_capacity`` whole pages; ``root``: the file store's directory (unused
+        by ``memory``)."""
+        if self.storage == "none":
+            return None
+        extra: dict[str, Any] = {"root": root} if self.storage == "file" and root else {}
+        if self.storage_capacity is not None:
+            pages = self.storage_capacity // self.page_size
+            extra["max_bytes"] = pages * self.storage_page_bytes
+        return StorageConfig(
+            backend=self.storage,
+            extra_config=extra,
+            model_id="hicache-replay",
+            prefetch_policy="wait_complete",
+            cost_aware=False,
+            tiering=self.storage_tiering,
+        )
+
+    def hicache(self, storage_root: str | None = None) -> HiCacheConfig | None:
         if self.host_ratio == 0:
             return None
         return HiCacheConfig(
@@ -107,13 +175,22 @@ class ReplayConfig:
             io_backend=self.io_backend,
             mem_layout=self.mem_layout,
             load_back_threshold=self.load_back_threshold,
+            storage=self.storage_config(storage_root),
+            tiering=self.tiering,
         )
 
     def build_stack(
-        self, max_context_len: int, size: int | None = None, kv_events: Any = None
+        self,
+        max_context_len: int,
+        size: int | None = None,
+        kv_events: Any = None,
+        storage_root: str | None = None,
     ) -> KVStack:
         """The real pools and cache of this replay (``size``: device slots, default ours),
-        its KV events to ``kv_events`` (``build_kv_stack``'s)."""
+        its KV events to ``kv_events`` (``build_kv_stack``'s), the file store under
+        ``storage_root`` (required with ``storage='file'``; the caller removes it)."""
+        if self.storage == "file" and storage_root is None:
+            raise ValueError("storage='file' needs a directory: pass storage_root")
         return build_kv_stack(
             layer_num=self.layers,
             head_num=self.kv_heads,
@@ -124,7 +201,7 @@ class ReplayConfig:
             max_context_len=max_context_len,
             page_size=self.page_size,
             device=self.device,
-            hicache=self.hicache(),
+            hicache=self.hicache(storage_root),
             eviction_policy=self.eviction_policy,
             kv_events=kv_events,
         )

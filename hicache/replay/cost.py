@@ -3,9 +3,13 @@
 No model runs in a replay, so compute is modelled: ``prefill_tps`` prompt tokens per second
 and one ``decode_step_s`` per decode iteration (memory-bound decode: the step time does not
 depend on the batch). Loads from the host run layer by layer under the compute, so an
-iteration takes ``max(compute, load bytes / h2d bandwidth)``. The bandwidth is the flag when
-given, else measured once on the replay's own pools (``measure_bandwidth``: real backups and
-load-backs through a small cache of the same geometry and backend).
+iteration takes ``max(compute, load bytes / h2d bandwidth + storage bytes / storage
+bandwidth)``: a page from storage is read to the host first, then loaded like a host hit.
+The h2d bandwidth is the flag when given, else measured once on the replay's own pools
+(``measure_bandwidth``: real backups and load-backs through a small cache of the same
+geometry and backend). The storage bandwidth is
+the flag (``ReplayConfig.storage_gbps``: a documented figure, not measured, as the replay's
+store is not the deployment's).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hicache.radix import RadixKey
-from hicache.replay.config import ReplayConfig
+from hicache.replay.config import PROBE_TIERS, ReplayConfig
 from hicache.stack import KVStack
 
 _PROBE_TOKENS = 4096  # per measured round trip
@@ -25,17 +29,23 @@ _PROBE_ROUNDS = 3  # after one warm-up round
 @dataclass(frozen=True)
 class CostModel:
     """Seconds per iteration. ``h2d_bytes_per_s`` / ``d2h_bytes_per_s`` are 0 without a host
-    tier (nothing moves); ``measured`` says whether they were measured or given as flags."""
+    tier (nothing moves); ``measured`` says whether they were measured or given as flags.
+    ``storage_bytes_per_s``: storage reads (0: no storage tier)."""
 
     prefill_tps: float
     decode_step_s: float
     h2d_bytes_per_s: float
     d2h_bytes_per_s: float
     measured: bool
+    storage_bytes_per_s: float = 0.0
 
-    def step_seconds(self, prefill_tokens: int, decoding: bool, load_bytes: int) -> float:
+    def step_seconds(
+        self, prefill_tokens: int, decoding: bool, load_bytes: int, storage_bytes: int = 0
+    ) -> float:
         compute = prefill_tokens / self.prefill_tps + (self.decode_step_s if decoding else 0.0)
         load = load_bytes / self.h2d_bytes_per_s if load_bytes else 0.0
+        if storage_bytes:
+            load += storage_bytes / self.storage_bytes_per_s
         return max(compute, load)
 
 
@@ -45,7 +55,8 @@ def measure_bandwidth(cfg: ReplayConfig) -> tuple[float, float]:
     times, through a fresh cache's public calls; bytes and busy time from ``cache.stats()``
     (the rounds after the warm-up)."""
     n = _PROBE_TOKENS - _PROBE_TOKENS % cfg.page_size or cfg.page_size
-    stack = cfg.with_(host_ratio=max(cfg.host_ratio, 2.0)).build_stack(n + 1, size=n)
+    probe = cfg.with_(host_ratio=max(cfg.host_ratio, 2.0), **PROBE_TIERS)
+    stack = probe.build_stack(n + 1, size=n)
     _round_trip(stack, n, 0)  # warm-up: kernel compiles, first touches
     before = stack.cache.stats().transfer
     for r in range(1, _PROBE_ROUNDS + 1):

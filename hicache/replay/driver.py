@@ -7,10 +7,11 @@ Each iteration (as ``hicache.engine``'s, without a model):
 2. The decode batch is every request past its prefill: one token each.
 3. Prefill, FIFO, within ``max_prefill_tokens``: the current request's next chunk; when its
    prompt is done (``cache_unfinished_req``: its pages enter the tree) the next waiting one is
-   admitted, while ``max_running`` and the slot budget allow: ``match_prefix`` on the prompt but
-   its last token, ``inc_lock_ref``, the budget check (free + evictable slots, as
-   ``SlotBudget``), ``init_load_back`` of a host hit, ``ready_to_load_host_cache`` /
-   ``consume_load_batch``, and slots for every token the request will hold (evicting when short).
+   admitted, while ``max_running`` and the slot budget allow: with a storage tier its storage
+   prefetch first (below); ``match_prefix`` on the prompt but its last token,
+   ``inc_lock_ref``, the budget check (free + evictable slots, as ``SlotBudget``),
+   ``init_load_back`` of a host hit, ``ready_to_load_host_cache`` / ``consume_load_batch``,
+   and slots for every token the request will hold (evicting when short).
    Prefilling one request at a time costs the same modelled time as batching prompts (the cost
    is linear in tokens) and makes every request see all earlier prompts in the cache.
 4. The clock advances by ``CostModel.step_seconds``; a request whose prompt finished gets its
@@ -19,6 +20,16 @@ Each iteration (as ``hicache.engine``'s, without a model):
 
 Iterations with only decode work are taken many at a time, up to the next event (an arrival
 that could be admitted, a request finishing): nothing in the cache changes between them.
+
+Storage (the engine's calls, ``hicache.engine.scheduler``): when a request first comes up for
+admission, ``drain_transfers`` (every earlier backup has landed), ``match_prefix``, then
+``prefetch_from_storage`` of what device and host miss; the prefetch policy is
+``wait_complete``, so the replay waits for it (``drain_transfers`` again), then
+``check_prefetch_progress`` adopts the pages read as host-only nodes and
+``pop_prefetch_loaded_tokens`` counts them; admission loads them back like a host hit. The
+engine prefetches on arrival and a live prefetch may miss a write still in flight; the replay
+prefetches at the head of the queue (pages adopted at arrival could be evicted again while the
+request queues on the modelled clock) and drains, so the same trace gives the same hits.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ class Replayer:
         self.budget = SlotBudget(stack.cache, stack.allocator, stack.req_to_token_pool)
         self.max_running, self.max_prefill_tokens = max_running, max_prefill_tokens
         self.token_bytes = token_bytes
+        self.storage = stack.cache.stats().storage is not None
         self.on_record: Callable[[Record], None] | None = None
         self.now = 0.0
         self.arrivals: deque[LiveRequest] = deque()
@@ -79,9 +91,10 @@ class Replayer:
         """One iteration (or several decode-only ones); see the module docstring."""
         self.cache.check_hicache_events()
         batch = list(self.decoding)
-        prefilled, tokens, loaded = self._prefill()
+        prefilled, tokens, loaded, read = self._prefill()
         steps = 1 if tokens or not batch else self._decode_only_steps(batch)
-        dt = self.cost.step_seconds(tokens, bool(batch), loaded * self.token_bytes)
+        tb = self.token_bytes
+        dt = self.cost.step_seconds(tokens, bool(batch), loaded * tb, read * tb)
         self.now += dt if steps == 1 else steps * self.cost.decode_step_s
         for req in prefilled:
             req.first_token_s = self.now
@@ -106,16 +119,17 @@ class Replayer:
                 reason = f"needs {need} KV slots; the device pool holds {size}"
                 self._emit(req.record(None, reason))
 
-    def _prefill(self) -> tuple[list[LiveRequest], int, int]:
+    def _prefill(self) -> tuple[list[LiveRequest], int, int, int]:
         """This iteration's prompt chunks: (requests whose prompt finished, tokens computed,
-        tokens loaded from the host)."""
-        left, done, loaded = self.max_prefill_tokens, [], 0
+        tokens loaded from the host, tokens read from storage to the host before that)."""
+        left, done, loaded, read = self.max_prefill_tokens, [], 0, 0
         while left > 0:
             if self.prefilling is None:
                 self.prefilling = self._admit_next()
                 if self.prefilling is None:
                     break
-                loaded += self.prefilling.host_hit
+                loaded += self.prefilling.host_hit + self.prefilling.storage_hit
+                read += self.prefilling.storage_hit
             req = self.prefilling
             n = min(left, req.to_compute)
             req.to_compute -= n
@@ -126,7 +140,7 @@ class Replayer:
                 self.decoding.append(req)
                 done.append(req)
                 self.prefilling = None
-        return done, self.max_prefill_tokens - left, loaded
+        return done, self.max_prefill_tokens - left, loaded, read
 
     def _decode_only_steps(self, batch: list[LiveRequest]) -> int:
         """How many decode-only iterations pass before the next event."""
@@ -152,6 +166,9 @@ class Replayer:
     def _admit(self, req: LiveRequest) -> bool:
         """Match, lock, check the budget, load back a host hit, take the request's slots."""
         key = RadixKey.from_validated(req.origin_input_ids[:-1], None)
+        if self.storage and not req.prefetched:
+            req.prefetched = True
+            req.storage_hit = self._prefetch(str(req.rid), key)
         admitted = self.budget.admit(key, req.kv_total, ())
         if admitted is None:
             return False
@@ -167,10 +184,26 @@ class Replayer:
         req.req_pool_idx, req.prefix_indices, req.last_node = row, prefix, node
         req.kv_len = req.cache_protected_len = len(prefix)
         req.kv_capacity = total
-        req.device_hit, req.host_hit = m.device_prefix_len, len(prefix) - m.device_prefix_len
+        loaded = len(prefix) - m.device_prefix_len
+        req.storage_hit = min(req.storage_hit, loaded)  # what the prefetch added, if still there
+        req.device_hit, req.host_hit = m.device_prefix_len, loaded - req.storage_hit
         req.to_compute = req.trace.input_length - len(prefix)
         req.decode_left = max(req.trace.output_length - 1, 0)
         return True
+
+    def _prefetch(self, rid: str, key: RadixKey) -> int:
+        """Read from storage what device and host miss of ``key`` (see the module docstring);
+        the tokens it added to the tree as host-only nodes."""
+        cache = self.cache
+        cache.drain_transfers()
+        m = cache.match_prefix(key)
+        hit = m.device_prefix_len + m.host_hit_length
+        if not cache.prefetch_from_storage(rid, m.last_host_node, key[hit:]):
+            return 0
+        cache.drain_transfers()
+        if not cache.check_prefetch_progress(rid):
+            raise RuntimeError(f"the storage prefetch of request {rid} still runs after a drain")
+        return int(cache.pop_prefetch_loaded_tokens(rid))
 
     def _finish(self, req: LiveRequest) -> None:
         """Hand the prompt to the cache, free the decode slots past its last page."""

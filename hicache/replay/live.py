@@ -27,6 +27,7 @@ class Record:
     first_token_s: float | None
     finish_s: float | None
     error: str | None = None
+    storage_hit: int = 0
 
     @property
     def ttft_s(self) -> float | None:
@@ -61,6 +62,8 @@ class LiveRequest:
     decode_left: int = 0
     device_hit: int = 0
     host_hit: int = 0
+    storage_hit: int = 0  # tokens a storage prefetch added and admission loaded back
+    prefetched: bool = False  # storage was asked (once per request)
     first_token_s: float | None = None
     _tokens: np.ndarray | None = None
 
@@ -81,7 +84,7 @@ class LiveRequest:
 
     def record(self, finish_s: float | None, error: str | None = None) -> Record:
         t = self.trace
-        hit = self.device_hit + self.host_hit
+        hit = self.device_hit + self.host_hit + self.storage_hit
         return Record(
             rid=self.rid,
             arrival_s=self.arrival_s,
@@ -94,4 +97,5 @@ class LiveRequest:
             first_token_s=self.first_token_s,
             finish_s=finish_s,
             error=error,
+            storage_hit=self.storage_hit,
         )

@@ -1,12 +1,13 @@
 """PNG charts of a replay (matplotlib, an optional extra: ``pip install hicache[plot]``).
 
 ``replay.png``: hit rate per tier against modelled time, and the TTFT CDF; ``sweep.png``: hit
-rate per tier against capacity. Without matplotlib nothing is drawn and the caller is told why.
+rate per tier of each point of the sweep (stacked bars, the points in the table's order).
+Without matplotlib nothing is drawn and the caller is told why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ from hicache.bench.plot import MISSING, pyplot
 from hicache.replay.live import Record
 
 _BINS = 40
+_TIERS = {  # tier: (legend, colour)
+    "device": ("device (L1)", "#3b7dd8"),
+    "host": ("host (L2)", "#f0a830"),
+    "storage": ("storage (L3)", "#5aa469"),
+}
 
 
 def _per_bin(records: Sequence[Record]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -33,6 +39,7 @@ def _per_bin(records: Sequence[Record]) -> tuple[np.ndarray, dict[str, np.ndarra
     tiers = {
         "device": share([r.device_hit for r in served]),
         "host": share([r.host_hit for r in served]),
+        "storage": share([r.storage_hit for r in served]),
         "ideal": share([r.ideal_hit for r in served]),
     }
     return (edges[:-1] + edges[1:]) / 2, tiers
@@ -49,13 +56,12 @@ def plot_replay(path: Path, records: Sequence[Record], title: str) -> str | None
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     left.stackplot(
         centres,
-        tiers["device"],
-        tiers["host"],
-        labels=["device (L1)", "host (L2)"],
-        colors=["#3b7dd8", "#f0a830"],
+        *(tiers[t] for t in _TIERS),
+        labels=[label for label, _ in _TIERS.values()],
+        colors=[colour for _, colour in _TIERS.values()],
         alpha=0.85,
     )
-    left.plot(centres, tiers["ideal"], "k--", label="ideal (infinite cache)")
+    left.plot(centres, tiers["ideal"], "k--", label="reachable ideal (infinite cache)")
     left.set(
         xlabel="arrival time, modelled (s)",
         ylabel="prompt tokens served (%)",
@@ -73,37 +79,49 @@ def plot_replay(path: Path, records: Sequence[Record], title: str) -> str | None
         title="TTFT CDF (modelled)",
     )
     right.grid(alpha=0.3)
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
 
 
+def _tick(value: Any) -> str:
+    return (
+        f"{value:g}"
+        if isinstance(value, float)
+        else f"{value:,}"
+        if isinstance(value, int)
+        else str(value)
+    )
+
+
 def plot_sweep(
-    path: Path, name: str, values: Sequence[float], summaries: Sequence[Any]
+    path: Path, grid: Mapping[str, Sequence[Any]], summaries: Sequence[Any]
 ) -> str | None:
-    """Draw ``sweep.png``: hit rate per tier against ``name`` (the swept capacity)."""
+    """Draw ``sweep.png``: a stacked bar of hit rate per tier for each run of ``summaries``
+    (each holding its point's ``grid`` names), the reachable ideal dashed."""
     plt = pyplot()
     if plt is None:
         return MISSING
-    rates = {k: [s["hit_rate"][k] for s in summaries] for k in ("device", "host", "total")}
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    ax.plot(values, rates["device"], "o-", label="device (L1)")
-    ax.plot(values, rates["host"], "s-", label="host (L2)")
-    ax.plot(values, rates["total"], "^-", label="total")
-    ax.axhline(summaries[0]["hit_rate"]["ideal"], color="k", ls="--", label="ideal")
-    ax.set(
-        xlabel=name,
-        ylabel="prompt tokens served (%)",
-        ylim=(0, 100),
-        title="hit rate vs capacity (measured)",
-    )
-    if name == "device-tokens" and max(values) / min(values) > 8:
-        ax.set_xscale("log")
-        ax.minorticks_off()
-    ax.set_xticks(list(values), [f"{v:,.0f}" if v == int(v) else f"{v:g}" for v in values])
-    ax.grid(alpha=0.3)
-    ax.legend()
+    x = np.arange(len(summaries))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.6 * len(x) + 3), 5), layout="constrained")
+    bottom = np.zeros(len(x))
+    for tier, (label, colour) in _TIERS.items():
+        rate = np.array([s["hit_rate"][tier] for s in summaries])
+        ax.bar(x, rate, bottom=bottom, color=colour, label=label)
+        bottom += rate
+    ax.axhline(summaries[0]["hit_rate"]["ideal"], color="k", ls="--", label="reachable ideal")
+    for i, s in enumerate(summaries):  # the storage tier's read GB/s (busy time) on its bar
+        if s["storage"]["backend"] != "none":
+            gbps = s["storage"]["read_gb_s"]
+            ax.text(i, bottom[i] + 1, f"read {gbps:.2g} GB/s", ha="center", fontsize=7)
+    names = list(grid)
+    ticks = ["\n".join(_tick(s[n]) for n in names) for s in summaries]
+    ax.set_xticks(x, ticks, fontsize=8)
+    ax.set_xlabel(" / ".join(names))
+    ax.set(ylabel="prompt tokens served (%)", ylim=(0, 100), title="hit rate per tier (measured)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(loc="lower right")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None

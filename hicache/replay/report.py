@@ -11,13 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from hicache.bench.report import evicted_tokens, transfer_figures
+from hicache.bench.report import evicted_tokens, storage_figures, transfer_figures
+from hicache.replay.ideal import BLOCK_RULE, HIT_RULE
 from hicache.replay.runner import ReplayRun
 
 MEASURED = (
     "tokens",
     "hit_rate",
     "transfers",
+    "storage",
     "evicted_tokens",
     "replay_wall_s",
     "replay_requests_per_s",
@@ -48,15 +50,27 @@ def _tokens(run: ReplayRun) -> dict[str, int]:
         "prompt": sum(r.prompt_tokens for r in served),
         "device": sum(r.device_hit for r in served),
         "host": sum(r.host_hit for r in served),
-        "storage": 0,  # the storage tier is not built yet (issue 17)
+        "storage": sum(r.storage_hit for r in served),
         "computed": sum(r.computed for r in served),
         "ideal": sum(r.ideal_hit for r in served),
+        "block_ideal": sum(run.block_ideal[r.rid] for r in served) if run.block_ideal else 0,
         "output": sum(r.output_tokens for r in served),
     }
 
 
 def _transfers(run: ReplayRun) -> dict[str, float]:
     return {"token_bytes": run.config.token_bytes, **transfer_figures(run.stats)}
+
+
+def _storage(run: ReplayRun) -> dict[str, Any]:
+    """The storage tier: backend, capacity (tokens; None: uncapped) and its traffic (bytes,
+    busy-time GB/s each way; zeros without one)."""
+    cfg = run.config
+    return {
+        "backend": cfg.storage,
+        "capacity_tokens": cfg.storage_capacity,
+        **{k.removeprefix("storage_"): v for k, v in storage_figures(run.stats).items()},
+    }
 
 
 def _bandwidth_source(run: ReplayRun) -> str:
@@ -80,8 +94,13 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
             **{t: _pct(tokens[t], prompt) for t in TIERS},
             "total": _pct(tokens["device"] + tokens["host"] + tokens["storage"], prompt),
             "ideal": _pct(tokens["ideal"], prompt),
+            "block_ideal": _pct(tokens["block_ideal"], prompt),
         },
+        "hit_rule": HIT_RULE,
+        "block_rule": BLOCK_RULE,
+        "tierings": {"host": run.config.tiering, "storage": run.config.storage_tiering},
         "transfers": _transfers(run),
+        "storage": _storage(run),
         "evicted_tokens": evicted_tokens(run.stats),
         "ttft_ms": _ttft_ms(run),
         "makespan_s": makespan,
@@ -95,6 +114,7 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
             "decode_step_ms": cost.decode_step_s * 1e3,
             "h2d_gb_s": cost.h2d_bytes_per_s / 1e9,
             "d2h_gb_s": cost.d2h_bytes_per_s / 1e9,
+            "storage_gb_s": cost.storage_bytes_per_s / 1e9,
             "bandwidth": _bandwidth_source(run),
         },
         "replay_wall_s": run.wall_s,
@@ -109,6 +129,35 @@ def _num(value: float | None, fmt: str = ",.1f") -> str:
     return "-" if value is None or not math.isfinite(value) else format(value, fmt)
 
 
+def _built(s: dict[str, Any]) -> str:
+    return " (not built)" if s["storage"]["backend"] == "none" else ""
+
+
+def _storage_line(st: dict[str, Any]) -> list[str]:
+    """The storage tier's traffic line (none without one)."""
+    if st["backend"] == "none":
+        return []
+    cap = st["capacity_tokens"]
+    return [
+        f"  storage       {st['backend']}, "
+        + (f"{cap:,} tokens" if cap is not None else "uncapped")
+        + f": read {st['bytes_read'] / 1e6:,.1f} MB at {st['read_gb_s']:.3g} GB/s, "
+        f"written {st['bytes_written'] / 1e6:,.1f} MB at {st['write_gb_s']:.3g} GB/s"
+    ]
+
+
+def traffic_line(s: dict[str, Any]) -> str:
+    """One line: the bytes and busy-time GB/s host->device and storage reads and writes."""
+    x, st = s["transfers"], s["storage"]
+    line = f"host->device {x['h2d_bytes'] / 1e6:,.1f} MB at {x['h2d_gb_s']:.3g} GB/s"
+    if st["backend"] == "none":
+        return line
+    return (
+        f"{line}; storage read {st['bytes_read'] / 1e6:,.1f} MB at {st['read_gb_s']:.3g} GB/s, "
+        f"written {st['bytes_written'] / 1e6:,.1f} MB at {st['write_gb_s']:.3g} GB/s (measured)"
+    )
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """A few aligned lines: measured first, then modelled."""
     t, h, x, c = s["tokens"], s["hit_rate"], s["transfers"], s["cost_model"]
@@ -118,17 +167,23 @@ def format_summary(s: dict[str, Any]) -> str:
         + (" (interrupted)" if s["interrupted"] else ""),
         "measured (the real cache, pools and transfers):",
         f"  prompt tokens {t['prompt']:,}: device {h['device']:.1f}%  host {h['host']:.1f}%  "
-        f"storage {h['storage']:.1f}% (not built)  computed {h['computed']:.1f}%",
-        f"  hit rate      {h['total']:.1f}%   ideal (infinite cache) {h['ideal']:.1f}%",
+        f"storage {h['storage']:.1f}%{_built(s)}  computed {h['computed']:.1f}%",
+        f"  hit rate      {h['total']:.1f}%   reachable ideal {h['ideal']:.1f}%   "
+        f"block ideal {h['block_ideal']:.1f}%",
+        f"  hit rules     {s['hit_rule']};",
+        f"                {s['block_rule']}",
         f"  host->device  {x['h2d_bytes'] / 1e6:,.1f} MB at {x['h2d_gb_s']:.3g} GB/s   "
         f"device->host {x['d2h_bytes'] / 1e6:,.1f} MB at {x['d2h_gb_s']:.3g} GB/s "
         f"({x['token_bytes']} B/token)",
+        *_storage_line(s["storage"]),
         f"  evicted       device {s['evicted_tokens']['device']:,} tokens, "
         f"host {s['evicted_tokens']['host']:,} tokens",
         f"  replay        {s['replay_wall_s']:.1f} s wall, "
         f"{s['replay_requests_per_s']:,.0f} requests/s",
         f"modelled (prefill {c['prefill_tps']:,.0f} tok/s, decode step {c['decode_step_ms']:g} ms, "
-        f"loads at {c['h2d_gb_s']:.3g} GB/s, {c['bandwidth']}):",
+        f"loads at {c['h2d_gb_s']:.3g} GB/s, {c['bandwidth']}"
+        + (f"; storage reads at {c['storage_gb_s']:.3g} GB/s, flag" if c["storage_gb_s"] else "")
+        + "):",
         f"  TTFT          p50 {_num(ttft['p50'])} ms  p99 {_num(ttft['p99'])} ms",
         f"  throughput    {tp['output_tok_s']:,.0f} output tok/s, {tp['prompt_tok_s']:,.0f} "
         f"prompt tok/s over {s['makespan_s']:,.1f} s",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,15 +15,16 @@ from hicache.radix.stats import CacheStats
 from hicache.replay.config import ReplayConfig
 from hicache.replay.cost import CostModel, measure_bandwidth
 from hicache.replay.driver import Replayer
-from hicache.replay.ideal import ideal_hits
+from hicache.replay.ideal import block_ideal_hits, ideal_hits
 from hicache.replay.live import LiveRequest, Record
 from hicache.replay.trace import Trace
+from hicache.stack import KVStack
 
 
 @dataclass
 class ReplayRun:
     """A finished (or interrupted) replay: its records, the cache's counters at the end
-    (``stats``) and the clock."""
+    (``stats``) and the clock; ``block_ideal``: each request's block ideal (by rid)."""
 
     config: ReplayConfig
     cost: CostModel
@@ -33,6 +36,7 @@ class ReplayRun:
     wall_s: float
     interrupted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    block_ideal: list[int] = field(default_factory=list)
 
 
 def cost_model(cfg: ReplayConfig) -> CostModel:
@@ -46,6 +50,7 @@ def cost_model(cfg: ReplayConfig) -> CostModel:
         h2d_bytes_per_s=h2d * 1e9 if h2d is not None else mh2d,
         d2h_bytes_per_s=d2h * 1e9 if d2h is not None else md2h,
         measured=measured,
+        storage_bytes_per_s=cfg.storage_gbps * 1e9 if cfg.storage != "none" else 0.0,
     )
 
 
@@ -56,6 +61,20 @@ def live_requests(trace: Trace, page_size: int) -> list[LiveRequest]:
         LiveRequest(i, r, (r.timestamp_ms - t0) / 1e3, ideal[i], trace.block_tokens)
         for i, r in enumerate(reqs)
     ]
+
+
+@contextmanager
+def built_stack(
+    cfg: ReplayConfig, max_context_len: int, events: EventSink | None
+) -> Iterator[KVStack]:
+    """``cfg``'s stack, closed at the end (its storage threads stopped); the file store lives
+    in a temporary directory, removed then."""
+    with tempfile.TemporaryDirectory(prefix="hicache-replay-") as root:
+        stack = cfg.build_stack(max_context_len, kv_events=events, storage_root=root)
+        try:
+            yield stack
+        finally:
+            stack.close()
 
 
 def replay(
@@ -74,7 +93,17 @@ def replay(
         )
     cost = cost or cost_model(cfg)
     longest = max(r.input_length + r.output_length for r in trace.requests)
-    stack = cfg.build_stack(longest + cfg.page_size, kv_events=events)
+    with built_stack(cfg, longest + cfg.page_size, events) as stack:
+        return _run(trace, cfg, cost, stack, on_record)
+
+
+def _run(
+    trace: Trace,
+    cfg: ReplayConfig,
+    cost: CostModel,
+    stack: KVStack,
+    on_record: Callable[[Record], None] | None,
+) -> ReplayRun:
     driver = Replayer(
         stack,
         cost,
@@ -105,4 +134,5 @@ def replay(
         driver.now,
         wall,
         interrupted,
+        block_ideal=block_ideal_hits(trace.requests, trace.block_tokens),
     )

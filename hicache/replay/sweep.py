@@ -1,36 +1,118 @@
-"""``--sweep NAME=V1,V2,...``: one replay per capacity, for the hit-rate-vs-capacity curve."""
+"""``--sweep NAME=V1,V2,...[,NAME=V1,...]``: one replay per point of the grid of the values
+given, for hit rate per tier against capacity and tiering.
+
+Names are the flags' (``device-tokens``, ``host-ratio``, ``storage-capacity``, ``tiering``,
+``storage-tiering``; ``_`` may stand for ``-``). A comma-separated item with ``=`` starts a
+name, the items after it are more of its values: ``device-tokens=8192,16384,tiering=inclusive,
+exclusive`` is 2 x 2 replays. Numbers are sorted ascending, words keep their order; the grid
+runs in the order the names were given, the last name changing fastest, so rows that differ
+only by the last name (e.g. ``tiering``) are adjacent in the table.
+"""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Any
 
+from hicache.controller import TIERINGS
 from hicache.replay.config import ReplayConfig
 
-SWEEPABLE: dict[str, tuple[str, type]] = {
+Grid = dict[str, list[Any]]  # flag name -> its values
+
+
+def _word(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(text)
+        return text
+
+    parse.__name__ = " or ".join(choices)
+    return parse
+
+
+SWEEPABLE: dict[str, tuple[str, Callable[[str], Any]]] = {  # flag: (ReplayConfig field, parse)
     "device-tokens": ("device_tokens", int),
     "host-ratio": ("host_ratio", float),
+    "storage-capacity": ("storage_capacity", int),
+    "tiering": ("tiering", _word(TIERINGS)),
+    "storage-tiering": ("storage_tiering", _word(TIERINGS)),
 }
 
 
-def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """``"device-tokens=1024,4096"`` -> ``("device-tokens", [1024, 4096])``; ``ValueError``
-    naming ``--sweep`` for an unknown name or a bad value."""
-    name, sep, values = text.partition("=")
-    if not sep or name not in SWEEPABLE:
-        raise ValueError(f"--sweep must be one of {sorted(SWEEPABLE)}=V1,V2,..., got {text!r}")
-    kind = SWEEPABLE[name][1]
+def _values(name: str, items: list[str]) -> list[Any]:
+    parse = SWEEPABLE[name][1]
     try:
-        parsed = [kind(v) for v in values.split(",") if v.strip()]
+        parsed = [parse(v.strip()) for v in items if v.strip()]
     except ValueError:
+        kind = getattr(parse, "__name__", "values")
         raise ValueError(
-            f"--sweep {name}: values must be {kind.__name__}s, got {values!r}"
+            f"--sweep {name}: values must be {kind}, got {','.join(items)!r}"
         ) from None
     if not parsed:
         raise ValueError(f"--sweep {name}: give at least one value")
-    return name, sorted(set(parsed))
+    unique = list(dict.fromkeys(parsed))
+    return sorted(unique) if parse in (int, float) else unique
 
 
-def sweep_configs(base: ReplayConfig, name: str, values: list[Any]) -> list[ReplayConfig]:
-    """One validated config per value (all checked before any replay starts)."""
-    field = SWEEPABLE[name][0]
-    return [base.with_(**{field: v}) for v in values]
+def parse_sweep(text: str) -> Grid:
+    """``"device-tokens=1024,4096,tiering=inclusive"`` -> ``{"device-tokens": [1024, 4096],
+    "tiering": ["inclusive"]}``; ``ValueError`` naming ``--sweep`` for an unknown or repeated
+    name, a value before the first name, or a bad value."""
+    groups: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if sep:
+            name = name.strip().replace("_", "-")
+            if name not in SWEEPABLE:
+                raise ValueError(f"--sweep names must be in {sorted(SWEEPABLE)}, got {text!r}")
+            if name in groups:
+                raise ValueError(f"--sweep {name}: given twice in {text!r}")
+            current = groups[name] = [value]
+        elif current is None:
+            raise ValueError(f"--sweep must start with NAME=V1,V2,..., got {text!r}")
+        else:
+            current.append(item)
+    return {name: _values(name, items) for name, items in groups.items()}
+
+
+def grid_points(grid: Grid) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, as ``{flag name: value}``, last name fastest."""
+    names = list(grid)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def sweep_configs(base: ReplayConfig, points: list[dict[str, Any]]) -> list[ReplayConfig]:
+    """One validated config per point (all checked before any replay starts)."""
+    return [base.with_(**{SWEEPABLE[k][0]: v for k, v in point.items()}) for point in points]
+
+
+def total_capacity(cfg: ReplayConfig) -> int | None:
+    """Device + host + storage tokens (None when storage is uncapped)."""
+    if cfg.storage != "none" and cfg.storage_capacity is None:
+        return None
+    host = cfg.host_tokens if cfg.host_ratio else 0
+    return cfg.device_slots + host + (cfg.storage_capacity or 0)
+
+
+COLUMNS = ("capacity", "device %", "host %", "storage %", "total %", "ideal %", "TTFT p50 ms")
+
+
+def _cells(names: list[str], cells: list[str]) -> str:
+    """One table line: the swept names' cells, then ``COLUMNS``' (right-aligned)."""
+    widths = [max(len(n), 10) for n in names] + [max(len(c), 9) for c in COLUMNS]
+    return "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+
+
+def sweep_header(grid: Grid) -> str:
+    return _cells(list(grid), [*grid, *COLUMNS])
+
+
+def sweep_row(point: dict[str, Any], cfg: ReplayConfig, summary: dict[str, Any]) -> str:
+    """One row of the sweep's table: the point, total capacity (tokens), hit rate per tier,
+    the reachable ideal, TTFT p50."""
+    h, total, p50 = summary["hit_rate"], total_capacity(cfg), summary["ttft_ms"]["p50"]
+    rates = [f"{h[k]:.1f}" for k in ("device", "host", "storage", "total", "ideal")]
+    cap = f"{total:,}" if total is not None else "uncapped"
+    return _cells(list(point), [*map(str, point.values()), cap, *rates, f"{p50 or 0:,.0f}"])

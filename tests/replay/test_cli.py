@@ -21,7 +21,32 @@ def test_generate_then_replay_writes_json_and_png(tmp_path, capsys):
     assert set(report["modelled"]) == {"ttft_ms", "makespan_s", "throughput"}
     assert (out / "replay.png").stat().st_size > 0
     text = capsys.readouterr().out
-    assert "measured (" in text and "modelled (" in text and "ideal (infinite cache)" in text
+    assert "measured (" in text and "modelled (" in text and "(not built)" in text
+    assert "reachable ideal: the last prompt token is never matched" in text
+    assert report["hit_rule"] in text and report["block_rule"] in text
+
+
+def test_storage_replay_reports_storage_hits_and_traffic(tmp_path, capsys):
+    trace, out = tmp_path / "g.jsonl", tmp_path / "out"
+    gen = [*GEN[:2], "--turns", "3", "--turn-tokens", "512", "--output-tokens", "512"]
+    main(["replay", "--generate", str(trace), "--generate-only", *gen, "--turn-gap-s", "30"])
+    argv = ["--device-tokens", "4096", "--host-ratio", "1.5", "--max-running", "2"]
+    argv += ["--storage", "file", "--storage-capacity", "65536", "--storage-gbps", "2"]
+    argv += ["--tiering", "exclusive", "--load-back-threshold", "0"]
+    assert main(["replay", str(trace), *argv, "--out-dir", str(out), *FAST]) == 0
+    report = json.loads((out / "replay.json").read_text())
+    tokens, hit, storage = report["tokens"], report["hit_rate"], report["storage"]
+    assert tokens["storage"] > 0 and hit["storage"] > 0
+    assert storage["backend"] == "file" and storage["capacity_tokens"] == 65536
+    assert storage["bytes_read"] == tokens["storage"] * report["transfers"]["token_bytes"]
+    assert storage["read_gb_s"] > 0 and storage["bytes_written"] > 0
+    assert report["cost_model"]["storage_gb_s"] == 2.0
+    assert report["tierings"] == {"host": "exclusive", "storage": "inclusive"}
+    assert hit["block_ideal"] >= hit["ideal"] > 0 and "storage" in report["measured"]
+    text = capsys.readouterr().out
+    assert "storage file 65,536 tokens (inclusive)" in text and "host x1.5 (exclusive)" in text
+    assert "  storage       file, 65,536 tokens: read " in text and "(not built)" not in text
+    assert "storage reads at 2 GB/s" in text
 
 
 def test_sweep_orders_capacities_and_plots(tmp_path, capsys):
@@ -49,9 +74,16 @@ def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--sweep", "layers=1,2"], "--sweep must be one of"),
-        (["--sweep", "host-ratio=x"], "values must be floats"),
-        (["--host-ratio", "0.5"], "host_ratio must be 0 (no host tier) or > 1"),
+        (["--sweep", "layers=1,2"], "--sweep names must be in"),
+        (["--sweep", "host-ratio=x"], "values must be float"),
+        (["--sweep", "tiering=both"], "values must be inclusive or exclusive"),
+        (["--sweep", "storage-capacity=4096"], "storage_capacity needs a storage tier"),
+        (["--storage-capacity", "4096"], "storage_capacity needs a storage tier"),
+        (["--storage-tiering", "exclusive"], "storage_tiering needs a storage tier"),
+        (["--storage", "memory", "--host-ratio", "0"], "storage='memory' needs a host tier"),
+        (["--storage", "memory", "--storage-capacity", "8"], "storage_capacity must be >= 16"),
+        (["--tiering", "exclusive", "--host-ratio", "0"], "tiering needs a host tier"),
+        (["--storage", "file", "--storage-gbps", "0"], "storage_gbps must be > 0"),
         (["--limit", "0"], "--limit must be positive"),
     ],
 )

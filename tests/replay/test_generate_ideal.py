@@ -3,6 +3,7 @@
 import pytest
 
 from hicache.replay import GenerateSpec, TraceRequest, generate_trace, ideal_hits
+from hicache.replay.ideal import block_ideal_hits
 
 B = 512
 
@@ -70,3 +71,11 @@ def test_bad_spec_names_the_field():
         GenerateSpec(sessions=0)
     with pytest.raises(TypeError, match="zipf"):
         GenerateSpec(zipf="1")
+
+
+def test_block_ideal_counts_every_seen_block_without_cap_or_rounding():
+    first = TraceRequest(0, 1000, 1, (1, 2))
+    again = TraceRequest(1, 1000, 1, (1, 2))
+    detour = TraceRequest(2, 1536, 1, (9, 2, 3))  # a seen block after an unseen one counts
+    assert block_ideal_hits([first, again, detour], B) == [0, 1000, 488]
+    assert ideal_hits([first, again, detour], B, 16) == [0, 992, 0]
