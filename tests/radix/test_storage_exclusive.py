@@ -210,3 +210,28 @@ def test_inclusive_writes_when_the_host_write_lands():
     _to_host_only(stack)
     assert cache.evict_host(32) == 32
     assert cache.stats().storage.backup_pages == 32 // PAGE
+
+
+@pytest.mark.parametrize("tiering", ["inclusive", "exclusive"])
+def test_a_page_the_store_evicted_is_written_again(tiering):
+    """A capped store that evicts a page on its own: the tier forgets it, so the next time the
+    host lets it go (exclusive) or backs it up (inclusive) it is written again and hits."""
+    first, second = _ids(32, seed=5), _ids(32, seed=6)
+    probe_store = MemoryStorage()
+    probe = make_stack(storage_config(probe_store, tiering=tiering))
+    write_prefix(probe, first)
+    _to_host_only(probe)
+    probe.cache.evict_host(32)
+    probe.cache.drain_transfers()
+    one_prefix = probe_store.get_stats()["bytes_used"]  # what 32 tokens take in the store
+    store = MemoryStorage(max_bytes=one_prefix)  # room for exactly one prefix
+    stack = make_stack(storage_config(store, tiering=tiering))
+    cache = stack.cache
+    for ids in (first, second, first):  # the second prefix pushes the first out of the store
+        write_prefix(stack, ids)
+        _to_host_only(stack)
+        cache.evict_host(32)
+        cache.drain_transfers()
+        cache.check_hicache_events()
+    assert prefetch(cache, "r", first) == 32  # written again after the store had evicted it
+    assert prefetch(cache, "s", second) == 0  # and that pushed the second one out

@@ -83,6 +83,7 @@ class StorageBackups:
         self._pinned: dict[int, TreeNode] = {}  # nodes with a backup in flight, by id
         self._pins: Counter[int] = Counter()  # node id -> its backups in flight
         self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._gone: deque[bytes] = deque()  # pages the backend evicted (any thread), to forget
         self._writing: dict[bytes, tuple[Backup, int]] = {}  # page hash -> backup in flight
         self.written_pages = 0  # pages present in storage after a backup (counter)
         self.demoted_pages = 0  # of those, the pages written by ``demote`` (counter)
@@ -163,10 +164,15 @@ class StorageBackups:
             self.events.sink.publish(event)
 
     def evicted(self, page_keys: list[str]) -> None:
-        """The backend removed ``page_keys`` (any thread): announce this model's and shard's."""
+        """The backend removed ``page_keys`` (any thread): announce this model's and shard's,
+        and forget them at the next ``poll`` so a later backup writes them again. Under TP they
+        stay known (each rank's store evicts on its own, and what is known decides the pins
+        every rank must take alike): such a page is a miss until it ages out of the known set."""
+        hashes = [h for h in map(self.keys.page_hash, page_keys) if h is not None]
+        if not self.tp.active:
+            self._gone.extend(hashes)
         if self.events is not None:
-            hashes = [self.keys.page_hash(key) for key in page_keys]
-            self.events.removed_pages([h for h in hashes if h is not None], self.medium)
+            self.events.removed_pages(hashes, self.medium)
 
     def remember(self, hashes: list[bytes]) -> None:
         """Pages ``hashes`` are in storage (or queued for it)."""
@@ -178,7 +184,10 @@ class StorageBackups:
 
     def poll(self) -> None:
         """Process the backups every rank has finished: unpin their nodes (the host may evict
-        them again); forget the pages of those a rank could not store."""
+        them again); forget the pages of those a rank could not store, and those the backend
+        evicted."""
+        while self._gone:
+            self._known.pop(self._gone.popleft(), None)
         self._landed.extend(self.io.finished_backups())
         if self._queued:
             self._process_landed()

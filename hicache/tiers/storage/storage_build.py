@@ -87,8 +87,7 @@ def build_storage(
     )
     medium = next((m for m in MEDIA if m == backend.medium), EXTERNAL)
     tier = StorageTier(tree, host, io, guarded, keys, config, cost, clock, events, medium)
-    if events is not None:
-        backend.on_evict = tier.backups.evicted
+    backend.on_evict = tier.backups.evicted  # forgets evicted pages (and announces them)
     return tier
 
 
