@@ -96,12 +96,13 @@ def make_model_pools(
     if cfg.layers_of("L"):
         states = HybridReqToTokenPool(
             size=rows,
-            mamba_size=state_slots or rows,
+            mamba_size=rows if state_slots is None else state_slots,
             max_context_len=size,
             device=device,
             cache_params=state_params(cfg, shard),
         )
-    kv = _kv_pool(cfg, size, swa_size or size, page_size, device, shard, states)
+    swa = size if swa_size is None else swa_size
+    kv = _kv_pool(cfg, size, swa, page_size, device, shard, states)
     if isinstance(kv, SWAKVPool):
         alloc: Any = SWATokenToKVPoolAllocator(size, kv.size_swa, page_size, device, kv)
     else:

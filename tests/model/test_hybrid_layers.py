@@ -8,12 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from hicache.engine.checks import check_model
-from hicache.model import ForwardBatch, ModelConfig, TinyTransformer
+from hicache.model import ForwardBatch, ModelConfig, TinyTransformer, reference_logits
 from hicache.model.attention import MHAAttention, MLAAttention
 from hicache.model.context import ForwardContext
 from hicache.model.layers import apply_rope
 from hicache.model.linear import LinearRecurrence
-from tests.model.hybrid_harness import Harness, hybrid_config
+from tests.model.hybrid_harness import Harness, hybrid_config, random_prompt
+from tests.model.test_model import RecordingCounter
 
 CHUNKS = (13, 58, 1, 8)  # crosses the 64-token block; prefixes longer than the window
 
@@ -134,3 +135,17 @@ def test_missing_pools_and_the_engine_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="layer_pattern"):
         check_model(h.model)
     check_model(TinyTransformer(ModelConfig(num_layers=2, layer_pattern="FF")))
+
+
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_every_layer_kind_waits_for_its_layer_in_order(attention: str) -> None:
+    h = Harness(hybrid_config("FSLFSL", attention), 16)
+    counter = RecordingCounter()
+    h.pools.kv.register_layer_transfer_counter(counter)
+    assert h.pools.states is not None
+    h.pools.states.register_layer_transfer_counter(counter)
+    prompt = random_prompt(h.cfg, 20, 6)
+    logits = h.step([h.open()], [prompt])
+    assert counter.waits == sorted(counter.waits)
+    assert sorted(set(counter.waits)) == list(range(6))
+    torch.testing.assert_close(logits, reference_logits(h.model, prompt), atol=2e-5, rtol=0)
