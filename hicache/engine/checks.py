@@ -82,9 +82,15 @@ def _check_tp(model: TinyTransformer, tp: Any) -> None:
 
 
 def check_model(model: Any) -> None:
-    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type)."""
+    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type);
+    ``ValueError`` for a hybrid layer pattern, which the engine does not serve yet."""
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if model.cfg.is_hybrid:
+        raise ValueError(
+            "model: the engine serves full-attention models only (layer_pattern '' or all 'F'), "
+            f"got layer_pattern={model.cfg.layer_pattern!r}"
+        )
 
 
 def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:

@@ -50,6 +50,8 @@ class ForwardBatch:
     input_ids, positions, out_cache_loc : ``[T]`` int64 on the model device.
     segments : one :class:`Segment` per request, in batch order.
     last_index : ``[B]`` int64, the packed index of each request's last new token.
+    req_pool_indices : each request's ``req_to_token`` row (host ints; linear layers map them
+        to state slots).
     """
 
     input_ids: torch.Tensor
@@ -57,6 +59,7 @@ class ForwardBatch:
     out_cache_loc: torch.Tensor
     segments: tuple[Segment, ...]
     last_index: torch.Tensor
+    req_pool_indices: tuple[int, ...] = ()
 
     @classmethod
     def build(
@@ -89,26 +92,35 @@ class ForwardBatch:
             out_cache_loc=out_cache_loc.to(device=on, dtype=torch.int64),
             segments=segments,
             last_index=to_device(torch.from_numpy(ends - 1), on),
+            req_pool_indices=tuple(req_pool_indices),
         )
 
     def attend(self, q: torch.Tensor, gather: KVGather, scale: float) -> torch.Tensor:
-        """Causal attention of the packed queries over each request's context.
+        """Causal attention of the packed queries over each request's context:
+        :func:`attend` over :attr:`segments`."""
+        return attend(self.segments, q, gather, scale)
 
-        Parameters
-        ----------
-        q : ``[T, H, D]`` packed queries.
-        gather : maps ``[S]`` context slots to keys ``[S, KVH, D]`` and values ``[S, KVH, Dv]``
-            (``H % KVH == 0``: grouped-query attention).
 
-        Returns
-        -------
-        ``[T, H, Dv]`` in ``q``'s dtype, on ``q``'s device.
-        """
-        outs = []
-        for seg in self.segments:
-            k, v = gather(seg.kv_slots)
-            outs.append(_sdpa(q[seg.start : seg.end], k, v, seg.mask, scale, seg.causal))
-        return torch.cat(outs)
+def attend(
+    segments: Sequence[Segment], q: torch.Tensor, gather: KVGather, scale: float
+) -> torch.Tensor:
+    """Attention of each segment's packed queries over its ``kv_slots``, as its mask says.
+
+    Parameters
+    ----------
+    q : ``[T, H, D]`` packed queries.
+    gather : maps ``[S]`` context slots to keys ``[S, KVH, D]`` and values ``[S, KVH, Dv]``
+        (``H % KVH == 0``: grouped-query attention).
+
+    Returns
+    -------
+    ``[T, H, Dv]`` in ``q``'s dtype, on ``q``'s device.
+    """
+    outs = []
+    for seg in segments:
+        k, v = gather(seg.kv_slots)
+        outs.append(_sdpa(q[seg.start : seg.end], k, v, seg.mask, scale, seg.causal))
+    return torch.cat(outs)
 
 
 def _table_rows(

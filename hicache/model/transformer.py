@@ -1,6 +1,8 @@
-"""A tiny decoder-only transformer whose KV cache lives in a hicache token pool."""
+"""A tiny decoder-only transformer whose KV cache (and recurrent state) lives in hicache pools."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -8,9 +10,17 @@ from torch import nn
 from hicache.model.attention import MHAAttention, MLAAttention
 from hicache.model.batch import ForwardBatch
 from hicache.model.config import ModelConfig
+from hicache.model.context import ForwardContext
 from hicache.model.layers import RMSNorm, SwiGLU, seeded_linear
+from hicache.model.linear import LinearRecurrence
 from hicache.model.shard import TPShard
-from hicache.pools import KVPool
+from hicache.pools import HybridReqToTokenPool
+
+
+def _mixer_class(cfg: ModelConfig, layer_id: int) -> type[nn.Module]:
+    if cfg.layer_kinds[layer_id] == "L":
+        return LinearRecurrence
+    return MLAAttention if cfg.attention == "mla" else MHAAttention
 
 
 class DecoderLayer(nn.Module):
@@ -18,17 +28,16 @@ class DecoderLayer(nn.Module):
         self, cfg: ModelConfig, layer_id: int, gen: torch.Generator, shard: TPShard
     ) -> None:
         super().__init__()
-        attn_cls = MLAAttention if cfg.attention == "mla" else MHAAttention
         self.shard = shard
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
-        self.attn = attn_cls(cfg, layer_id, gen, shard)
+        self.attn = _mixer_class(cfg, layer_id)(cfg, layer_id, gen, shard)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.dtype)
         inter = cfg.intermediate_size
         self.mlp = SwiGLU(cfg.hidden_size, inter, gen, cfg.dtype, cols=shard.part(inter))
 
-    def forward(self, h: torch.Tensor, batch: ForwardBatch, pool: KVPool) -> torch.Tensor:
-        """``pool``: the MHA or MLA token pool matching ``cfg.attention`` (the shard's)."""
-        h = h + self.attn(self.attn_norm(h), batch, pool)
+    def forward(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """``h``: ``[T, hidden]``; the token mixer (attention or linear) reads ``ctx``."""
+        h = h + self.attn(self.attn_norm(h), ctx)
         out: torch.Tensor = h + self.shard.all_reduce(self.mlp(self.mlp_norm(h)))
         return out
 
@@ -44,6 +53,9 @@ class TinyTransformer(nn.Module):
     weights are exact blocks of the one-rank model's (``hicache.model.shard``), its KV pool
     holds its block of the KV heads, and every rank computes the same logits. ``ValueError``
     when ``cfg`` does not split evenly over ``shard.size`` ranks.
+
+    ``cfg.layer_pattern`` mixes full-attention (``F``), sliding-window (``S``) and linear (``L``)
+    layers; ``hicache.model.make_model_pools`` builds the pools such a model reads.
     """
 
     def __init__(
@@ -65,17 +77,33 @@ class TinyTransformer(nn.Module):
             self.lm_head = seeded_linear(cfg.hidden_size, cfg.vocab_size, gen, torch.float32)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, pool: KVPool, all_logits: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        batch: ForwardBatch,
+        pool: Any,
+        all_logits: bool = False,
+        states: HybridReqToTokenPool | None = None,
+    ) -> torch.Tensor:
         """Run one extend/decode pass, writing every new token's KV into ``pool``.
+
+        Parameters
+        ----------
+        pool : the attention layers' KV pool (``make_model_pools(...).kv``: MHA/MLA, or a
+            composite for a hybrid pattern; None when every layer is ``L``).
+        states : the ``HybridReqToTokenPool`` whose rows (``batch.req_pool_indices``) hold the
+            ``L`` layers' state slots, which this pass advances; None without ``L`` layers.
+
+        ``ValueError`` naming ``pool`` / ``states`` when one the layers need is missing.
 
         Returns
         -------
         ``[B, vocab]`` fp32 logits of each request's last new token, or with ``all_logits``
         ``[T, vocab]`` for every packed new token. On the model device.
         """
+        ctx = ForwardContext.build(self.cfg, batch, pool, states)
         h = self.embed[batch.input_ids]
         for layer in self.layers:
-            h = layer(h, batch, pool)
+            h = layer(h, ctx)
         if not all_logits:
             h = h[batch.last_index]
         logits: torch.Tensor = self.lm_head(self.norm(h).float())

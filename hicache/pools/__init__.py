@@ -23,6 +23,7 @@ from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.nsa_pool import NSATokenToKVPool
 from hicache.pools.protocols import SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
+from hicache.pools.state_checkpoint import checkpoint_states, release_states, restore_states
 from hicache.pools.swa_allocator import SWATokenToKVPoolAllocator
 from hicache.pools.swa_pool import SWAKVPool
 
@@ -53,4 +54,7 @@ __all__ = [
     "check_io_backend",
     "check_layout",
     "check_pair",
+    "checkpoint_states",
+    "release_states",
+    "restore_states",
 ]

@@ -230,6 +230,13 @@ class HybridReqToTokenPool(ReqToTokenPool):
             raise IndexError(f"req_indices must lie in [0, {self.size}), got {row}")
         return self.req_index_to_mamba_index_mapping[row]
 
+    def state_slot(self, row: int) -> int | None:
+        """The state slot live row ``row`` maps (read on the host, no device sync), or None
+        once ``free_mamba_cache`` released it. ``ValueError`` naming ``row`` unless allocated."""
+        if not self.is_allocated(check_int("row", row)):
+            raise ValueError(f"row {row} is not an allocated row")
+        return self._row_slots[row][0]
+
     def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
         """The other track index (``1 - idx``) with two track slots, ``idx`` itself with one."""
         size = self.mamba_ping_pong_track_buffer_size
