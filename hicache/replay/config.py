@@ -63,8 +63,6 @@ class ReplayConfig:
             check_int(name, getattr(self, name), minimum=1)
         check_int("load_back_threshold", self.load_back_threshold, minimum=0)
         check_real("host_ratio", self.host_ratio)
-        if 0 < self.host_ratio <= 1:
-            raise ValueError(f"host_ratio must be 0 (no host tier) or > 1, got {self.host_ratio}")
         check_real("prefill_tps", self.prefill_tps, inclusive=False)
         check_real("decode_step_ms", self.decode_step_ms)
         for name in ("h2d_gbps", "d2h_gbps"):

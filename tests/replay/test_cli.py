@@ -51,7 +51,7 @@ def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):
     [
         (["--sweep", "layers=1,2"], "--sweep must be one of"),
         (["--sweep", "host-ratio=x"], "values must be floats"),
-        (["--host-ratio", "0.5"], "host_ratio must be 0 (no host tier) or > 1"),
+        (["--host-ratio", "-0.5"], "host_ratio"),
         (["--limit", "0"], "--limit must be positive"),
     ],
 )
