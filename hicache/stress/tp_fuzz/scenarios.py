@@ -50,7 +50,8 @@ class FuzzConfig:
     agree : False builds the caches' ``TPGroup`` with ``agree=False`` (the switch-off proof).
     debug : the caches' ``TPGroup`` compares digests in every ``check_hicache_events`` too.
     timeout_s : bound on every collective; full_every : steps between full checks.
-    write_policy, eviction_policy : the host tier's and the tree's.
+    write_policy, eviction_policy, tiering : the host tier's, the tree's, the host tier's
+        (``HiCacheConfig.tiering``).
     storage_dir : ``storage_errors``: the directory of a ``file`` backend every rank shares
         (as ranks share a real store: MLA's non-writing ranks read what rank 0 wrote); empty:
         a ``memory`` backend per rank.
@@ -71,6 +72,7 @@ class FuzzConfig:
     write_policy: str = "write_through"
     eviction_policy: str = "lru"
     storage_dir: str = ""
+    tiering: str = "inclusive"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -87,7 +89,10 @@ class FuzzConfig:
 
     def label(self) -> str:
         agree = "on" if self.agree else "off"
-        return f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}"
+        tiering = "/exclusive" if self.tiering == "exclusive" else ""
+        return (
+            f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}{tiering}"
+        )
 
     def kill_step(self) -> int:
         """The step at which ``rank_killed``'s fault rank exits (seeded, in the middle half)."""
@@ -97,7 +102,9 @@ class FuzzConfig:
     def stress_config(self, rank: int) -> StressConfig:
         """The stress scenario rank ``rank`` runs (the same on every rank but for storage's
         ``tp_rank``)."""
-        host: HiCacheConfig = replace(HOST_TIER, write_policy=self.write_policy)
+        host: HiCacheConfig = replace(
+            HOST_TIER, write_policy=self.write_policy, tiering=self.tiering
+        )
         if self.scenario in STORAGE:
             shared = {"root": self.storage_dir, "max_bytes": 1 << 26}
             storage = StorageConfig(

@@ -42,6 +42,7 @@ class HostFreeing:
     _evicted_tokens: int
     _shedding: dict[int, TreeNode]  # nodes whose host copy waits for a storage write to end
     _loads: dict[int, tuple[TreeNode, TreeNode]]  # load in flight: last id -> (last, above)
+    _later: dict[int, TreeNode]  # move-downs whose eviction failed: finished when written
 
     def refile(self, node: TreeNode) -> None:
         raise NotImplementedError  # ``HostTier.refile``
@@ -112,6 +113,25 @@ class HostFreeing:
         if freed:
             self.controller.evict_host(concat_slots(freed, _CPU))
 
+    def move_down_later(self, nodes: list[TreeNode]) -> None:
+        """Under exclusive tiering: the writes of ``nodes`` (queued to move them down) outlive
+        the eviction that queued them (it raised); finish each move when its write lands."""
+        if self.exclusive:
+            self._later.update((node.id, node) for node in nodes)
+
+    def finish_moves(self, written: list[TreeNode]) -> None:
+        """Of the ``written`` nodes (just unlocked), finish those ``move_down_later`` named,
+        and the nodes a split put above them: each drops its device copy when it is an
+        unlocked device leaf, else its host copy."""
+        for node in written:
+            if self._later.pop(node.id, None) is None:
+                continue
+            for n in self._shedding_run(node, self._in_transfer()):
+                if not n.lock_ref and all(c.slots is None for c in n.children.values()):
+                    self.site.drop_device(n)
+                else:
+                    self.shed([n])
+
     def _read_below(self, host: Slots) -> bool:
         return self.below is not None and self.below.reading(host)
 
@@ -139,8 +159,11 @@ class HostFreeing:
         return busy
 
     def _in_transfer(self) -> set[int]:
-        """Ids of the nodes being written or in the chain of a load in flight."""
-        busy = {node.id for node in self._flight.pending()["write"]}
+        """Ids of the nodes being written (with the nodes a split put above them) or in the
+        chain of a load in flight."""
+        busy: set[int] = set()
+        for node in self._flight.pending()["write"]:
+            busy.update(n.id for n in self._shedding_run(node, set()))
         for last, above in self._loads.values():
             busy.update(n.id for n in self.load_chain(last, above))
         return busy

@@ -78,6 +78,7 @@ class HostTier(HostFreeing, StorageSlots):
         self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
         self._shedding: dict[int, TreeNode] = {}
         self._loads: dict[int, tuple[TreeNode, TreeNode]] = {}
+        self._later: dict[int, TreeNode] = {}
         self.below: BelowHost | None = None
 
     def attach(self, below: BelowHost) -> None:
@@ -260,6 +261,7 @@ class HostTier(HostFreeing, StorageSlots):
         result, written, loaded = self._flight.settle(self.controller, issue, where)
         for node in (*written, *loaded):
             self.site.unlock(node)
+        self.finish_moves(written)
         for node in loaded:
             self.shed(self.load_chain(*self._loads.pop(node.id)))
         self.retry_shedding()
@@ -274,6 +276,7 @@ class HostTier(HostFreeing, StorageSlots):
         self._flight.clear()
         self._shedding.clear()
         self._loads.clear()
+        self._later.clear()
         self.controller.mem_pool_host.clear()
         self.leaves.clear()
         self._size = 0

@@ -40,10 +40,13 @@ def evict(ledger: Ledger, host: HostTier, num_tokens: int) -> int:
             else:
                 if node.host_slots is None and node.children:  # exclusive tiering only
                     host.drop_children(node)
-                    ledger.leaves.discard(node)  # the drop re-filed it
+                ledger.leaves.discard(node)  # re-filed when its host-only children went
                 evicted += ledger.evict_leaf(node, freed)
         if moving:  # enough was freed meanwhile; the queued leaves still move down
             evicted += _move_down(ledger, host, moving, freed)
+    except BaseException:
+        host.move_down_later(moving)
+        raise
     finally:
         ledger.free(freed)
         ledger.evictions.observe(time.perf_counter() - start)
