@@ -80,7 +80,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host-ratio",
         type=float,
-        help="host pool size / device pool size (> 1)" + _field_default("host_ratio"),
+        help="host pool size / device pool size (> 0)" + _field_default("host_ratio"),
     )
     p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
     choices: dict[str, tuple[str, list[str], str]] = {  # flag: (field, choices, help)

@@ -109,8 +109,8 @@ def build_kv_stack(
     TypeError, ValueError
         Naming the argument, before anything is allocated: a non-int size, a size not a page
         multiple, a missing or doubled geometry, a non-floating dtype, an unknown device or
-        policy, a ``hicache`` that is not a ``HiCacheConfig``, a host pool that would not be
-        larger than the device pool or does not fit in RAM, or a bad ``kv_events``.
+        policy, a ``hicache`` that is not a ``HiCacheConfig``, a host pool that would hold no
+        page or does not fit in RAM, or a bad ``kv_events``.
     """
     dims = _check_geometry(
         head_num=head_num,
@@ -199,7 +199,7 @@ def _token_bytes(dims: dict[str, int], dtype: torch.dtype) -> int:
 
 
 def _check_host_tier(hicache: Any, size: int, page_size: int, bytes_per_slot: int) -> None:
-    """The host pool ``hicache`` describes is larger than the device pool and fits in RAM."""
+    """The host pool ``hicache`` describes holds at least one page and fits in RAM."""
     if not isinstance(hicache, HiCacheConfig):
         raise TypeError(f"hicache must be a HiCacheConfig or None, got {type(hicache).__name__}")
     slots = host_slots(

@@ -176,7 +176,7 @@ BAD = [
     ({"device": "tpu"}, ValueError, "device"),
     ({"eviction_policy": "random"}, ValueError, "eviction_policy"),
     ({"hicache": {"hicache_ratio": 4.0}}, TypeError, "hicache"),
-    ({"hicache": HiCacheConfig(hicache_ratio=1.0)}, ValueError, "host"),
+    ({"hicache": HiCacheConfig(hicache_ratio=0.0)}, ValueError, "host"),
 ]
 
 

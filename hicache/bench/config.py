@@ -96,8 +96,8 @@ class BenchConfig:
         if self.threads is not None:
             check_count("threads", self.threads, minimum=1)
         check_real(flag("arrival_rate"), self.arrival_rate)
-        # The host pool is the larger tier.
-        check_real(flag("host_ratio"), self.host_ratio, minimum=1, inclusive=False)
+        # Any host pool of at least one page, smaller than the device pool too.
+        check_real(flag("host_ratio"), self.host_ratio, inclusive=False)
         if self.arrival_distribution not in ARRIVALS:
             raise ValueError(
                 f"--distribution must be one of {list(ARRIVALS)}, got {self.arrival_distribution!r}"

@@ -83,7 +83,8 @@ def host_slots(
     bytes_per_slot: int,
 ) -> int:
     """Host slots: from ``host_size_gb`` (GB = 1e9 bytes) when > 0, else ``ratio * device_size``;
-    rounded up to whole pages and required to exceed ``device_size`` (``ValueError`` otherwise).
+    rounded up to whole pages and required to be at least one page (``ValueError`` otherwise).
+    Any size above that works, smaller than the device pool too.
     """
     for name, value in (
         ("host_to_device_ratio", host_to_device_ratio),
@@ -97,11 +98,11 @@ def host_slots(
     else:
         slots = int(device_size * host_to_device_ratio)
     slots = math.ceil(slots / page_size) * page_size
-    if slots <= device_size:
+    if slots <= 0:
         raise ValueError(
-            f"the host pool ({slots} slots from host_to_device_ratio={host_to_device_ratio}, "
-            f"host_size_gb={host_size_gb}) must be larger than the device pool ({device_size} "
-            "slots): raise host_to_device_ratio or host_size_gb"
+            f"the host pool (0 slots from host_to_device_ratio={host_to_device_ratio}, "
+            f"host_size_gb={host_size_gb}) must hold at least one page ({page_size} slots): "
+            "raise host_to_device_ratio or host_size_gb"
         )
     return slots
 

@@ -52,8 +52,9 @@ class HostKVPool:
         takes its own ``io_backend``; ``"auto"`` picks one per call
         (:mod:`hicache.pools.auto_backend`).
 
-    Raises ``ValueError`` before allocating on a bad layout/pair, a host pool not larger than
-    the device pool, or one larger than available RAM minus ``HICACHE_HOST_RAM_RESERVE_GB``.
+    Raises ``ValueError`` before allocating on a bad layout/pair, a host pool of no page (any
+    size above, smaller than the device pool too, works), or one larger than available RAM
+    minus ``HICACHE_HOST_RAM_RESERVE_GB``.
     Host slots are ``0 .. size - 1`` (no reserved page); ``close()`` unpins (also on GC).
     """
 

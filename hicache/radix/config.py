@@ -105,7 +105,10 @@ class HiCacheConfig:
 
     @property
     def backup_hits(self) -> int | None:
-        """Hits a node needs before it is backed up on a match/insert; None: only on eviction."""
+        """Hits a node needs before it is backed up on a match/insert; None: only on eviction
+        (``write_back``, and every write policy under exclusive tiering)."""
+        if self.tiering == "exclusive":
+            return None
         return {"write_through": 0, "write_through_selective": 2}.get(self.write_policy)
 
 

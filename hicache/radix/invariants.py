@@ -90,8 +90,6 @@ def _check_node(tree: RadixTree, node: TreeNode) -> None:
             _fail(f"node {node.id}: extra_key differs from its parent's")
         if node.slots is not None and parent.slots is None:
             _fail(f"node {node.id} is on the device but its parent is not")
-        if node.host_slots is not None and parent.host_slots is None:
-            _fail(f"node {node.id} is backed up but its parent is not")
     below = sum(child.lock_ref for child in node.children.values())
     if node.own_lock_ref < 0 or node.lock_ref != node.own_lock_ref + below:
         _fail(

@@ -79,6 +79,7 @@ class HostStats:
     size_tokens, capacity_tokens : tokens with a host copy (writes in flight included) and
         host slots (gauges).
     pending_writes, pending_loads : nodes awaiting a write / load ack (gauges).
+    tiering : ``inclusive`` or ``exclusive`` (``HiCacheConfig.tiering``).
     """
 
     backup_tokens: int
@@ -89,6 +90,7 @@ class HostStats:
     capacity_tokens: int
     pending_writes: int
     pending_loads: int
+    tiering: str = "inclusive"
 
 
 @dataclass(frozen=True)

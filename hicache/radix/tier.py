@@ -119,6 +119,10 @@ class BelowHost(Protocol):
     def pins(self, node: TreeNode) -> bool:
         """Whether ``node``'s host copy is being written to storage (not evictable)."""
 
+    def reading(self, slots: Slots) -> bool:
+        """Whether a storage write in flight reads any of the host ``slots`` (a node may have
+        split since its write was queued; the host tier frees none of them meanwhile)."""
+
     def backed_up(self, node: TreeNode) -> None:
         """``node``'s host write landed: queue what storage needs of its path."""
 

@@ -39,8 +39,8 @@ class StressConfig:
     page_size : tokens per page (1 and 64 are the interesting ones).
     eviction_policy : the tree's (``lru``, ``mru``, ...: ``mru`` evicts what was just matched
         first, the adversarial order).
-    hicache : the cache's host tier (write policy, route, host/device ratio, load-back
-        threshold); :data:`HOST_TIER` by default.
+    hicache : the cache's host tier (write policy, tiering, route, host/device ratio,
+        load-back threshold); :data:`HOST_TIER` by default.
     ops : random operations to run; seed : their seed (a run replays exactly).
     device_pages : device pool size in pages (tiny on purpose).
     conversations : conversations in the workload (few: the same prefixes come back often).
@@ -96,9 +96,10 @@ class StressConfig:
 
     def label(self) -> str:
         host = self.hicache
+        tiering = "/exclusive" if host.tiering == "exclusive" else ""
         return (
             f"{self.kind}/{host.io_backend}/{host.mem_layout}/p{self.page_size}/"
-            f"{host.write_policy}/{self.eviction_policy}"
+            f"{host.write_policy}/{self.eviction_policy}{tiering}"
         )
 
     def with_(self, **changes: Any) -> StressConfig:

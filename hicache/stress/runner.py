@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from hicache.controller import WRITE_POLICIES
+from hicache.controller import TIERINGS, WRITE_POLICIES
 from hicache.pools import ROUTES
 from hicache.stress.config import StressConfig
 from hicache.stress.driver import Driver
@@ -135,25 +135,32 @@ def run(
 # (write policy, eviction policy) pairs: mru evicts the just-matched path first, the order
 # that catches a load-back whose own nodes are not protected from eviction.
 POLICY_PAIRS = list(itertools.product(WRITE_POLICIES, ("lru", "mru")))
+# Exclusive runs alternate a host smaller than the device with the base's larger one.
+EXCLUSIVE_RATIOS = (0.75, 3.0)
 
 
 def matrix(
     base: StressConfig, page_sizes: Iterable[int] = (1, 64), full: bool = False
 ) -> list[StressConfig]:
-    """Every route x page size, with every policy pair (``full``) or one, rotated."""
+    """Every route x page size, with every policy pair (``full``) or one, rotated; the
+    tiering alternates (every pair meets both), exclusive runs alternate host sizes."""
     configs = []
     for i, ((kind, backend, layout), page) in enumerate(itertools.product(ROUTES, page_sizes)):
         pairs = POLICY_PAIRS if full else [POLICY_PAIRS[i % len(POLICY_PAIRS)]]
         for j, (write, evict) in enumerate(pairs):
+            host = replace(
+                base.hicache,
+                io_backend=backend,
+                mem_layout=layout,
+                write_policy=write,
+                tiering=TIERINGS[(i // len(POLICY_PAIRS) + j) % len(TIERINGS)],
+            )
+            if host.tiering == "exclusive":
+                host = replace(host, hicache_ratio=EXCLUSIVE_RATIOS[i % len(EXCLUSIVE_RATIOS)])
+            seed = base.seed + 1000 * i + j
             configs.append(
                 base.with_(
-                    kind=kind,
-                    page_size=page,
-                    eviction_policy=evict,
-                    seed=base.seed + 1000 * i + j,
-                    hicache=replace(
-                        base.hicache, io_backend=backend, mem_layout=layout, write_policy=write
-                    ),
+                    kind=kind, page_size=page, eviction_policy=evict, seed=seed, hicache=host
                 )
             )
     return configs

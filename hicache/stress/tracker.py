@@ -11,7 +11,7 @@ only those are checked:
   size, and the tree's ``evictable_size() + protected_size()`` (== ``total_size()``) and
   ``host_size()`` equal the slots its nodes hold; request rows in use match the live requests;
 - structure: slots are int64 ``[len(key)]``, the node is its parent's child, shares its
-  ``extra_key``, and is on the device (backed up) only if its parent is;
+  ``extra_key``, and is on the device (inclusive: backed up) only if its parent is;
 - locks, on the touched nodes, their parents and every node whose own locks changed:
   ``lock_ref`` == the locks taken on the node itself (requests, the driver, queued or unacked
   transfers) + its children's ``lock_ref``; a locked node is on the device;
@@ -63,6 +63,7 @@ class Tracker:
         host_reserved: Callable[[], int] = int,
     ) -> None:
         self.cache, self.req_pool, self.host_reserved = cache, req_pool, host_reserved
+        self.inclusive = getattr(cache, "tiering", "inclusive") == "inclusive"
         self.pools = {"device": allocator, "host": host_pool}
         self.every = {"device": all_device.numpy(), "host": all_host.numpy()}
         self.rows = req_pool.available_size()
@@ -214,7 +215,9 @@ class Tracker:
                     ),
                     (
                         "backed up, its parent is not",
-                        node.host_slots is not None and parent.host_slots is None,
+                        self.inclusive
+                        and node.host_slots is not None
+                        and parent.host_slots is None,
                     ),
                 )
                 if wrong

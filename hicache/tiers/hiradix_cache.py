@@ -1,9 +1,10 @@
 """HiRadixCache: the radix tree over two tiers, device KV slots (L1) backed by host slots (L2).
 
 A node holds a device copy (``value``), a host copy (``host_value``) or both. Device-resident
-nodes form a root-connected subtree, and so do backed-up nodes; a host-only node (evicted from
-the device, still backed up) is a leaf of the device subtree's complement, so along any path the
-device nodes come first, then the host-only ones.
+nodes form a root-connected subtree, so along any path the device nodes come first, then the
+host-only ones (evicted from the device, still backed up). Under inclusive tiering backed-up
+nodes form a root-connected subtree too; under exclusive tiering (``tiering="exclusive"``) a
+node holds both copies only while a transfer reads one (``host_tier``).
 
 The host side is a ``HostTier`` (``host_tier``) attached below the ledger; transfers go through
 ``cache_controller`` (a ``HiCacheController``), and a node being written or loaded stays locked
@@ -56,8 +57,8 @@ class HiRadixCache(RadixCache):
         ``MHATokenToKVPool`` or ``MLATokenToKVPool``; the host pool is built to match it.
     config : the host-tier settings as one ``HiCacheConfig``; or, SGLang-style, the keywords
     hicache_ratio, hicache_size_gb, write_policy, io_backend, mem_layout, load_back_threshold,
-    verify, verify_sample_period, layers_ahead : see ``HiCacheConfig`` (page integrity:
-        ``verified_load``).
+    verify, verify_sample_period, layers_ahead, tiering : see ``HiCacheConfig`` (page
+        integrity: ``verified_load``; tiering: ``host_tier``).
         Passing ``config`` with any of these keywords set raises ``ValueError``.
     hicache_storage_backend, hicache_storage_prefetch_policy, model_name,
     storage_backend_extra_config : SGLang's storage keywords (``storage_from_keywords``);
@@ -73,7 +74,8 @@ class HiRadixCache(RadixCache):
     hi_config : the validated ``HiCacheConfig``.
 
     Raises ``TypeError``/``ValueError`` before allocating anything on bad settings, and
-    ``ValueError`` when the host pool would not be larger than the device pool.
+    ``ValueError`` when the host pool would hold no page (any size above, smaller than the
+    device pool too, works).
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class HiRadixCache(RadixCache):
         storage_backend_extra_config: dict[str, Any] | None = None,
         tp_group: Any = None,
         layers_ahead: int | None = None,
+        tiering: str = "inclusive",
     ) -> None:
         storage = storage_from_keywords(
             hicache_storage_backend,
@@ -119,6 +122,7 @@ class HiRadixCache(RadixCache):
             verify_sample_period,
             storage,
             layers_ahead,
+            tiering,
         )
         self.hi_config = settings if config is None else check_config(config, settings)
         super().__init__(
@@ -186,6 +190,10 @@ class HiRadixCache(RadixCache):
         return self.hi_config.write_policy
 
     @property
+    def tiering(self) -> str:
+        return self.hi_config.tiering
+
+    @property
     def integrity_failures(self) -> int:
         """Host pages found corrupt at load-back (and dropped) so far; 0 with verify='off'."""
         integrity = self.cache_controller.integrity
@@ -221,9 +229,10 @@ class HiRadixCache(RadixCache):
         """Free at least ``num_tokens`` device tokens (fewer only when nothing is evictable).
 
         A backed-up leaf keeps its node as host-only; any other leaf is deleted, except under
-        ``write_back``, where it and its ancestors without a host copy are first backed up:
-        the writes are issued and waited for (blocking) before the device copy is dropped. A
-        leaf the host cannot take (even after ``evict_host``) is deleted.
+        ``write_back``, where it and its ancestors without a host copy (exclusive tiering: it
+        alone, whatever the write policy) are first backed up: the writes are issued and
+        waited for (blocking) before the device copy is dropped. A leaf the host cannot take
+        (even after ``evict_host``) is deleted, with any host-only nodes below it.
         """
         check_int("num_tokens", num_tokens, minimum=0)
         return two_tier.evict(self.ledger, self.host_tier, num_tokens)
@@ -277,5 +286,6 @@ class HiRadixCache(RadixCache):
     def _insert(self, key: Any, value: Slots | None, priority: int) -> tuple[int, list[TreeNode]]:
         present, path = super()._insert(key, value, priority)
         if path:
+            self.host_tier.shed_inserted(path)
             self.host_tier.backup_path(path[-1])
         return present, path

@@ -23,8 +23,8 @@ from tests.engine.helpers import TINY
     [
         ["bench", "--users", "-1"],
         ["bench", "--device-tokens", "0"],
-        ["bench", "--host-ratio", "0.5"],
-        ["bench", "--host-ratio", "1"],
+        ["bench", "--host-ratio", "0"],
+        ["bench", "--host-ratio", "-1"],
         ["bench", "--host-ratio", "nan"],
         ["bench", "--arrival-rate", "inf"],
         ["bench", "--threads", "0"],

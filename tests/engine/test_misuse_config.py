@@ -62,7 +62,7 @@ BENCH = [
     ("host_ratio", NAN, ValueError),
     ("host_ratio", INF, ValueError),
     ("host_ratio", True, TypeError),
-    ("host_ratio", 1, ValueError),
+    ("host_ratio", 0, ValueError),
     ("dtype", ["float32"], ValueError),
 ]
 

@@ -60,10 +60,17 @@ def test_sizing(ratio: float, gb: float, page_size: int, expected: int) -> None:
     assert host.size == expected and host.available_size() == expected
 
 
-@pytest.mark.parametrize(("ratio", "gb"), [(1.0, 0), (0.5, 0), (0, 0), (0, 1e-9)])
-def test_host_not_larger_than_device_is_refused(ratio: float, gb: float) -> None:
-    with pytest.raises(ValueError, match="larger than the device pool"):
+@pytest.mark.parametrize(("ratio", "gb"), [(0, 0), (0, 1e-9), (1e-6, 0)])
+def test_host_of_no_page_is_refused(ratio: float, gb: float) -> None:
+    with pytest.raises(ValueError, match="at least one page"):
         MHATokenToKVPoolHost(mha_pool(), ratio, gb, 16, "layer_first")
+
+
+@pytest.mark.parametrize("ratio", [1.0, 0.5, 0.25])
+def test_host_not_larger_than_device_is_built(ratio: float) -> None:
+    device = mha_pool()
+    host = MHATokenToKVPoolHost(device, ratio, 0, 16, "layer_first")
+    assert 0 < host.size <= device.size and host.size % 16 == 0
 
 
 def _fake_ram(monkeypatch: pytest.MonkeyPatch, available: int, reserve_gb: float) -> None:

@@ -84,6 +84,7 @@ def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):
         (["--storage", "memory", "--storage-capacity", "8"], "storage_capacity must be >= 16"),
         (["--tiering", "exclusive", "--host-ratio", "0"], "tiering needs a host tier"),
         (["--storage", "file", "--storage-gbps", "0"], "storage_gbps must be > 0"),
+        (["--host-ratio", "-0.5"], "host_ratio"),
         (["--limit", "0"], "--limit must be positive"),
     ],
 )

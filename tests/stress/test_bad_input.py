@@ -298,10 +298,10 @@ POOLS: list[tuple[str, Action, type[Exception], str]] = [
         "device_pool does not match",
     ),
     (
-        "host pool not larger than device",
-        lambda w: host_pool(w.device_pool, "layer_first", 1.0),
+        "host pool of no page",
+        lambda w: host_pool(w.device_pool, "layer_first", 0.0),
         ValueError,
-        "must be larger than the device pool",
+        "must hold at least one page",
     ),
     (
         "host pool unknown layout",
@@ -486,10 +486,10 @@ def _hi(w: HiWorld, **kw: Any) -> HiRadixCache:
 
 HIRADIX: list[tuple[str, HiAction, type[Exception], str]] = [
     (
-        "host not larger than device",
-        lambda w: _hi(w, hicache_ratio=1.0),
+        "host of no page",
+        lambda w: _hi(w, hicache_ratio=0.0),
         ValueError,
-        "must be larger than the device pool",
+        "must hold at least one page",
     ),
     (
         "ratio as a string",

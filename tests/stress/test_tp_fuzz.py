@@ -24,6 +24,8 @@ ON = [replace(BASE, scenario=s) for s in SCENARIOS if s != "rank_killed"] + [
     replace(BASE, scenario="host_alloc", page_size=64, rate=0.3, seed=5),
     replace(BASE, scenario="slow_transfer", write_policy="write_back", seed=6),
     replace(BASE, scenario="storage_errors", storage_tiering="exclusive", rate=0.3, seed=7),
+    replace(BASE, scenario="mixed", tiering="exclusive", seed=7),
+    replace(BASE, scenario="storage_errors", tiering="exclusive", kind="mla", page_size=4, seed=8),
 ]
 OFF = [replace(c, agree=False) for c in ON if c.scenario in ("none", *RANK_LOCAL)]
 

@@ -199,6 +199,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=20.0, help="collective timeout, seconds")
     p.add_argument("--write-policy", default="write_through")
     p.add_argument("--eviction-policy", default="lru")
+    p.add_argument("--tiering", default="inclusive", help="inclusive or exclusive")
     p.add_argument("--verbose", action="store_true", help="what each run did, under its row")
     return p.parse_args(argv)
 
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=a.timeout,
         write_policy=a.write_policy,
         eviction_policy=a.eviction_policy,
+        tiering=a.tiering,
     )
     names = SCENARIOS if a.scenario == "all" else (a.scenario,)
     batches = [[replace(base, scenario=n) for n in names if n != "rank_killed"]]

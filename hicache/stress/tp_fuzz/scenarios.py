@@ -50,7 +50,8 @@ class FuzzConfig:
     agree : False builds the caches' ``TPGroup`` with ``agree=False`` (the switch-off proof).
     debug : the caches' ``TPGroup`` compares digests in every ``check_hicache_events`` too.
     timeout_s : bound on every collective; full_every : steps between full checks.
-    write_policy, eviction_policy : the host tier's and the tree's.
+    write_policy, eviction_policy, tiering : the host tier's, the tree's, the host tier's
+        (``HiCacheConfig.tiering``).
     storage_dir : ``storage_errors``: the directory of a ``file`` backend every rank shares
         (as ranks share a real store: MLA's non-writing ranks read what rank 0 wrote); empty:
         a ``memory`` backend per rank.
@@ -73,6 +74,7 @@ class FuzzConfig:
     eviction_policy: str = "lru"
     storage_dir: str = ""
     storage_tiering: str = "inclusive"
+    tiering: str = "inclusive"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -89,8 +91,12 @@ class FuzzConfig:
 
     def label(self) -> str:
         agree = "on" if self.agree else "off"
+        tiering = "/exclusive" if self.tiering == "exclusive" else ""
         l3 = "" if self.storage_tiering == "inclusive" else f"/l3-{self.storage_tiering}"
-        return f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}{l3}"
+        return (
+            f"{self.scenario}/{self.kind}/p{self.page_size}/tp{self.ranks}/agree-{agree}"
+            f"{tiering}{l3}"
+        )
 
     def kill_step(self) -> int:
         """The step at which ``rank_killed``'s fault rank exits (seeded, in the middle half)."""
@@ -100,7 +106,9 @@ class FuzzConfig:
     def stress_config(self, rank: int) -> StressConfig:
         """The stress scenario rank ``rank`` runs (the same on every rank but for storage's
         ``tp_rank``)."""
-        host: HiCacheConfig = replace(HOST_TIER, write_policy=self.write_policy)
+        host: HiCacheConfig = replace(
+            HOST_TIER, write_policy=self.write_policy, tiering=self.tiering
+        )
         if self.scenario in STORAGE:
             shared = {"root": self.storage_dir, "max_bytes": 1 << 26}
             storage = StorageConfig(

@@ -21,7 +21,7 @@ def build_host_pool(
     """The host pool (MHA or MLA, by the allocator's device pool type) ``config`` describes.
 
     Pinned when the device pool is on CUDA. ``ValueError`` when the allocator has no device pool,
-    the host pool would not be larger than the device pool, or RAM is short; ``TypeError`` for
+    the host pool would hold no page (any size above works), or RAM is short; ``TypeError`` for
     a device pool that is neither MHA nor MLA.
     """
     if allocator is None or not callable(getattr(allocator, "get_kvcache", None)):

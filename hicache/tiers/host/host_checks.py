@@ -22,9 +22,11 @@ def check_host_tier(tier: HostTier, nodes: list[TreeNode]) -> None:
     Host slots: each free in the host pool or owned by exactly one node's ``host_value``, with
     none unaccounted. Host-evictable leaf set: exactly the unlocked host-only childless nodes,
     with fresh sort keys. Locked nodes are on the device. Nodes awaiting a transfer ack are in
-    the tree and locked.
+    the tree and locked. Tiering: inclusive, a backed-up node's parent is the root or backed
+    up; exclusive, a node holds both copies only while a transfer reads one (``settling``).
     """
     leaves = tier.leaves
+    _check_tiering(tier, nodes)
     for node in nodes:
         member = node in leaves
         if member != tier.is_evictable_leaf(node):
@@ -41,6 +43,21 @@ def check_host_tier(tier: HostTier, nodes: list[TreeNode]) -> None:
             if node.id not in ids or node.lock_ref <= 0:
                 _fail(f"node {node.id} awaits a {name} ack but is not a locked tree node")
     _check_host_slots(tier, nodes)
+
+
+def _check_tiering(tier: HostTier, nodes: list[TreeNode]) -> None:
+    if not tier.exclusive:
+        for node in nodes:
+            parent = node.parent
+            assert parent is not None  # a tree node below the root
+            if node.host_slots is not None and parent.parent is not None:  # not the root's child
+                if parent.host_slots is None:
+                    _fail(f"node {node.id} is backed up but its parent is not")
+        return
+    settling = tier.settling()
+    for node in nodes:
+        if node.slots is not None and node.host_slots is not None and node.id not in settling:
+            _fail(f"node {node.id} holds a device and a host copy under exclusive tiering")
 
 
 def _check_host_slots(tier: HostTier, nodes: list[TreeNode]) -> None:

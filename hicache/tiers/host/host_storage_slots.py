@@ -8,8 +8,6 @@ eviction takes its leaves through the storage tier (``victims``), which may writ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 
 from hicache.controller import HiCacheController
@@ -33,13 +31,6 @@ class StorageSlots:
 
     def evict(self, num_tokens: int) -> int:
         raise NotImplementedError  # ``HostTier.evict``
-
-    def victims(self) -> Iterator[TreeNode]:
-        """The leaves ``evict`` deletes, popped in order as it asks: the storage tier's say
-        (``BelowHost.victims``: under exclusive tiering it writes some first), else all."""
-        return (
-            iter(self.leaves.pop, None) if self.below is None else self.below.victims(self.leaves)
-        )
 
     def reserved(self) -> int:
         """Host slots reserved (``reserve``) and not yet adopted or released."""

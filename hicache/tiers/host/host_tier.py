@@ -2,9 +2,14 @@
 
 It owns the host side's state: which nodes await a write or a load ack (each holding one
 transfer lock, see ``tier``), the host-evictable leaves and the host size. It moves KV through
-the ``HiCacheController`` and reaches the tree only through its ``tier.TierSite``. A backup is
-queued only for a node whose parent is the root or backed up, so backed-up nodes stay
-root-connected; a backup that finds the host pool short first evicts host-only leaves.
+the ``HiCacheController`` and reaches the tree only through its ``tier.TierSite``. A backup
+that finds the host pool short first evicts host-only leaves.
+
+Tiering (``HiCacheConfig.tiering``): ``inclusive`` backs a node up only when its parent is the
+root or backed up, so backed-up nodes stay root-connected, and a load-back keeps the host copy.
+``exclusive`` backs up only the device leaf being evicted (move-on-evict, whatever the write
+policy), so a host-only node may hang below a device node without a host copy, and sheds a
+chain's host copies once its load has landed on every rank (``host_freeing``).
 
 Under TP (``tp``) every rank runs the same calls on an identical tree, and each decision that
 depends on this rank's own pools or transfers is agreed over the ranks: how many of a path's
@@ -26,9 +31,10 @@ from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
-from hicache.radix.slots import Slots, concat_slots, copy_slots
+from hicache.radix.slots import concat_slots, copy_slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
+from hicache.tiers.host.host_freeing import HostFreeing
 from hicache.tiers.host.host_storage_slots import StorageSlots
 from hicache.tiers.host.in_flight import InFlight
 from hicache.tp import TPGroup
@@ -37,7 +43,7 @@ _CPU = torch.device("cpu")
 T = TypeVar("T")
 
 
-class HostTier(StorageSlots):
+class HostTier(HostFreeing, StorageSlots):
     """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
 
     Parameters
@@ -45,7 +51,7 @@ class HostTier(StorageSlots):
     site : the tree and device accounting (a ``Ledger``).
     controller : moves KV between the device and the host pool.
     policy : the cache's eviction policy (orders ``leaves``).
-    config : the host-tier settings (write policy).
+    config : the host-tier settings (write policy, tiering).
     events : where the host tier's KV events go, or None (events off). A node's host pages are
         reported stored when its backup is queued (its host slots are reserved and ``holds`` is
         true from then on), removed when they are freed.
@@ -62,6 +68,7 @@ class HostTier(StorageSlots):
         tp: TPGroup | None = None,
     ) -> None:
         self.site, self.controller, self.config = site, controller, config
+        self.exclusive = config.tiering == "exclusive"
         self.events = events
         self.tp = TPGroup() if tp is None else tp
         self.leaves = LeafSet(policy)
@@ -69,6 +76,9 @@ class HostTier(StorageSlots):
         self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
         self._backup_tokens = self._load_backs = self._load_back_tokens = self._evicted_tokens = 0
         self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
+        self._shedding: dict[int, TreeNode] = {}
+        self._loads: dict[int, tuple[TreeNode, TreeNode]] = {}
+        self._later: dict[int, TreeNode] = {}
         self.below: BelowHost | None = None
 
     def attach(self, below: BelowHost) -> None:
@@ -85,6 +95,11 @@ class HostTier(StorageSlots):
         if node.lock_ref or node.slots is not None or node.host_slots is None or node.children:
             return False
         return self.below is None or not self.below.pins(node)
+
+    def hangs_below(self, node: TreeNode) -> bool:
+        """Whether a host-only node may hang below the tree node ``node``: one with a host
+        copy under inclusive tiering, any under exclusive."""
+        return self.exclusive or node.host_slots is not None
 
     def refile(self, node: TreeNode) -> None:
         self.leaves.put(node, self.is_evictable_leaf(node))
@@ -106,6 +121,7 @@ class HostTier(StorageSlots):
             capacity_tokens=self.controller.mem_pool_host.size,
             pending_writes=len(self._flight.writing),
             pending_loads=len(self._flight.loading),
+            tiering=self.config.tiering,
         )
 
     def transfer_locks(self) -> Counter[int]:
@@ -127,8 +143,9 @@ class HostTier(StorageSlots):
         """Back up the device nodes from the root to ``last`` whose hit count reached the
         write policy's threshold, parents first; stop at the first the host cannot take.
 
-        A path with a node to back up has no host-only node (a host-only node's ancestors are
-        all backed up), so the ``evict`` a backup may run cannot delete part of it."""
+        A path with a node to back up has no host-only node (under inclusive tiering a
+        host-only node's ancestors are all backed up; exclusive tiering backs up nothing
+        here), so the ``evict`` a backup may run cannot delete part of it."""
         hits = self.config.backup_hits
         if hits is None:
             return
@@ -144,13 +161,15 @@ class HostTier(StorageSlots):
 
     def write_back(self, node: TreeNode) -> bool:
         """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
-        of its ancestors lacking one (parents first). False when that does not apply or the host
-        cannot take them all even after ``evict`` (the caller then deletes the leaf); then
-        nothing is queued, unless the host pool refused an allocation it had room for: the part
-        already queued stays locked until a later call issues its writes."""
-        if node.host_slots is not None or self.config.write_policy != "write_back":
+        of its ancestors lacking one (parents first); under exclusive tiering, of that leaf
+        only. False when that does not apply or the host cannot take them all even after
+        ``evict`` (the caller then deletes the leaf); then nothing is queued, unless the host
+        pool refused an allocation it had room for: the part already queued stays locked until
+        a later call issues its writes."""
+        if node.host_slots is not None or self.config.backup_hits is not None:
             return False
-        chain = [n for n in self.site.path_to_root(node) if n.host_slots is None]
+        path = [node] if self.exclusive else self.site.path_to_root(node)
+        chain = [n for n in path if n.host_slots is None]
         if not self.make_room(sum(len(n.key) for n in chain)):
             return False
         return self._backup(chain[::-1]) == len(chain)
@@ -204,6 +223,9 @@ class HostTier(StorageSlots):
             self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
             offset += len(node.key)
         self._flight.loading[last.id] = last  # keeps the caller's lock until the ack
+        above = chain[0].parent
+        assert above is not None
+        self._loads[last.id] = (last, above)
         self._load_backs += 1
         self._load_back_tokens += offset
         return device
@@ -212,6 +234,7 @@ class HostTier(StorageSlots):
         """The load ending at ``last`` has landed (on every rank) and is not served: release
         its transfer lock now (its ack, popped later, finds no node)."""
         self._flight.cancel_load(last)
+        del self._loads[last.id]
         self.site.unlock(last)
 
     def poll(self) -> None:
@@ -233,67 +256,27 @@ class HostTier(StorageSlots):
         self._settle(self.controller.drain, "drain")
 
     def _settle(self, issue: Callable[[], T], where: str) -> T | None:
-        """Run ``issue``, then unlock the nodes whose transfers every rank has finished."""
+        """Run ``issue``, then unlock the nodes whose transfers every rank has finished (under
+        exclusive tiering, a landed load's chain sheds its host copies)."""
         result, written, loaded = self._flight.settle(self.controller, issue, where)
         for node in (*written, *loaded):
             self.site.unlock(node)
+        self.finish_moves(written)
+        for node in loaded:
+            self.shed(self.load_chain(*self._loads.pop(node.id)))
+        self.retry_shedding()
         if self.below is not None:
             for node in written:
                 self.below.backed_up(node)
         return result
 
-    # ---- freeing -----------------------------------------------------------------------------
-
-    def evict(self, num_tokens: int) -> int:
-        freed: list[Slots] = []
-        count = 0
-        victims = self.victims()
-        while count < num_tokens:
-            node = next(victims, None)
-            if node is None:
-                break
-            assert node.host_slots is not None and node.slots is None
-            freed.append(node.host_slots)
-            count += len(node.key)
-            if self.events is not None:
-                self.events.removed(node, HOST)
-            self.site.delete_leaf(node)
-        self._size -= count
-        self._evicted_tokens += count
-        if freed:
-            self.controller.evict_host(concat_slots(freed, _CPU))
-        return count
-
-    def drop_subtree(self, top: TreeNode) -> None:
-        """Delete ``top`` and its descendants from the tree, freeing their device and host
-        slots. They must be unlocked, with no transfer pending (a host-only node's descendants
-        are host-only)."""
-        if self.below is not None:
-            self.below.settle()
-        nodes, stack = [], [top]
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            stack.extend(node.children.values())
-        host: list[Slots] = []
-        for node in reversed(nodes):  # every node after its descendants: a leaf when deleted
-            assert node.lock_ref == 0 and node.host_slots is not None, "dropping a wrong node"
-            host.append(node.host_slots)
-            if self.events is not None:
-                self.events.removed(node, HOST)
-            node.host_slots = None
-            self._size -= len(node.key)
-            if node.slots is not None:
-                self.site.drop_device(node)  # also files it out of both leaf sets
-            else:
-                self.refile(node)
-            self.site.delete_leaf(node)
-        self.controller.evict_host(concat_slots(host, _CPU))
-
     def clear(self) -> None:
         """Wait for transfers in flight and drop them, then empty the host pool."""
         self.controller.reset()
         self._flight.clear()
+        self._shedding.clear()
+        self._loads.clear()
+        self._later.clear()
         self.controller.mem_pool_host.clear()
         self.leaves.clear()
         self._size = 0

@@ -1,6 +1,7 @@
 """Device-side steps of a two-tier cache (``HiRadixCache``) that involve its host tier:
-eviction that keeps backed-up nodes (and, under ``write_back``, backs leaves up first), room on
-the device for a load-back, and the check that no live request holds a lock before a reset."""
+eviction that keeps backed-up nodes (and, under ``write_back`` or exclusive tiering, moves
+leaves down first), room on the device for a load-back, and the check that no live request
+holds a lock before a reset."""
 
 from __future__ import annotations
 
@@ -19,27 +20,48 @@ from hicache.tiers.host.host_tier import HostTier
 
 def evict(ledger: Ledger, host: HostTier, num_tokens: int) -> int:
     """``HiRadixCache.evict`` (contract there): device tokens freed; its duration goes to
-    ``ledger.evictions``."""
+    ``ledger.evictions``. A leaf whose write-back is queued is evicted once its write has
+    landed (``_move_down``)."""
     start = time.perf_counter()
     freed: list[Slots] = []
+    moving: list[TreeNode] = []  # leaves whose write-back is queued, not yet landed
     evicted = queued = 0
     try:
         while evicted < num_tokens:
             node = None if evicted + queued >= num_tokens else ledger.leaves.pop()
             if node is None:
-                if not queued:
+                if not moving:
                     break
-                host.drain()  # the written nodes come back as evictable
-                queued = 0
+                evicted += _move_down(ledger, host, moving, freed)
+                moving, queued = [], 0
             elif host.write_back(node):
+                moving.append(node)
                 queued += len(node.key)
             else:
+                if node.host_slots is None and node.children:  # exclusive tiering only
+                    host.drop_children(node)
+                ledger.leaves.discard(node)  # re-filed when its host-only children went
                 evicted += ledger.evict_leaf(node, freed)
-        if queued:  # enough was freed meanwhile; still land the writes and unlock their nodes
-            host.drain()
+        if moving:  # enough was freed meanwhile; the queued leaves still move down
+            evicted += _move_down(ledger, host, moving, freed)
+    except BaseException:
+        host.move_down_later(moving)
+        raise
     finally:
         ledger.free(freed)
         ledger.evictions.observe(time.perf_counter() - start)
+    return evicted
+
+
+def _move_down(ledger: Ledger, host: HostTier, moving: list[TreeNode], freed: list[Slots]) -> int:
+    """Land the writes of ``moving`` (blocking), then evict those leaves from the device (each
+    keeps its node, host-only); returns the device tokens freed."""
+    host.drain()
+    evicted = 0
+    for node in moving:
+        if ledger.is_evictable_leaf(node):  # unlocked again by the drain
+            ledger.leaves.discard(node)
+            evicted += ledger.evict_leaf(node, freed)
     return evicted
 
 

@@ -11,8 +11,9 @@ then has nothing to issue for it (the data has landed; no wait is needed).
 On a mismatch the node holding the first bad page is dropped with its whole subtree: its device
 slots and those of the chain below it go back to the allocator, its host copy and its
 descendants' (all host-only) to the host pool. The caller gets the verified prefix (the chain's
-nodes above that node) and recomputes the rest; the load's transfer lock is released at once
-(the load has landed: ``HostTier.cancel_load``). ``failures`` on the controller's
+nodes above that node; under exclusive tiering they shed their host copies at once) and
+recomputes the rest; the load's transfer lock is released at once (the load has landed:
+``HostTier.cancel_load``). ``failures`` on the controller's
 ``integrity`` counts the bad pages.
 
 Under TP each rank checks its own shard and the ranks keep the shortest verified prefix, so a
@@ -61,4 +62,5 @@ def check_load(
     assert above is not None
     tier.cancel_load(chain[-1])  # the load has landed
     tier.drop_subtree(chain[first])
+    tier.shed(chain[:first])  # exclusive tiering: the verified prefix has moved up
     return device[:start], above

@@ -40,7 +40,7 @@ from hicache.backends.io import Backup, StorageIO
 from hicache.radix.events import BlockStored, Medium, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import node_hashes
-from hicache.radix.slots import as_tensor
+from hicache.radix.slots import Slots, as_tensor
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
 from hicache.tp import TPGroup
@@ -91,6 +91,12 @@ class StorageBackups:
     def pins(self, node: TreeNode) -> bool:
         return node.id in self._pinned
 
+    def reading(self, slots: Slots) -> bool:
+        """Whether a backup in flight (or a failed one a timed-out write holds) reads any of
+        the host ``slots`` (a node may have split since its backup was queued)."""
+        held = as_tensor(slots)
+        return any(touches(op.host_indices, held) for op in (*self._queued, *self._held))
+
     def pending(self) -> int:
         """Node backups in flight (not the failed ones kept pinned by a timed-out write)."""
         return self._pins.total() - len(self._held)
@@ -101,6 +107,9 @@ class StorageBackups:
             return
         prior: bytes | None = None  # the last page hash above ``n``
         for n in reversed(self.tree.path_to_root(node)):
+            if n.host_slots is None and self.host.exclusive:
+                prior = None  # on the device only: storage takes it when it moves down
+                continue
             if n.host_slots is None:
                 return  # prefix order: nothing below a node storage cannot get from the host
             hashes = node_hashes(n, self.page_size)

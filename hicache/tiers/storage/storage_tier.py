@@ -5,7 +5,7 @@ names a whole prefix in one namespace), not tree nodes: a prefix that only stora
 in the tree. Two flows connect them, both through host slots:
 
 - **Prefetch** (``prefetch`` / ``progress``): on a miss of at least ``prefetch_threshold``
-  tokens below a node the host holds (or the root), the page keys of the rest are asked of
+  tokens below a node the host holds (any node, exclusive), the page keys of the rest go to
   storage on the prefetch thread. Only when the answer is long enough, and loading it is
   expected to beat recomputing (``LoadCost``), are host slots reserved and the pages read. When
   the prefetch policy lets the request go, the pages read so far (a whole-page prefix) become
@@ -46,6 +46,7 @@ from hicache.radix.key import RadixKey, edge_ids
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
 from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots
 from hicache.radix.stats import StorageTierStats
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
@@ -110,16 +111,14 @@ class StorageTier:
             raise ValueError("new_input_tokens: its extra_key differs from last_host_node's")
         ps, ids = self.page_size, key.token_ids
         n = len(ids) - len(ids) % ps
-        if n < self.threshold or (path and anchor.host_slots is None):
-            return False  # short, or the anchor is not on the host: no host-only child
+        if n < self.threshold or (path and not self.host.hangs_below(anchor)):
+            return False  # short, or the anchor cannot have a host-only child
         prior = node_hashes(anchor, ps)[-1] if path else namespace_seed(key.extra_key)
         hashes = page_hashes(ids[:n], ps, prior)
         above = [node.key for node in reversed(path)]
         full = np.concatenate([*above, ids[:n]]) if above else ids[:n]
         keys = self.keys.page_keys(hashes)
         leader = self._leaders.get(keys[0])
-        if req_id in self._followers:
-            raise ValueError(f"prefetch_from_storage: request {req_id!r} is already prefetching")
         if leader is not None:  # its read covers our first page: wait for it, don't read twice
             self._followers[req_id] = PrefetchFollower(
                 leader, full, key.extra_key, time.monotonic()
@@ -204,8 +203,8 @@ class StorageTier:
         path, missing = self.tree.walk(ids, request.extra_key)
         pos = sum(len(node.key) for node in path)
         parent = path[-1] if path else self.tree.root
-        if missing is None or pos < request.start or (path and parent.host_slots is None):
-            return 0  # all present, the prefix above was evicted, or the parent is not on host
+        if missing is None or pos < request.start or (path and not self.host.hangs_below(parent)):
+            return 0  # all present, the prefix above was evicted, or no host-only child there
         first = (pos - request.start) // ps  # prefetched pages before ``pos`` are duplicates
         leaf = TreeNode(edge_ids(ids[pos:]), None, parent, request.extra_key, next(self._clock))
         leaf.host_value = op.host_indices[first * ps : pages * ps]
@@ -228,6 +227,9 @@ class StorageTier:
 
     def pins(self, node: TreeNode) -> bool:
         return self.backups.pins(node)
+
+    def reading(self, slots: Slots) -> bool:
+        return self.backups.reading(slots)
 
     def backed_up(self, node: TreeNode) -> None:
         self.tiering.backed_up(node)
