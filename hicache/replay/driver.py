@@ -183,7 +183,7 @@ class Replayer:
         if len(decode):
             self.stack.allocator.free(decode)
         self.decoding.remove(req)
-        req.release_tokens()
+        req.release()
         self._emit(req.record(self.now))
 
     def _emit(self, record: Record) -> None:

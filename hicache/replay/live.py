@@ -11,6 +11,8 @@ import torch
 
 from hicache.replay.trace import TraceRequest, prompt_tokens
 
+_NO_SLOTS = torch.empty(0, dtype=torch.int64)  # never written: the cache replaces, not fills
+
 
 @dataclass(frozen=True)
 class Record:
@@ -52,7 +54,7 @@ class LiveRequest:
     extra_key: Hashable | None = None
     priority: int = 0
     req_pool_idx: int | None = None
-    prefix_indices: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    prefix_indices: torch.Tensor = field(default_factory=lambda: _NO_SLOTS)
     last_node: Any = None
     cache_protected_len: int = 0
     kv_len: int = 0
@@ -76,8 +78,12 @@ class LiveRequest:
         """Tokens with KV over the request's life (the last generated token never has any)."""
         return self.trace.input_length + max(self.trace.output_length - 1, 0)
 
-    def release_tokens(self) -> None:
+    def release(self) -> None:
+        """Drop what a finished request no longer needs: its prompt and its slots (the whole
+        prompt's after ``cache_unfinished_req``: 8 bytes a token, kept by every finished request
+        otherwise)."""
         self._tokens = None
+        self.prefix_indices = _NO_SLOTS
 
     def record(self, finish_s: float | None, error: str | None = None) -> Record:
         t = self.trace

@@ -15,13 +15,14 @@ from hicache.replay.cost import CostModel, measure_bandwidth
 from hicache.replay.driver import Replayer
 from hicache.replay.ideal import ideal_hits
 from hicache.replay.live import LiveRequest, Record
+from hicache.replay.memory import MemoryFigures, measure, rss_bytes
 from hicache.replay.trace import Trace
 
 
 @dataclass
 class ReplayRun:
     """A finished (or interrupted) replay: its records, the cache's counters at the end
-    (``stats``) and the clock."""
+    (``stats``), the clock and what it held in RAM (``memory``)."""
 
     config: ReplayConfig
     cost: CostModel
@@ -32,6 +33,7 @@ class ReplayRun:
     modelled_s: float
     wall_s: float
     interrupted: bool = False
+    memory: MemoryFigures | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,15 +66,19 @@ def replay(
     on_record: Callable[[Record], None] | None = None,
     cost: CostModel | None = None,
     events: EventSink | None = None,
+    *,
+    check_invariants: bool = True,
 ) -> ReplayRun:
     """Replay ``trace`` under ``cfg`` (the cache's KV events to ``events``). Ctrl-C stops it
     and returns what was measured so far (``interrupted``); ``ValueError`` before any work
-    when ``cfg`` does not fit the trace."""
+    when ``cfg`` does not fit the trace. ``check_invariants``: check the whole cache at the end
+    (its check builds sets of every slot: several times the tree's memory on a large run)."""
     if cfg.block_tokens != trace.block_tokens:
         raise ValueError(
             f"block_tokens={cfg.block_tokens} but the trace was read with {trace.block_tokens}"
         )
     cost = cost or cost_model(cfg)
+    start_rss = rss_bytes()
     longest = max(r.input_length + r.output_length for r in trace.requests)
     stack = cfg.build_stack(longest + cfg.page_size, kv_events=events)
     driver = Replayer(
@@ -93,7 +99,8 @@ def replay(
     wall = time.perf_counter() - start
     if not interrupted:
         stack.cache.drain_transfers()  # the last batches land: their busy time counts
-        stack.cache.check_invariants()
+        if check_invariants:
+            stack.cache.check_invariants()
     ideal = sum(r.ideal_hit for r in driver.records)
     return ReplayRun(
         cfg,
@@ -105,4 +112,5 @@ def replay(
         driver.now,
         wall,
         interrupted,
+        memory=measure(stack, start_rss),
     )

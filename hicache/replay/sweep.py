@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from hicache.replay.config import ReplayConfig
+from hicache.replay.cost import CostModel
+from hicache.replay.runner import cost_model
 
 SWEEPABLE: dict[str, tuple[str, type]] = {
     "device-tokens": ("device_tokens", int),
@@ -34,3 +36,20 @@ def sweep_configs(base: ReplayConfig, name: str, values: list[Any]) -> list[Repl
     """One validated config per value (all checked before any replay starts)."""
     field = SWEEPABLE[name][0]
     return [base.with_(**{field: v}) for v in values]
+
+
+def sweep_cost(configs: list[ReplayConfig]) -> CostModel:
+    """One clock for every point of a sweep: the bandwidth measured once (on the first config
+    with a host tier; they differ only in capacities, not in what a copy costs) or the flags'."""
+    with_host = [c for c in configs if c.host_ratio > 0]
+    return cost_model(with_host[0] if with_host else configs[0])
+
+
+def describe_bandwidth(cost: CostModel) -> str:
+    """``"h2d 12.3 GB/s, d2h 11.0 GB/s (measured)"`` (or ``(flags)``); ``"none (no host
+    tier)"`` when no point has one."""
+    if not cost.h2d_bytes_per_s:
+        return "none (no host tier)"
+    how = "measured" if cost.measured else "flags"
+    h2d, d2h = cost.h2d_bytes_per_s / 1e9, cost.d2h_bytes_per_s / 1e9
+    return f"h2d {h2d:.3g} GB/s, d2h {d2h:.3g} GB/s ({how})"

@@ -18,7 +18,14 @@ def test_generate_then_replay_writes_json_and_png(tmp_path, capsys):
     assert report["finished"] == 12 and report["tokens"]["storage"] == 0
     hit = report["hit_rate"]
     assert hit["total"] == pytest.approx(hit["ideal"]) and hit["ideal"] > 0
-    assert set(report["modelled"]) == {"ttft_ms", "makespan_s", "throughput"}
+    assert set(report["modelled"]) == {
+        "ttft_ms",
+        "makespan_s",
+        "throughput",
+        "load",
+        "queueing_dominates",
+    }
+    assert "memory" in report["measured"] and report["memory"]["peak_rss_gb"] > 0
     assert (out / "replay.png").stat().st_size > 0
     text = capsys.readouterr().out
     assert "measured (" in text and "modelled (" in text and "ideal (infinite cache)" in text
