@@ -42,6 +42,16 @@ def test_sweep_orders_capacities_and_plots(tmp_path, capsys):
     assert (out / "sweep.png").stat().st_size > 0
 
 
+def test_preset_with_flags_over_it(tmp_path, capsys):
+    trace = tmp_path / "long.jsonl"
+    argv = ["replay", "--generate", str(trace), "--preset", "long-prompt", "--sessions", "2"]
+    assert main([*argv, "--generate-only"]) == 0
+    lengths = [json.loads(line)["input_length"] for line in trace.read_text().splitlines()]
+    assert len(lengths) == 8 and min(lengths) == 10_880
+    assert main(["replay", str(trace), "--preset", "long-prompt"]) == 2
+    assert "--preset needs --generate OUT" in capsys.readouterr().err
+
+
 def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):
     trace = tmp_path / "bad.jsonl"
     good = {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}

@@ -70,3 +70,17 @@ def test_bad_spec_names_the_field():
         GenerateSpec(sessions=0)
     with pytest.raises(TypeError, match="zipf"):
         GenerateSpec(zipf="1")
+
+
+def test_long_prompt_preset_makes_twelve_thousand_prompts_of_twelve_thousand_tokens():
+    spec = GenerateSpec.preset("long-prompt")
+    assert spec.sessions * spec.turns == 12_000
+    reqs = generate_trace(GenerateSpec.preset("long-prompt", sessions=25))
+    lengths = [r.input_length for r in reqs]
+    assert len(reqs) == 100 and (min(lengths), max(lengths)) == (10_880, 13_184)
+    assert sum(lengths) / len(lengths) == 12_032
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(ValueError, match="long-prompt"):
+        GenerateSpec.preset("huge")
