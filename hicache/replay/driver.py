@@ -147,7 +147,10 @@ class Replayer:
             admitted = self._admit(req)
             if not admitted:
                 raise RuntimeError(f"request {req.rid} cannot be admitted into an idle cache")
-        return self.waiting.popleft() if admitted else None
+        if not admitted:
+            return None
+        req.admitted_s = self.now
+        return self.waiting.popleft()
 
     def _admit(self, req: LiveRequest) -> bool:
         """Match, lock, check the budget, load back a host hit, take the request's slots."""

@@ -29,6 +29,12 @@ class Record:
     first_token_s: float | None
     finish_s: float | None
     error: str | None = None
+    admitted_s: float | None = None
+
+    @property
+    def wait_s(self) -> float | None:
+        """Modelled time from arrival to admission (the queue), None when never admitted."""
+        return None if self.admitted_s is None else self.admitted_s - self.arrival_s
 
     @property
     def ttft_s(self) -> float | None:
@@ -63,6 +69,7 @@ class LiveRequest:
     decode_left: int = 0
     device_hit: int = 0
     host_hit: int = 0
+    admitted_s: float | None = None
     first_token_s: float | None = None
     _tokens: np.ndarray | None = None
 
@@ -100,4 +107,5 @@ class LiveRequest:
             first_token_s=self.first_token_s,
             finish_s=finish_s,
             error=error,
+            admitted_s=self.admitted_s,
         )

@@ -27,8 +27,9 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (``getrusage``'s ``ru_maxrss``)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT
+    """This process's peak resident memory so far: ``getrusage``'s ``ru_maxrss``, or the RSS
+    now where that is larger (the kernel's per-thread counters lag by a few pages)."""
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT, rss_bytes())
 
 
 @dataclass(frozen=True)
@@ -97,5 +98,9 @@ def tree_bytes(stack: KVStack) -> int:
 def measure(stack: KVStack, start: int) -> MemoryFigures:
     """The figures of a replay on ``stack`` that started at ``start`` bytes of RSS."""
     return MemoryFigures(
-        start, peak_rss_bytes(), _kv_bytes(stack.kv_pool), _host_bytes(stack), tree_bytes(stack)
+        start,
+        max(peak_rss_bytes(), start),
+        _kv_bytes(stack.kv_pool),
+        _host_bytes(stack),
+        tree_bytes(stack),
     )

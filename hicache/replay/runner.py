@@ -72,7 +72,7 @@ def replay(
     """Replay ``trace`` under ``cfg`` (the cache's KV events to ``events``). Ctrl-C stops it
     and returns what was measured so far (``interrupted``); ``ValueError`` before any work
     when ``cfg`` does not fit the trace. ``check_invariants``: check the whole cache at the end
-    (its check builds sets of every slot: several times the tree's memory on a large run)."""
+    (it joins, sorts and compares every slot: a peak several times the tree on a large run)."""
     if cfg.block_tokens != trace.block_tokens:
         raise ValueError(
             f"block_tokens={cfg.block_tokens} but the trace was read with {trace.block_tokens}"

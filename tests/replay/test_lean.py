@@ -82,6 +82,17 @@ def test_a_burst_at_time_zero_is_queueing_when_anything_is_computed():
     assert not load_figures([_record(0.0, 0)], 1e6, 1.0)["queueing_dominates"]
 
 
+def test_admission_waits_longer_than_prefill_is_queueing_under_the_rate():
+    """One request at a time, each decoding 100 tokens (2.5 s), one arriving every 0.1 s: the
+    prefill demand is far under the rate but requests wait for admission ever longer."""
+    trace = Trace(tuple(TraceRequest(100 * i, 512, 100, (i,)) for i in range(20)), B)
+    run = replay(trace, ReplayConfig(max_running=1, **FAST))
+    load = load_figures(run.records, run.cost.prefill_tps, run.modelled_s)
+    assert not load["demand_over_rate"] and load["utilization"] < 0.5
+    assert load["wait_p50_s"] > 10 * load["admitted_to_first_token_p50_s"]
+    assert load["queueing_dominates"]
+
+
 @pytest.mark.parametrize(("gap_ms", "dominates"), [(2000, False), (100, True)])
 def test_the_report_flags_queue_bound_ttfts(tmp_path, capsys, gap_ms, dominates):
     """4,096-token prompts at 4,096 tok/s: one every 2 s keeps up, ten a second do not."""
