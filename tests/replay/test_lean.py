@@ -51,10 +51,13 @@ def _write(path, requests):
     path.write_text("".join(r.to_json() + "\n" for r in requests))
 
 
-def test_a_run_whose_last_request_is_rejected_writes_its_results(tmp_path, capsys):
+@pytest.mark.parametrize("first_output", [1, 300], ids=["into-an-idle-replay", "while-decoding"])
+def test_a_run_whose_last_request_is_rejected_writes_its_results(tmp_path, capsys, first_output):
+    """The request too long for the device pool arrives after the first finished (it was the
+    last thing to do: an IndexError once) or while the first still decodes."""
     trace, out = tmp_path / "t.jsonl", tmp_path / "out"
-    too_long = TraceRequest(1, 5000, 1, tuple(range(10)))
-    _write(trace, [TraceRequest(0, 100, 300, (20,)), too_long])  # the first still decodes
+    too_long = TraceRequest(100, 5000, 1, tuple(range(10)))
+    _write(trace, [TraceRequest(0, 100, first_output, (20,)), too_long])
     code = main(
         ["replay", str(trace), "--device-tokens", "1024", "--out-dir", str(out), *FAST_FLAGS]
     )
