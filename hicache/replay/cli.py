@@ -114,7 +114,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     for name, help_ in GENERATE_OPTIONS.items():
         default = getattr(spec, name)
         flag = f"--{name.replace('_', '-')}"
-        g.add_argument(flag, type=type(default), help=f"{help_} (default {default})")
+        g.add_argument(flag, type=type(default), help=f"{help_} (default: {default})")
 
 
 def _trace(args: argparse.Namespace) -> Trace:
