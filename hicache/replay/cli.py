@@ -21,14 +21,17 @@ from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
 from hicache.replay.config import DTYPES, GEOMETRY, STORAGES, ReplayConfig
-from hicache.replay.generate import GenerateSpec, generate_trace
+from hicache.replay.cost import CostModel
+from hicache.replay.generate import PRESETS, GenerateSpec, generate_trace
 from hicache.replay.plot import plot_replay, plot_sweep
 from hicache.replay.report import format_summary, summarize, traffic_line
 from hicache.replay.runner import ReplayRun, replay
 from hicache.replay.sweep import (
+    describe_bandwidth,
     grid_points,
     parse_sweep,
     sweep_configs,
+    sweep_cost,
     sweep_header,
     sweep_row,
     total_capacity,
@@ -117,15 +120,25 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out-dir", default="replay_out", help="where the JSON and PNG go")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--check-invariants",
+        action="store_true",
+        help="check the whole cache after each replay (slow; memory several times the tree's)",
+    )
     add_metrics_flags(p)
     g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
     g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
     g.add_argument("--generate-only", action="store_true", help="write it, do not replay")
+    g.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="start from a named spec; the flags below change it",
+    )
     spec = GenerateSpec()
     for name, help_ in GENERATE_OPTIONS.items():
         default = getattr(spec, name)
         flag = f"--{name.replace('_', '-')}"
-        g.add_argument(flag, type=type(default), default=default, help=help_)
+        g.add_argument(flag, type=type(default), help=f"{help_} (default: {default})")
 
 
 def _trace(args: argparse.Namespace) -> Trace:
@@ -133,9 +146,12 @@ def _trace(args: argparse.Namespace) -> Trace:
         if args.trace:
             raise ValueError("give a TRACE or --generate OUT, not both")
         given = {k: getattr(args, k) for k in GENERATE_OPTIONS if getattr(args, k) is not None}
-        spec = GenerateSpec(**given, block_tokens=args.block_tokens)
+        given["block_tokens"] = args.block_tokens
+        spec = GenerateSpec.preset(args.preset, **given) if args.preset else GenerateSpec(**given)
         write_trace(args.generate, generate_trace(spec))
         args.trace = args.generate
+    elif args.preset:
+        raise ValueError("--preset needs --generate OUT")
     if not args.trace:
         raise ValueError("give a TRACE file (or --generate OUT)")
     trace = read_trace(args.trace, block_tokens=args.block_tokens, skip_bad=args.skip_bad)
@@ -149,12 +165,22 @@ def _trace(args: argparse.Namespace) -> Trace:
 
 
 def _one(
-    trace: Trace, cfg: ReplayConfig, label: str, progress: bool, events: Any = None
+    trace: Trace,
+    cfg: ReplayConfig,
+    label: str,
+    args: argparse.Namespace,
+    cost: CostModel | None = None,
+    events: Any = None,
 ) -> ReplayRun:
-    bar = ProgressBar(len(trace.requests), label) if progress else None
+    bar = None if args.no_progress else ProgressBar(len(trace.requests), label)
     try:
         run = replay(
-            trace, cfg, (lambda _r: bar.update()) if bar is not None else None, None, events
+            trace,
+            cfg,
+            (lambda _r: bar.update()) if bar is not None else None,
+            cost,
+            events,
+            check_invariants=args.check_invariants,
         )
     finally:
         if events is not None:
@@ -220,7 +246,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
     if args.sweep:
         return _sweep(args, trace, base, out_dir, meta, out)
     out.write(_headline(args.trace, trace, base) + "\n")
-    run = _one(trace, base, "replay", not args.no_progress, make_sink(events))
+    run = _one(trace, base, "replay", args, events=make_sink(events))
     summary = summarize(run)
     out.write(format_summary(summary) + "\n")
     path = _write(out_dir, "replay.json", {**meta, "config": base.to_dict(), **summary})
@@ -243,12 +269,14 @@ def _sweep(
     grid = parse_sweep(args.sweep)
     points = grid_points(grid)
     configs = sweep_configs(base, points)
+    cost = sweep_cost(configs)
     out.write(_headline(args.trace, trace, base) + f"\nsweep {grid} ({len(points)} replays)\n")
+    out.write(f"bandwidth {describe_bandwidth(cost)}, the same for every point\n")
     out.write(sweep_header(grid) + "\n")
     summaries = []
     for point, cfg in zip(points, configs, strict=True):
         label = " ".join(f"{k}={v}" for k, v in point.items())
-        run = _one(trace, cfg, label, not args.no_progress)
+        run = _one(trace, cfg, label, args, cost)
         summary = summarize(run)
         summaries.append(
             {

@@ -161,7 +161,10 @@ class Replayer:
             admitted = self._admit(req)
             if not admitted:
                 raise RuntimeError(f"request {req.rid} cannot be admitted into an idle cache")
-        return self.waiting.popleft() if admitted else None
+        if not admitted:
+            return None
+        req.admitted_s = self.now
+        return self.waiting.popleft()
 
     def _admit(self, req: LiveRequest) -> bool:
         """Match, lock, check the budget, load back a host hit, take the request's slots."""
@@ -216,7 +219,7 @@ class Replayer:
         if len(decode):
             self.stack.allocator.free(decode)
         self.decoding.remove(req)
-        req.release_tokens()
+        req.release()
         self._emit(req.record(self.now))
 
     def _emit(self, record: Record) -> None:

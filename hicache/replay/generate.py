@@ -8,7 +8,8 @@ is a run of fresh token ids (never repeated elsewhere), and the hash ids are pre
 ``block_tokens``-token blocks of that text, as in the Mooncake release: equal ids are equal
 blocks after equal prefixes. Sessions start as a Poisson process of ``session_rate`` per
 second (0: all at time 0); turn ``r`` arrives ``r * turn_gap_s`` after its session's start.
-Everything is a pure function of the spec (``seed`` included).
+Everything is a pure function of the spec (``seed`` included). ``PRESETS`` name specs of a
+shape worth replaying (``GenerateSpec.preset``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hashlib
 import itertools
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +53,35 @@ class GenerateSpec:
         check_int("seed", self.seed, minimum=0)
         for name in ("zipf", "session_rate", "turn_gap_s"):
             check_real(name, getattr(self, name))
+
+    @classmethod
+    def preset(cls, name: str, **changes: Any) -> GenerateSpec:
+        """The spec ``PRESETS[name]``, with ``changes`` over it; ``ValueError`` for an unknown
+        name."""
+        if name not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+        return cls(**{**PRESETS[name], **changes})
+
+
+# The Mooncake conversation trace's shape (12,031 requests of 12,035 prompt tokens on average
+# over 3,537 s): 3,000 conversations of 4 turns, each over a system prompt and one of 1,000
+# Zipf-popular 8k-token documents: 12,000 requests of 10,880 to 13,184 prompt tokens (12,032 on
+# average, 144 M in all) over about 53 minutes.
+PRESETS: dict[str, dict[str, Any]] = {
+    "long-prompt": {
+        "sessions": 3000,
+        "turns": 4,
+        "system_prompts": 4,
+        "system_tokens": 2048,
+        "docs": 1000,
+        "doc_tokens": 8192,
+        "zipf": 1.1,
+        "turn_tokens": 640,
+        "output_tokens": 128,
+        "session_rate": 1.0,
+        "turn_gap_s": 60.0,
+    },
+}
 
 
 class _Hasher:

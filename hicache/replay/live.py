@@ -11,6 +11,8 @@ import torch
 
 from hicache.replay.trace import TraceRequest, prompt_tokens
 
+_NO_SLOTS = torch.empty(0, dtype=torch.int64)  # never written: the cache replaces, not fills
+
 
 @dataclass(frozen=True)
 class Record:
@@ -28,6 +30,12 @@ class Record:
     finish_s: float | None
     error: str | None = None
     storage_hit: int = 0
+    admitted_s: float | None = None
+
+    @property
+    def wait_s(self) -> float | None:
+        """Modelled time from arrival to admission (the queue), None when never admitted."""
+        return None if self.admitted_s is None else self.admitted_s - self.arrival_s
 
     @property
     def ttft_s(self) -> float | None:
@@ -53,7 +61,7 @@ class LiveRequest:
     extra_key: Hashable | None = None
     priority: int = 0
     req_pool_idx: int | None = None
-    prefix_indices: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    prefix_indices: torch.Tensor = field(default_factory=lambda: _NO_SLOTS)
     last_node: Any = None
     cache_protected_len: int = 0
     kv_len: int = 0
@@ -64,6 +72,7 @@ class LiveRequest:
     host_hit: int = 0
     storage_hit: int = 0  # tokens a storage prefetch added and admission loaded back
     prefetched: bool = False  # storage was asked (once per request)
+    admitted_s: float | None = None
     first_token_s: float | None = None
     _tokens: np.ndarray | None = None
 
@@ -79,8 +88,12 @@ class LiveRequest:
         """Tokens with KV over the request's life (the last generated token never has any)."""
         return self.trace.input_length + max(self.trace.output_length - 1, 0)
 
-    def release_tokens(self) -> None:
+    def release(self) -> None:
+        """Drop what a finished request no longer needs: its prompt and its slots (the whole
+        prompt's after ``cache_unfinished_req``: 8 bytes a token, kept by every finished request
+        otherwise)."""
         self._tokens = None
+        self.prefix_indices = _NO_SLOTS
 
     def record(self, finish_s: float | None, error: str | None = None) -> Record:
         t = self.trace
@@ -98,4 +111,5 @@ class LiveRequest:
             finish_s=finish_s,
             error=error,
             storage_hit=self.storage_hit,
+            admitted_s=self.admitted_s,
         )

@@ -13,6 +13,7 @@ import numpy as np
 
 from hicache.bench.report import evicted_tokens, storage_figures, transfer_figures
 from hicache.replay.ideal import BLOCK_RULE, HIT_RULE
+from hicache.replay.load import format_load, load_figures
 from hicache.replay.runner import ReplayRun
 
 MEASURED = (
@@ -23,8 +24,9 @@ MEASURED = (
     "evicted_tokens",
     "replay_wall_s",
     "replay_requests_per_s",
+    "memory",
 )
-MODELLED = ("ttft_ms", "makespan_s", "throughput")
+MODELLED = ("ttft_ms", "makespan_s", "throughput", "load", "queueing_dominates")
 TIERS = ("device", "host", "storage", "computed")
 
 
@@ -84,6 +86,7 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
     tokens = _tokens(run)
     prompt, makespan = tokens["prompt"], run.modelled_s
     cost = run.cost
+    load = load_figures(run.records, cost.prefill_tps, makespan)
     return {
         "requests": run.total_requests,
         "finished": sum(r.error is None for r in run.records),
@@ -119,6 +122,9 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
         },
         "replay_wall_s": run.wall_s,
         "replay_requests_per_s": len(run.records) / run.wall_s if run.wall_s else 0.0,
+        "memory": run.memory.to_dict() if run.memory is not None else None,
+        "queueing_dominates": load["queueing_dominates"],
+        "load": load,
         "measured": list(MEASURED),
         "modelled": list(MODELLED),
         "first_error": next((r.error for r in run.records if r.error), None),
@@ -158,6 +164,17 @@ def traffic_line(s: dict[str, Any]) -> str:
     )
 
 
+def _format_memory(m: dict[str, float] | None) -> list[str]:
+    if m is None:
+        return []
+    kv = m["kv_device_gb"] + m["kv_host_gb"]
+    return [
+        f"  memory        peak RSS {m['peak_rss_gb']:.2f} GB = {m['peak_over_held']:.2f}x "
+        f"(KV pools {kv:.2f} GB + tree {m['tree_gb']:.2f} GB); {m['start_rss_gb']:.2f} GB "
+        "before the replay"
+    ]
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """A few aligned lines: measured first, then modelled."""
     t, h, x, c = s["tokens"], s["hit_rate"], s["transfers"], s["cost_model"]
@@ -180,11 +197,14 @@ def format_summary(s: dict[str, Any]) -> str:
         f"host {s['evicted_tokens']['host']:,} tokens",
         f"  replay        {s['replay_wall_s']:.1f} s wall, "
         f"{s['replay_requests_per_s']:,.0f} requests/s",
+        *_format_memory(s["memory"]),
         f"modelled (prefill {c['prefill_tps']:,.0f} tok/s, decode step {c['decode_step_ms']:g} ms, "
         f"loads at {c['h2d_gb_s']:.3g} GB/s, {c['bandwidth']}"
         + (f"; storage reads at {c['storage_gb_s']:.3g} GB/s, flag" if c["storage_gb_s"] else "")
         + "):",
-        f"  TTFT          p50 {_num(ttft['p50'])} ms  p99 {_num(ttft['p99'])} ms",
+        *format_load(s["load"]),
+        f"  TTFT          p50 {_num(ttft['p50'])} ms  p99 {_num(ttft['p99'])} ms"
+        + ("  (queue-bound: the backlog, not the cache)" if s["queueing_dominates"] else ""),
         f"  throughput    {tp['output_tok_s']:,.0f} output tok/s, {tp['prompt_tok_s']:,.0f} "
         f"prompt tok/s over {s['makespan_s']:,.1f} s",
     ]

@@ -17,6 +17,7 @@ from hicache.replay.cost import CostModel, measure_bandwidth
 from hicache.replay.driver import Replayer
 from hicache.replay.ideal import block_ideal_hits, ideal_hits
 from hicache.replay.live import LiveRequest, Record
+from hicache.replay.memory import MemoryFigures, measure, rss_bytes
 from hicache.replay.trace import Trace
 from hicache.stack import KVStack
 
@@ -24,7 +25,8 @@ from hicache.stack import KVStack
 @dataclass
 class ReplayRun:
     """A finished (or interrupted) replay: its records, the cache's counters at the end
-    (``stats``) and the clock; ``block_ideal``: each request's block ideal (by rid)."""
+    (``stats``), the clock, what it held in RAM (``memory``); ``block_ideal``: each
+    request's block ideal (by rid)."""
 
     config: ReplayConfig
     cost: CostModel
@@ -35,6 +37,7 @@ class ReplayRun:
     modelled_s: float
     wall_s: float
     interrupted: bool = False
+    memory: MemoryFigures | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     block_ideal: list[int] = field(default_factory=list)
 
@@ -83,18 +86,22 @@ def replay(
     on_record: Callable[[Record], None] | None = None,
     cost: CostModel | None = None,
     events: EventSink | None = None,
+    *,
+    check_invariants: bool = True,
 ) -> ReplayRun:
     """Replay ``trace`` under ``cfg`` (the cache's KV events to ``events``). Ctrl-C stops it
     and returns what was measured so far (``interrupted``); ``ValueError`` before any work
-    when ``cfg`` does not fit the trace."""
+    when ``cfg`` does not fit the trace. ``check_invariants``: check the whole cache at the end
+    (it joins, sorts and compares every slot: a peak several times the tree on a large run)."""
     if cfg.block_tokens != trace.block_tokens:
         raise ValueError(
             f"block_tokens={cfg.block_tokens} but the trace was read with {trace.block_tokens}"
         )
     cost = cost or cost_model(cfg)
+    start_rss = rss_bytes()
     longest = max(r.input_length + r.output_length for r in trace.requests)
     with built_stack(cfg, longest + cfg.page_size, events) as stack:
-        return _run(trace, cfg, cost, stack, on_record)
+        return _run(trace, cfg, cost, stack, on_record, check_invariants, start_rss)
 
 
 def _run(
@@ -103,6 +110,8 @@ def _run(
     cost: CostModel,
     stack: KVStack,
     on_record: Callable[[Record], None] | None,
+    check_invariants: bool,
+    start_rss: int,
 ) -> ReplayRun:
     driver = Replayer(
         stack,
@@ -122,7 +131,8 @@ def _run(
     wall = time.perf_counter() - start
     if not interrupted:
         stack.cache.drain_transfers()  # the last batches land: their busy time counts
-        stack.cache.check_invariants()
+        if check_invariants:
+            stack.cache.check_invariants()
     ideal = sum(r.ideal_hit for r in driver.records)
     return ReplayRun(
         cfg,
@@ -135,4 +145,5 @@ def _run(
         wall,
         interrupted,
         block_ideal=block_ideal_hits(trace.requests, trace.block_tokens),
+        memory=measure(stack, start_rss),
     )

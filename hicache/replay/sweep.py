@@ -17,6 +17,8 @@ from typing import Any
 
 from hicache.controller import TIERINGS
 from hicache.replay.config import ReplayConfig
+from hicache.replay.cost import CostModel
+from hicache.replay.runner import cost_model
 
 Grid = dict[str, list[Any]]  # flag name -> its values
 
@@ -115,4 +117,22 @@ def sweep_row(point: dict[str, Any], cfg: ReplayConfig, summary: dict[str, Any])
     h, total, p50 = summary["hit_rate"], total_capacity(cfg), summary["ttft_ms"]["p50"]
     rates = [f"{h[k]:.1f}" for k in ("device", "host", "storage", "total", "ideal")]
     cap = f"{total:,}" if total is not None else "uncapped"
-    return _cells(list(point), [*map(str, point.values()), cap, *rates, f"{p50 or 0:,.0f}"])
+    row = _cells(list(point), [*map(str, point.values()), cap, *rates, f"{p50 or 0:,.0f}"])
+    return row + (" (queue-bound)" if summary["queueing_dominates"] else "")
+
+
+def sweep_cost(configs: list[ReplayConfig]) -> CostModel:
+    """One clock for every point of a sweep: the bandwidth measured once (on the first config
+    with a host tier; they differ only in capacities, not in what a copy costs) or the flags'."""
+    with_host = [c for c in configs if c.host_ratio > 0]
+    return cost_model(with_host[0] if with_host else configs[0])
+
+
+def describe_bandwidth(cost: CostModel) -> str:
+    """``"h2d 12.3 GB/s, d2h 11.0 GB/s (measured)"`` (or ``(flags)``); ``"none (no host
+    tier)"`` when no point has one."""
+    if not cost.h2d_bytes_per_s:
+        return "none (no host tier)"
+    how = "measured" if cost.measured else "flags"
+    h2d, d2h = cost.h2d_bytes_per_s / 1e9, cost.d2h_bytes_per_s / 1e9
+    return f"h2d {h2d:.3g} GB/s, d2h {d2h:.3g} GB/s ({how})"

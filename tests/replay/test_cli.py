@@ -18,7 +18,14 @@ def test_generate_then_replay_writes_json_and_png(tmp_path, capsys):
     assert report["finished"] == 12 and report["tokens"]["storage"] == 0
     hit = report["hit_rate"]
     assert hit["total"] == pytest.approx(hit["ideal"]) and hit["ideal"] > 0
-    assert set(report["modelled"]) == {"ttft_ms", "makespan_s", "throughput"}
+    assert set(report["modelled"]) == {
+        "ttft_ms",
+        "makespan_s",
+        "throughput",
+        "load",
+        "queueing_dominates",
+    }
+    assert "memory" in report["measured"] and report["memory"]["peak_rss_gb"] > 0
     assert (out / "replay.png").stat().st_size > 0
     text = capsys.readouterr().out
     assert "measured (" in text and "modelled (" in text and "(not built)" in text
@@ -58,6 +65,16 @@ def test_sweep_orders_capacities_and_plots(tmp_path, capsys):
     assert code == 0 and [r["device-tokens"] for r in runs] == [2048, 8192]
     assert runs[0]["hit_rate"]["device"] <= runs[1]["hit_rate"]["device"]
     assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_preset_with_flags_over_it(tmp_path, capsys):
+    trace = tmp_path / "long.jsonl"
+    argv = ["replay", "--generate", str(trace), "--preset", "long-prompt", "--sessions", "2"]
+    assert main([*argv, "--generate-only"]) == 0
+    lengths = [json.loads(line)["input_length"] for line in trace.read_text().splitlines()]
+    assert len(lengths) == 8 and min(lengths) == 10_880
+    assert main(["replay", str(trace), "--preset", "long-prompt"]) == 2
+    assert "--preset needs --generate OUT" in capsys.readouterr().err
 
 
 def test_bad_line_is_one_error_line_or_skipped(tmp_path, capsys):

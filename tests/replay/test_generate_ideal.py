@@ -79,3 +79,17 @@ def test_block_ideal_counts_every_seen_block_without_cap_or_rounding():
     detour = TraceRequest(2, 1536, 1, (9, 2, 3))  # a seen block after an unseen one counts
     assert block_ideal_hits([first, again, detour], B) == [0, 1000, 488]
     assert ideal_hits([first, again, detour], B, 16) == [0, 992, 0]
+
+
+def test_long_prompt_preset_makes_twelve_thousand_prompts_of_twelve_thousand_tokens():
+    spec = GenerateSpec.preset("long-prompt")
+    assert spec.sessions * spec.turns == 12_000
+    reqs = generate_trace(GenerateSpec.preset("long-prompt", sessions=25))
+    lengths = [r.input_length for r in reqs]
+    assert len(reqs) == 100 and (min(lengths), max(lengths)) == (10_880, 13_184)
+    assert sum(lengths) / len(lengths) == 12_032
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(ValueError, match="long-prompt"):
+        GenerateSpec.preset("huge")
