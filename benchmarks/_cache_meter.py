@@ -19,7 +19,7 @@ CACHE_CALLS = (
     "check_hicache_events match_prefix inc_lock_ref dec_lock_ref evictable_size evict "
     "init_load_back ready_to_load_host_cache consume_load_batch drain_transfers "
     "cache_unfinished_req cache_finished_req note_prefill stats prefetch_from_storage "
-    "check_prefetch_progress pop_prefetch_loaded_tokens release_aborted_request"
+    "check_prefetch_progress pop_prefetch_loaded_tokens release_aborted_request has_storage_tier"
 ).split()
 POOL_CALLS = "alloc free available_size write".split()
 TP_CALLS = ("agree",)

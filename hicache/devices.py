@@ -81,6 +81,8 @@ def _cuda_index(device: torch.device, name: str) -> int:
 
 
 def is_cuda(device: torch.device | str) -> bool:
+    if isinstance(device, torch.device):  # no new device object (on every transfer call)
+        return device.type == "cuda"
     return torch.device(device).type == "cuda"
 
 
@@ -129,7 +131,8 @@ def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
     host, several times per layer of a load batch): the object is kept per raw stream handle,
     read from the runtime on every call, so it is always the stream current now.
     """
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     if device.type != "cuda":
         return None
     index = torch.cuda.current_device() if device.index is None else device.index
@@ -213,8 +216,10 @@ def cat_slots(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``torch.cat(tensors)`` (1-D, one device), carrying the concatenation of their host copies
     where each has a known one (:func:`known_host_copy`)."""
     out = torch.cat(tensors)
+    if out.device.type == "cpu":
+        return out
     hosts = [known_host_copy(t) for t in tensors]
-    if out.device.type != "cpu" and all(h is not None for h in hosts):
+    if all(h is not None for h in hosts):
         setattr(out, HOST_COPY, torch.cat(hosts))  # type: ignore[arg-type]
     return out
 

@@ -12,7 +12,6 @@ copies KV only after the kernels that produced it, and a load overwrites reused 
 after the kernels queued before it that still read them. The forward pass then waits per layer
 via ``LayerDoneCounter.wait_until``. On CPU the streams are ``None``, events are completed no-ops
 and every transfer is synchronous: the same code path, so CPU tests exercise all the logic.
-
 Not thread-safe: one scheduler thread drives a controller.
 """
 
@@ -64,17 +63,16 @@ class HiCacheController:
     write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
     ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
-    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU; the load stream has the
-        device's highest priority (a forward pass waits on its layers), the write stream the
-        default (lowest) one.
+    write_stream, load_stream : dedicated CUDA streams, ``None`` on CPU; the load stream at the
+        device's highest priority (a forward pass waits on it), the write stream the lowest.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
-    staging : the write stream's :class:`~hicache.pools.backup_staging.BackupStaging` (kernel
-        backups through the copy engines), or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``).
+    staging : the write stream's ``BackupStaging`` (kernel backups through the copy engines),
+        or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``).
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
-    Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a
-    ``page_size`` or host pool geometry (named in the message) that disagrees with the device
-    pool, an allocator without a device pool, or a ``load_cache_event`` without ``set()``.
+    Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a ``page_size``
+    or host pool geometry (named) that disagrees with the device pool, an allocator without a
+    device pool, or a ``load_cache_event`` without ``set()``.
     """
 
     def __init__(
@@ -135,7 +133,12 @@ class HiCacheController:
             self._pending = None
 
     def write(
-        self, device_indices: torch.Tensor, node_id: int, host_indices: torch.Tensor | None = None
+        self,
+        device_indices: torch.Tensor,
+        node_id: int,
+        host_indices: torch.Tensor | None = None,
+        *,
+        trusted: bool = False,
     ) -> torch.Tensor | None:
         """Allocate host slots for ``device_indices`` and queue their backup (all layers).
 
@@ -147,27 +150,31 @@ class HiCacheController:
         node_id : id of the radix node the slots belong to; reported in the ack.
         host_indices : int64 ``[n]`` CPU host slots the caller already took from
             ``mem_pool_host`` (``alloc``) to write into, or None to allocate them here.
+        trusted : the cache's own call with slots it made (a tree node's, the host pool's
+            fresh ones): the argument checks are skipped. Every other caller leaves it False.
 
         Returns
         -------
-        int64 ``[n]`` CPU host slots now owned by the caller, or ``None`` when the host pool
-        has fewer than ``n`` free slots (nothing allocated, nothing queued). The copy happens at
-        the next :meth:`start_writing`.
+        int64 ``[n]`` CPU host slots now owned by the caller, or ``None`` when the host pool is
+        short (nothing allocated, nothing queued). The copy happens at :meth:`start_writing`.
         """
         pools = (self.mem_pool_device, self.mem_pool_host)
-        op = issue.write_op(pools, device_indices, node_id, host_indices)
+        op = issue.write_op(pools, device_indices, node_id, host_indices, trusted)
         if op is None:
             return None
         self.write_queue.append(op)
         return op.host_indices
 
-    def load(self, host_indices: torch.Tensor, node_id: int) -> torch.Tensor | None:
+    def load(
+        self, host_indices: torch.Tensor, node_id: int, *, trusted: bool = False
+    ) -> torch.Tensor | None:
         """Allocate device slots for ``host_indices`` and queue their load (layer by layer).
 
         Parameters
         ----------
         host_indices : int64 ``[n]`` CPU host slots, ``n`` a positive multiple of ``page_size``.
         node_id : id of the radix node the slots belong to; reported in the ack.
+        trusted : as :meth:`write`'s (``host_indices`` a tree node's).
 
         Returns
         -------
@@ -176,7 +183,9 @@ class HiCacheController:
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
         allocator = self.token_to_kv_pool_allocator
-        op = issue.load_op(self.mem_pool_host, allocator, self.io_backend, host_indices, node_id)
+        op = issue.load_op(
+            self.mem_pool_host, allocator, self.io_backend, host_indices, node_id, trusted
+        )
         if op is None:
             return None
         self.load_queue.append(op)
@@ -219,11 +228,8 @@ class HiCacheController:
         Blocks the CPU only when every ring slot still holds a batch in flight (it waits for the
         oldest). On error the queue is left as it was.
 
-        Returns
-        -------
-        The producer index (ring slot) of the batch, to pass to ``set_consumer``; -1 when the
-        load queue was empty (nothing issued).
-        """
+        Returns the batch's producer index (ring slot) for ``set_consumer``; -1 when the load
+        queue was empty (nothing issued)."""
         self.issue_pending()
         if not self.load_queue:
             return -1
@@ -241,8 +247,8 @@ class HiCacheController:
         return producer
 
     def verify_load(self, host_indices: torch.Tensor, device_indices: torch.Tensor) -> int | None:
-        """Check issued loads against their backup checksums (``PageIntegrity.first_mismatch``)
-        on the load stream, after everything issued on it; blocks until the result is read."""
+        """``PageIntegrity.first_mismatch`` of the issued loads, on the load stream after all
+        issued there; blocks until the result is read."""
         assert self.integrity is not None, "verify_load needs verify='sample' or 'all'"
         self.issue_pending()
         with stream_scope(self.load_stream):
@@ -250,22 +256,18 @@ class HiCacheController:
 
     def drain(self) -> None:
         """Issue the queued writes, then block until every issued write and load has landed.
-
         Queued loads are not issued (their producer index belongs to a forward pass that
         ``start_loading`` serves). Afterwards every ack in ``ack_write_queue`` and
-        ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU.
-        """
+        ``ack_load_queue`` is done, so ``pop_finished_acks`` pops them all. A no-op wait on CPU."""
         self.start_writing()
         issue.wait_for_indices(self.write_queue)  # writes whose indices are on their way
         self.start_writing()
         issue.wait_for_acks((*self.ack_write_queue, *self.ack_load_queue), self.counters)
 
     def evict_device(self, device_indices: torch.Tensor) -> int:
-        """Free device slots through the allocator; returns how many were given.
-
-        The slots must not belong to a batch whose ack has not completed. Raises whatever the
-        allocator raises on slots that are not allocated (state unchanged).
-        """
+        """Free device slots through the allocator; returns how many were given. The slots must
+        not belong to a batch whose ack has not completed. Raises whatever the allocator raises
+        on slots that are not allocated (state unchanged)."""
         self.token_to_kv_pool_allocator.free(device_indices)
         return device_indices.numel()
 
@@ -275,11 +277,9 @@ class HiCacheController:
 
     def reset(self) -> None:
         """Wait for in-flight transfers, then drop queued operations, acks and counter state.
-
         Safe with transfers in flight: both streams are synchronized first, so no copy can land
         after the caller reuses the slots. Slots held by queued or acked operations are NOT
-        freed here: they belong to the radix cache, whose ``reset()`` clears both pools.
-        """
+        freed here: they belong to the radix cache, whose ``reset()`` clears both pools."""
         self.issue_pending()
         for stream in (self.write_stream, self.load_stream):
             if stream is not None:

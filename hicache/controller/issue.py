@@ -40,21 +40,25 @@ def write_op(
     device_indices: torch.Tensor,
     node_id: int,
     host_indices: torch.Tensor | None,
+    trusted: bool = False,
 ) -> CacheOperation | None:
-    """A backup of ``device_indices`` (checked) into ``host_indices`` (checked), or into host
-    slots allocated here; None when the host pool is short (nothing allocated)."""
+    """A backup of ``device_indices`` into ``host_indices``, or into host slots allocated here;
+    None when the host pool is short (nothing allocated). Both are checked unless ``trusted``
+    (the cache's own slots: a tree node's and the host pool's fresh ones)."""
     device_pool, host_pool = pools
     page = host_pool.page_size
-    device = torch.device(device_pool.device)
-    check_indices("device_indices", device_indices, page, device, device_pool.num_slots)
-    check_node_id(node_id)
+    if not trusted:
+        device = torch.device(device_pool.device)
+        check_indices("device_indices", device_indices, page, device, device_pool.num_slots)
+        check_node_id(node_id)
     n = device_indices.numel()
     if host_indices is None:
         host_indices = host_pool.alloc(n)
-    else:
+    elif not trusted:
         check_indices("host_indices", host_indices, page, _CPU, host_pool.size)
         if host_indices.numel() != n:
             raise ValueError(f"host_indices has {host_indices.numel()} slots, expected {n}")
+    assert host_indices is None or host_indices.numel() == n, "trusted host_indices"
     if host_indices is None:
         return None
     # the CPU copy of the device slots when known without a device read (``to_device``'s)
@@ -68,12 +72,15 @@ def load_op(
     io_backend: str,
     host_indices: torch.Tensor,
     node_id: int,
+    trusted: bool = False,
 ) -> CacheOperation | None:
-    """A load of ``host_indices`` (checked) into freshly allocated device slots, or None when
-    the allocator is short. The direct backend plans on the CPU (and "auto" counts runs there),
-    so those take the allocator's CPU copy of the slots when it offers one (``alloc_pair``)."""
-    check_indices("host_indices", host_indices, host_pool.page_size, _CPU, host_pool.size)
-    check_node_id(node_id)
+    """A load of ``host_indices`` (checked unless ``trusted``: a tree node's) into freshly
+    allocated device slots, or None when the allocator is short. The direct backend plans on
+    the CPU (and "auto" counts runs there), so those take the allocator's CPU copy of the
+    slots when it offers one (``alloc_pair``)."""
+    if not trusted:
+        check_indices("host_indices", host_indices, host_pool.page_size, _CPU, host_pool.size)
+        check_node_id(node_id)
     n = host_indices.numel()
     alloc_pair = getattr(allocator, "alloc_pair", None) if io_backend != "kernel" else None
     if alloc_pair is None:

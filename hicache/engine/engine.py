@@ -12,19 +12,22 @@ Each ``step``:
    ``max_prefill_tokens``.
 3. ``ready_to_load_host_cache()`` issues the queued loads layer by layer, and
    ``consume_load_batch(...)`` makes this step's attention wait per layer.
-4. One forward over the mixed batch; greedy sampling; ``note_prefill(tokens, seconds)`` with
-   the prompt tokens it computed and its wall time (the storage tier's cost model).
-5. ``cache_unfinished_req`` after every prompt chunk, ``cache_finished_req`` when a request ends.
+4. One forward over the mixed batch; greedy sampling; with a storage tier
+   (``cache.has_storage_tier()``), ``note_prefill(tokens, seconds)`` with the prompt tokens it
+   computed and its wall time (the storage tier's cost model).
+5. ``cache_unfinished_req`` after every prompt chunk, ``cache_finished_req`` when a request ends
+   (alone when it ends in the step that ends its prompt, as SGLang's scheduler does).
 
 The storage hooks are no-ops without a storage tier (``BasePrefixCache``).
 
 Under tensor parallelism (``cache.tp``, a ``hicache.tp.TPGroup`` of more than one rank) every
 rank runs this same loop over its shard of the model and pools: the same cache calls in the
 same order with the same arguments. What is rank-local is agreed: the slot budget's
-allocations (``SlotBudget``), the prefill time given to ``note_prefill`` (the slowest rank's)
-and the stall timeout. Logits are equal on every rank (the model all-reduces), so greedy
-sampling picks the same tokens. Any step may raise ``hicache.tp.TPPeerError`` (another rank
-failed at an agreement point) or ``TPError`` (the group is broken). See docs/tp.md.
+allocations (``SlotBudget``), the prefill time given to ``note_prefill`` (the slowest rank's;
+agreed only with a storage tier, whose cost model reads it) and the stall timeout. Logits are
+equal on every rank (the model all-reduces), so greedy sampling picks the same tokens. Any
+step may raise ``hicache.tp.TPPeerError`` (another rank failed at an agreement point) or
+``TPError`` (the group is broken). See docs/tp.md.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ class Engine(ThreadBound):
         logits = self._forward(plan)
         tokens = logits.argmax(dim=-1).tolist()  # waits for the forward pass
         prefill = sum(len(w.input_ids) for w in work if w.req.status is Status.PREFILL)
-        if prefill:
+        if prefill and self.cache.has_storage_tier():  # only the storage tier's cost model reads it
             seconds = slowest(self.tp, time.perf_counter() - start, where="engine prefill time")
             self.cache.note_prefill(prefill, seconds)
         return done + self._advance(work, tokens, logits)
@@ -222,7 +225,9 @@ class Engine(ThreadBound):
             req.kv_len += len(w.input_ids)
             if req.status is Status.PREFILL:
                 req.computed += len(w.input_ids)
-                self.cache.cache_unfinished_req(req)
+                # a request that ends with this token goes to cache_finished_req alone (SGLang)
+                if not (req.prompt_done and len(req.output_ids) + 1 >= req.max_new_tokens):
+                    self.cache.cache_unfinished_req(req)
                 if not req.prompt_done:
                     continue
                 req.status, req.first_token_time = Status.DECODE, time.perf_counter()

@@ -119,7 +119,7 @@ class Scheduler:
     def _start_prefetches(self) -> None:
         """Ask storage for what the tiers above miss of each request that arrived. Without a
         storage tier nothing is matched (no extra lookup in the cache's counters or policy)."""
-        if self._arrived and self.cache.stats().storage is None:
+        if self._arrived and not self.cache.has_storage_tier():
             self._arrived.clear()
         for req in self._arrived:
             if req.status is not Status.WAITING:

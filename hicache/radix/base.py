@@ -208,6 +208,12 @@ class BasePrefixCache(ABC, ThreadBound):
 
     # ---- storage tier (L3): no-ops without one ------------------------------------------------
 
+    def has_storage_tier(self) -> bool:
+        """Whether a storage tier is attached (a query: no state change, no counter): without
+        one the storage calls below do nothing, so a caller may skip gathering their arguments
+        (``stats().storage`` says the same at the cost of a whole snapshot)."""
+        return False
+
     def prefetch_from_storage(
         self,
         req_id: str,

@@ -139,8 +139,9 @@ class Ledger:
         moved = 0
         # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
         # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
-        # now iff it is on the device and childless (``is_evictable_leaf``).
-        plain, add = self.lower is None, self.leaves.add
+        # now iff it is on the device and childless (``is_evictable_leaf``). With one, ``below``
+        # (the path's previous node, a child of ``n``) on the device spares the children's scan.
+        plain, add, below = self.lower is None, self.leaves.add, None
         for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
@@ -153,7 +154,8 @@ class Ledger:
                         add(n)
                         continue
                 if not plain:
-                    self.sync(n)
+                    self.sync(n, below is not None and below.slots is not None)
+            below = n
         return moved
 
     def hit(self, path: list[TreeNode], tick: int, priority: int | None = None) -> None:
@@ -172,10 +174,10 @@ class Ledger:
             if lower_member and lower is not None:
                 lower.add(node)
 
-    def sync(self, node: TreeNode) -> None:
-        """Put ``node`` in or out of the evictable set(s) after its state changed."""
+    def sync(self, node: TreeNode, device_child: bool = False) -> None:
+        """Re-file ``node`` in the evictable set(s); ``device_child``: a child is on the device."""
         if node is not self.tree.root:
-            self.leaves.put(node, self.is_evictable_leaf(node))
+            self.leaves.put(node, not device_child and self.is_evictable_leaf(node))
             if self.lower is not None:
                 self.lower.refile(node)
 
@@ -187,7 +189,7 @@ class Ledger:
         self.tree.link_leaf(leaf, child_key)
         self.owners.take(leaf.slots)
         self.evictable_tokens += len(leaf.key)
-        self.sync(leaf.parent)
+        self.sync(leaf.parent, True)
         self.sync(leaf)
         if self.events is not None:
             self.events.stored(leaf, DEVICE)
@@ -208,7 +210,7 @@ class Ledger:
         node.slots = slots
         self.owners.take(slots)
         self.sync(node)
-        self.sync(node.parent)
+        self.sync(node.parent, True)
         if self.events is not None:
             self.events.stored(node, DEVICE)
 

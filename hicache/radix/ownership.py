@@ -65,10 +65,14 @@ def _fail(name: str, what: str) -> None:
     raise ValueError(f"{name} {what}")
 
 
+SMALL = 64  # up to this many slots, ``check_pages`` loops in Python: fewer calls than numpy's
+
+
 def check_pages(slots: Slots, name: str, allocator: SlotAllocator | None) -> None:
     """``ValueError`` unless ``slots`` (int ``[n]``) are in range, in whole aligned pages (the
     last page may be partial) and each page at most once. See the module docstring. One sort
-    of the page starts settles both the range and the repeats."""
+    of the page starts settles both the range and the repeats; up to ``SMALL`` slots (a decode
+    step's, a short suffix's) a Python loop does the same (each numpy call costs 1-3 us)."""
     ids = _to_host(slots)
     if ids.size == 0:
         return
@@ -77,17 +81,31 @@ def check_pages(slots: Slots, name: str, allocator: SlotAllocator | None) -> Non
         return
     lo, hi = bounds
     page = lo  # the reserved first page
-    starts = ids if page == 1 else _page_starts(ids, name, page)
-    ordered = np.sort(starts)
-    low, high = int(ordered[0]), int(ordered[-1]) + page - 1
-    if low < lo or high >= hi:
+    if ids.size <= SMALL:
+        starts = _few_page_starts(ids.tolist(), name, page)
+        low, high, repeated = min(starts), max(starts), len(set(starts)) < len(starts)
+    else:
+        ordered = np.sort(ids if page == 1 else _page_starts(ids, name, page))
+        low, high = int(ordered[0]), int(ordered[-1])
+        repeated = ordered.size > 1 and _any(ordered[1:] == ordered[:-1])
+    if low < lo or high + page - 1 >= hi:
         _fail(
             name,
             f"must hold slots in [{lo}, {hi}) (slots below {lo} are reserved), "
-            f"got pages spanning [{low}, {high}]",
+            f"got pages spanning [{low}, {high + page - 1}]",
         )
-    if ordered.size > 1 and (ordered[1:] == ordered[:-1]).any():
+    if repeated:
         _fail(name, "holds a slot more than once")
+
+
+def _few_page_starts(ids: list[int], name: str, page: int) -> list[int]:
+    """``_page_starts`` of a few slots, in Python."""
+    starts = ids[::page]
+    if any(v - k % page != starts[k // page] for k, v in enumerate(ids)) or any(
+        s % page for s in starts
+    ):
+        _layout_fail(name, page)
+    return starts
 
 
 def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
@@ -98,19 +116,29 @@ def _page_starts(ids: np.ndarray, name: str, page: int) -> np.ndarray:
     starts: np.ndarray = first[::page]
     whole = ids.size - ids.size % page
     if (
-        (starts % page).any()
-        or (first[:whole].reshape(-1, page) != starts[: whole // page, None]).any()
-        or (first[whole:] != starts[-1]).any()
+        _any(starts % page)
+        or _any(first[:whole].reshape(-1, page) != starts[: whole // page, None])
+        or _any(first[whole:] != starts[-1])
     ):
-        _fail(
-            name,
-            f"must come in whole aligned pages of {page} consecutive slots "
-            "(a page's slots may not straddle two pages)",
-        )
+        _layout_fail(name, page)
     return starts
 
 
+def _layout_fail(name: str, page: int) -> None:
+    _fail(
+        name,
+        f"must come in whole aligned pages of {page} consecutive slots "
+        "(a page's slots may not straddle two pages)",
+    )
+
+
 _LANES: dict[int, np.ndarray] = {}  # page size -> ``k % page`` for k in range(len), grown as needed
+
+
+def _any(values: np.ndarray) -> bool:
+    """Whether any of ``values`` is non-zero (``count_nonzero``: a third of ``.any()``'s cost
+    on the small arrays of the scheduler's path)."""
+    return bool(np.count_nonzero(values))
 
 
 def _lanes(page: int, n: int) -> np.ndarray:
@@ -148,7 +176,7 @@ class SlotOwners:
 
     def any_held(self, slots: Slots) -> bool:
         """Whether a node holds any of ``slots`` (in range: ``check_pages`` first)."""
-        return self._held is not None and bool(self._held[_to_host(slots)].any())
+        return self._held is not None and _any(self._held[_to_host(slots)])
 
     def check(self, slots: Slots, name: str) -> None:
         """``ValueError`` if a node holds any of ``slots`` (in range: ``check_pages`` first)."""

@@ -185,6 +185,9 @@ class HiRadixCache(RadixCache):
             self.storage_tier = None
             self.tiers = self._host_link(None)
 
+    def has_storage_tier(self) -> bool:
+        return self.storage_tier is not None
+
     @property
     def write_policy(self) -> str:
         return self.hi_config.write_policy

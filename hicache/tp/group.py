@@ -127,6 +127,8 @@ class TPGroup:
 
     def all_ok(self, ok: bool, *, where: str) -> bool:
         """Whether ``ok`` holds on every rank."""
+        if not self.active:
+            return bool(ok)
         return bool(self.agree([int(bool(ok))], where=where)[0][0])
 
     def keep_if_all(

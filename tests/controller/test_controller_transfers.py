@@ -183,3 +183,23 @@ def test_a_load_batch_is_checked_and_planned_once(monkeypatch):
     ctrl.start_loading()
     assert len(plans) == 1
     assert checked == ["host_indices", "device_indices"]
+
+
+@pytest.mark.parametrize(("kind", "io_backend", "layout"), ROUTES)
+def test_trusted_calls_move_the_same_bytes(kind: str, io_backend: str, layout: str):
+    """The cache's own calls (``trusted=True``: its tree's and pools' slots, unchecked) queue
+    and move exactly what the checked calls do."""
+    rig = make_rig(kind, io_backend, layout, 4)
+    ctrl = rig.controller
+    first = rig.allocator.alloc(8)
+    fill_random(rig.device_pool, first, seed=5)
+    want = read_bytes(rig.device_pool, first)
+    host = rig.host_pool.alloc(8)
+    assert torch.equal(ctrl.write(first, 21, host, trusted=True), host)
+    ctrl.start_writing()
+    ctrl.evict_device(first)
+    poison(rig.device_pool)
+    back = ctrl.load(host, 22, trusted=True)
+    assert back is not None and len(ctrl.load_queue) == 1
+    ctrl.start_loading()
+    assert_same_bytes(read_bytes(rig.device_pool, back), want)

@@ -73,3 +73,14 @@ def test_unqueue_load_takes_back_only_the_last_queued_load():
     assert rig.allocator.available_size() == free and not rig.controller.load_queue
     with pytest.raises(ValueError, match="unqueue_load"):
         rig.controller.unqueue_load(1)
+
+
+def test_every_outside_call_is_checked_unless_marked_trusted():
+    """``trusted`` is keyword-only and off by default: a positional fourth argument or none
+    keeps every check."""
+    rig = make_rig()
+    slots = rig.allocator.alloc(2)
+    with pytest.raises(TypeError, match="positional"):
+        rig.controller.write(slots, 3, None, True)
+    with pytest.raises(TypeError, match="node_id"):
+        rig.controller.load(rig.host_pool.alloc(2), "3")

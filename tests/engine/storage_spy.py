@@ -64,6 +64,7 @@ class StorageSpy:
             return dataclasses.replace(real_stats(), storage=storage_stats(self._bytes))
 
         cache.stats = stats
+        cache.has_storage_tier = lambda: True
 
     def hooks(self, name: str) -> list[Any]:
         return [arg for hook, arg in self.calls if hook == name]

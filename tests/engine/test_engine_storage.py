@@ -74,3 +74,15 @@ def test_only_the_same_salt_reads_a_tenants_pages(tmp_path: Path, salt, hit: int
     (req,) = serve(fresh, batch, salt=salt)
     assert req.storage_hit == hit and req.computed == len(batch[0]) - hit
     assert_matches_reference(fresh, [req], atol=1e-5)
+
+
+def test_the_cache_says_whether_storage_is_attached_until_closed(tmp_path: Path) -> None:
+    engine = file_engine(tmp_path)
+    noted: list[object] = []
+    note = engine.cache.note_prefill
+    engine.cache.note_prefill = lambda *args: noted.append(args) or note(*args)
+    assert engine.cache.has_storage_tier()
+    serve(engine, prompts(1, 21, seed=3))
+    assert [tokens for tokens, _ in noted] == [21]  # the prompt computed, then decode only
+    engine.cache.close()
+    assert not engine.cache.has_storage_tier()

@@ -182,3 +182,13 @@ def test_storage_config_needs_a_host_tier() -> None:
 
     with pytest.raises(ValueError, match="hiradix"):
         CacheSpec(kind="radix", hicache=HiCacheConfig(storage=StorageConfig(backend="memory")))
+
+
+@pytest.mark.parametrize("kind", ["radix", "hiradix"])
+def test_without_storage_the_prefill_time_is_not_reported(kind: str) -> None:
+    engine = engine_for(kind)
+    noted: list[object] = []
+    engine.cache.note_prefill = lambda *args: noted.append(args)
+    engine.submit(prompts(1, 30, seed=7)[0], 2)
+    engine.run()
+    assert not engine.cache.has_storage_tier() and not noted

@@ -1,5 +1,6 @@
 """``ownership.check_pages``: the page-layout rule on slot arrays of every shape (whole pages,
-a trailing partial page, a tail alone), accepted and refused."""
+a trailing partial page, a tail alone), accepted and refused, by both of its paths (a Python
+loop up to ``ownership.SMALL`` slots, numpy above)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from hicache.radix import ownership
 from hicache.radix.ownership import check_pages
 
 ALLOCATOR = SimpleNamespace(size=64, page_size=4)  # usable slots [4, 68)
@@ -31,12 +33,40 @@ BAD = {
 }
 
 
+@pytest.fixture(params=["loop", "numpy"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each case through the Python loop, then through numpy."""
+    monkeypatch.setattr(ownership, "SMALL", 10**9 if request.param == "loop" else 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("slots", GOOD.values(), ids=GOOD.keys())
-def test_whole_aligned_pages_pass(slots: list[int]) -> None:
+def test_whole_aligned_pages_pass(slots: list[int], path: str) -> None:
     check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)
 
 
 @pytest.mark.parametrize(("slots", "message"), BAD.values(), ids=BAD.keys())
-def test_bad_layouts_are_refused(slots: list[int], message: str) -> None:
+def test_bad_layouts_are_refused(slots: list[int], message: str, path: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_pages(np.array(slots, dtype=np.int64), "slots", ALLOCATOR)
+
+
+def verdict(slots: np.ndarray, small: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(ownership, "SMALL", small)
+    try:
+        check_pages(slots, "slots", ALLOCATOR)
+    except ValueError as exc:
+        return str(exc)
+    return "ok"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_both_paths_agree_on_random_layouts(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole pages in random order, then one random corruption (or none): the loop and numpy
+    give the same verdict and message."""
+    rng = np.random.default_rng(seed)
+    pages = rng.choice(np.arange(0, 18), size=int(rng.integers(1, 6)), replace=False)
+    slots = (pages[:, None] * 4 + np.arange(4)).ravel()[: int(rng.integers(1, 4 * pages.size + 1))]
+    if seed % 2:
+        slots[int(rng.integers(slots.size))] += int(rng.integers(-5, 6))
+    assert verdict(slots, 10**9, monkeypatch) == verdict(slots, 0, monkeypatch)

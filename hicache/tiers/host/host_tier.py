@@ -196,7 +196,8 @@ class HostTier(HostFreeing, StorageSlots):
     def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
         # device slots carrying their CPU copy: the backup is planned without a device read
-        self.controller.write(concat_slots([node.slots], self.controller.device), node.id, host)
+        slots = concat_slots([node.slots], self.controller.device)
+        self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
         node.host_value = host  # a fresh tensor from the host pool: stored without another copy
         if self.events is not None:
             self.events.stored(node, HOST)
@@ -212,7 +213,7 @@ class HostTier(HostFreeing, StorageSlots):
         last = chain[-1]
         host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
         device = self.tp.keep_if_all(
-            self.controller.load(host, last.id),
+            self.controller.load(host, last.id, trusted=True),  # the tree's host slots
             lambda _: self.controller.unqueue_load(last.id),
             where="load-back allocation",
         )
