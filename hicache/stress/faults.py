@@ -88,8 +88,8 @@ class Faults:
         """``backup_from_device_all_layer`` raises after copying (bytes landed, batch failed)."""
         original = host_pool.backup_from_device_all_layer
 
-        def backup(device_pool: Any, host_idx: Any, dev_idx: Any, io: str) -> None:
-            original(device_pool, host_idx, dev_idx, io)
+        def backup(device_pool: Any, host_idx: Any, dev_idx: Any, io: str, **kw: Any) -> None:
+            original(device_pool, host_idx, dev_idx, io, **kw)  # ``staging`` on CUDA
             if self._fire("backup_fail", self.p_transfer_fail):
                 raise InjectedFault("injected backup failure after the copy")
 
