@@ -156,6 +156,14 @@ class ComponentLedger:
         self.release(broken)
         return len(node.key)
 
+    def revive(self, node: TreeNode) -> None:
+        """``node`` was given new slots whose SWA KV is live: no longer a tombstone."""
+        assert node.comp is not None and node.comp.swa_tombstoned
+        node.comp.swa_tombstoned = False
+        self.swa_tombstoned_tokens -= len(node.key)
+        if self.events is not None:
+            self.events.stored(node, DEVICE, SWA)
+
     def evict_swa(self, num_tokens: int, nodes: Iterator[TreeNode]) -> int:
         """Tombstone nodes of ``nodes`` outside every live window, least recently used first,
         until ``num_tokens`` SWA tokens are freed (or none is left); returns the tokens freed."""

@@ -29,7 +29,7 @@ from hicache.radix.hybrid_match import HybridMatchResult, hybrid_match, window_i
 from hicache.radix.key import RadixKey, as_radix_key
 from hicache.radix.node import TreeNode
 from hicache.radix.radix_cache import RadixCache
-from hicache.radix.slots import Slots
+from hicache.radix.slots import Slots, as_tensor
 
 
 class HybridRadixCache(RadixCache):
@@ -149,14 +149,14 @@ class HybridRadixCache(RadixCache):
     # ---- requests ----------------------------------------------------------------------------
 
     def cache_finished_req(self, req: Any) -> None:
-        key = self._check_req(req).key
+        key = self._revive(req)
         slot = self._checkpoint(req, key, self.hybrid.checkpoint.at_finish)
         super().cache_finished_req(req)
         if slot is not None:
             self._attach_state(key, slot)
 
     def cache_unfinished_req(self, req: Any) -> None:
-        key = self._check_req(req).key
+        key = self._revive(req)
         policy, aligned = self.hybrid.checkpoint, len(key)
         every = policy.every_tokens
         want = (every is not None and aligned // every > req.cache_protected_len // every) or (
@@ -208,6 +208,27 @@ class HybridRadixCache(RadixCache):
         if any(n.comp is not None and n.comp.state == state for n in self.components.state_lru):
             raise ValueError(f"state={state} is already a node's state")
         return state
+
+    def _revive(self, req: Any) -> RadixKey:
+        """Validate ``req``; a tombstoned node among its own positions (``cache_protected_len``
+        on) takes the request's slots, whose SWA KV is live, and the row gets the node's old
+        slots, which ``cache_*_req`` then frees as duplicates. Returns the request's key.
+        (Else the row would take back tree slots without SWA KV inside its window.)"""
+        idx, row, key, _ = self._check_req(req)
+        if self.hybrid.sliding_window is None or self.disable:
+            return key
+        pool, pos = self.req_to_token_pool, 0
+        assert pool is not None  # check_req refuses a cache without one
+        for node in self.tree.peek(key.token_ids, key.extra_key)[0]:
+            start, pos = pos, pos + len(node.key)
+            old = node.slots
+            if start >= req.cache_protected_len and is_tombstoned(node.comp) and old is not None:
+                node.slots = row[start:pos].copy()
+                self.slot_owners.release(old)
+                self.slot_owners.take(node.slots)
+                pool.write((idx, slice(start, pos)), as_tensor(old))
+                self.components.revive(node)
+        return key
 
     def _checkpoint(self, req: Any, key: RadixKey, want: bool) -> int | None:
         """A copy of ``req``'s row state when ``want``, the model is recurrent, the state is at

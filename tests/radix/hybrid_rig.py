@@ -68,7 +68,8 @@ class HybridRig:
         self.cache.inc_lock_ref(match.last_device_node)
         prefix = match.device_prefix_len
         req = HybridReq(0, list(ids), kv_len=len(ids) if kv_len is None else kv_len)
-        rows = self.pools.req_to_token.alloc(1, [req])
+        pool = self.pools.req_to_token
+        rows = pool.alloc(1, [req]) if self.pools.states is not None else pool.alloc(1)
         assert rows is not None
         rest = len(ids) - prefix
         own = self.pools.allocator.alloc(-(-rest // self.page_size) * self.page_size)

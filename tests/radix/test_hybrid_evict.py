@@ -111,3 +111,20 @@ def test_events_name_their_component() -> None:
         (BlockRemoved, "swa"),
         (BlockRemoved, "mamba"),
     ]
+
+
+def test_a_request_that_recomputed_a_tombstoned_node_revives_it() -> None:
+    rig = HybridRig(pattern="FS")
+    rig.put(A[:8])
+    rig.cache.evict_swa(8)
+    req = rig.schedule(A[:8])
+    assert req.cache_protected_len == 0  # the window is broken: recomputed
+    mine = rig.pools.req_to_token.req_to_token[req.req_pool_idx, :8].clone().long()
+    full_free = rig.pools.allocator.full_available_size()
+    rig.cache.cache_finished_req(req)
+    node = rig.cache.match_prefix(RadixKey(A[:8])).last_device_node
+    assert rig.cache.match_prefix(RadixKey(A[:8])).device_prefix_len == 8
+    assert node.value.tolist() == mine.tolist()  # the request's live slots, not the dead ones
+    assert rig.pools.allocator.full_available_size() == full_free + 8  # the old ones freed
+    assert rig.cache.stats().components.swa_tombstoned_tokens == 0
+    rig.check()
