@@ -71,6 +71,9 @@ KEPT = {
         "RadixCacheConfig",
         "HiCacheConfig",
         "EVICTION_POLICIES",
+        "HybridRadixCache",
+        "HybridConfig",
+        "CheckpointPolicy",
     ],
 }
 

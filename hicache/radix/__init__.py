@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from hicache.radix.base import BasePrefixCache
+from hicache.radix.components import CheckpointPolicy, HybridConfig
 from hicache.radix.config import HiCacheConfig, RadixCacheConfig
+from hicache.radix.hybrid_cache import HybridRadixCache
+from hicache.radix.hybrid_match import HybridMatchResult
 from hicache.radix.key import RadixKey
 from hicache.radix.match import MatchResult
 from hicache.radix.node import TreeNode
@@ -23,10 +26,14 @@ __all__ = [
     "EVICTION_POLICIES",
     "BasePrefixCache",
     "CacheStats",
+    "CheckpointPolicy",
     "DeviceStats",
     "HiCacheConfig",
     "HiRadixCache",
     "HostStats",
+    "HybridConfig",
+    "HybridMatchResult",
+    "HybridRadixCache",
     "MatchResult",
     "PrefixStats",
     "RadixCache",

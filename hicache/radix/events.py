@@ -30,6 +30,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
+from hicache.radix.components import FULL
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import node_hashes
 
@@ -71,7 +72,8 @@ class BlockStored:
 
     ``parent_block_hash`` is the hash of the page before the first (None at the start of a
     prefix); ``token_ids`` the tokens of the pages, ``block_size`` tokens each; ``namespace``
-    the ``extra_key`` they are cached under."""
+    the ``extra_key`` they are cached under; ``component`` which of a node's components
+    (``components.COMPONENTS``: ``full`` KV, ``swa`` KV, a ``mamba`` state after the page)."""
 
     block_hashes: tuple[bytes, ...]
     parent_block_hash: bytes | None
@@ -79,6 +81,7 @@ class BlockStored:
     block_size: int
     medium: Medium
     namespace: Hashable | None
+    component: str = FULL
 
     @property
     def tier(self) -> str:
@@ -88,10 +91,11 @@ class BlockStored:
 
 @dataclass(frozen=True)
 class BlockRemoved:
-    """``medium`` lost the pages ``block_hashes``."""
+    """``medium`` lost ``component`` (as in ``BlockStored``) of the pages ``block_hashes``."""
 
     block_hashes: tuple[bytes, ...]
     medium: Medium
+    component: str = FULL
 
     @property
     def tier(self) -> str:
@@ -139,12 +143,15 @@ class NodeEvents:
     def __init__(self, sink: EventSink, page_size: int) -> None:
         self.sink, self.page_size = sink, page_size
 
-    def stored(self, node: TreeNode, medium: Medium) -> None:
-        """``medium`` now holds the pages of ``node`` (a node of the tree, below the root)."""
-        for event in self.stored_events(node, medium):
+    def stored(self, node: TreeNode, medium: Medium, component: str = FULL) -> None:
+        """``medium`` now holds ``component`` of the pages of ``node`` (a node of the tree,
+        below the root)."""
+        for event in self.stored_events(node, medium, component):
             self.sink.publish(event)
 
-    def stored_events(self, node: TreeNode, medium: Medium) -> list[BlockStored]:
+    def stored_events(
+        self, node: TreeNode, medium: Medium, component: str = FULL
+    ) -> list[BlockStored]:
         """The events ``stored`` publishes, one per page of ``node``, without publishing them
         (the storage tier publishes them once its backup has written the pages)."""
         hashes, page = node_hashes(node, self.page_size), self.page_size
@@ -154,18 +161,19 @@ class NodeEvents:
         events = []
         for i, digest in enumerate(hashes):
             ids = tuple(tokens[i * page : (i + 1) * page])
-            events.append(BlockStored((digest,), above, ids, page, medium, node.extra_key))
+            event = BlockStored((digest,), above, ids, page, medium, node.extra_key, component)
+            events.append(event)
             above = digest
         return events
 
-    def removed(self, node: TreeNode, medium: Medium) -> None:
-        """``medium`` no longer holds the pages of ``node``."""
-        self.removed_pages(node_hashes(node, self.page_size), medium)
+    def removed(self, node: TreeNode, medium: Medium, component: str = FULL) -> None:
+        """``medium`` no longer holds ``component`` of the pages of ``node``."""
+        self.removed_pages(node_hashes(node, self.page_size), medium, component)
 
-    def removed_pages(self, hashes: list[bytes], medium: Medium) -> None:
-        """``medium`` no longer holds the pages ``hashes``."""
+    def removed_pages(self, hashes: list[bytes], medium: Medium, component: str = FULL) -> None:
+        """``medium`` no longer holds ``component`` of the pages ``hashes``."""
         for digest in hashes:
-            self.sink.publish(BlockRemoved((digest,), medium))
+            self.sink.publish(BlockRemoved((digest,), medium, component))
 
     def cleared(self) -> None:
         self.sink.publish(AllBlocksCleared())

@@ -8,6 +8,7 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
+from hicache.radix.components import NodeComponents
 from hicache.radix.slots import Slots, as_tensor, stored_form
 from hicache.radix.tokens import TOKEN_DTYPE
 
@@ -44,6 +45,9 @@ class TreeNode:
     hash_value : the page hashes of ``key`` (``page_hash``: one 32-byte digest per page, chained
         from the root through the namespace seed), or None until first needed
         (``page_hash.node_hashes``); ``RadixTree.split`` divides them, never recomputes.
+    comp : the node's other components (``components.NodeComponents``: SWA tombstone, recurrent
+        state slot) in a hybrid model's cache; None (the only value in a plain cache) means
+        SWA KV present and no state.
     id : unique in the process (the leaf sets key on it and break eviction ties by it), so,
         unlike SGLang's ``TreeNode.counter``, the counter can be neither reset nor overridden.
 
@@ -66,6 +70,7 @@ class TreeNode:
         "creation_time",
         "priority",
         "hash_value",
+        "comp",
     )
 
     def __init__(
@@ -92,6 +97,7 @@ class TreeNode:
         self.creation_time = tick
         self.priority = priority
         self.hash_value: list[bytes] | None = None
+        self.comp: NodeComponents | None = None
 
     @property
     def value(self) -> torch.Tensor | None:

@@ -121,6 +121,8 @@ class RadixTree:
         upper.host_slots = head_slots(node.host_slots, at)
         upper.lock_ref, upper.hit_count = node.lock_ref, node.hit_count
         upper.last_access_time = node.last_access_time
+        if node.comp is not None:  # a state stays at the lower end; a tombstone covers both
+            upper.comp = node.comp.upper_half()
         if node.hash_value is not None:  # the same pages: divided, never recomputed
             pages = at // self.page_size
             upper.hash_value, node.hash_value = node.hash_value[:pages], node.hash_value[pages:]
