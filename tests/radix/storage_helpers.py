@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,9 @@ def load(stack: KVStack, ids: list[int], extra_key: Any = None) -> tuple[int, to
     cache.consume_load_batch(cache.ready_to_load_host_cache())
     cache.drain_transfers()
     return m.host_hit_length, torch.cat([m.device_indices, loaded])
+
+
+def random_ids(n: int, seed: int = 1) -> list[int]:
+    """``n`` seeded random token ids (a prompt no other seed shares a page with)."""
+    rng = random.Random(seed)
+    return [rng.randrange(1, 30_000) for _ in range(n)]

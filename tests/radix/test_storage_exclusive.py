@@ -21,14 +21,10 @@ from tests.radix.storage_helpers import (
     load,
     make_stack,
     prefetch,
+    random_ids,
     storage_config,
     write_prefix,
 )
-
-
-def _ids(n: int, seed: int = 1) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 30_000) for _ in range(n)]
 
 
 def _exclusive(backend: MemoryStorage | None = None, **kw: object) -> KVStack:
@@ -45,7 +41,7 @@ def test_written_only_on_host_eviction_then_served_back_exact(tmp_path, backend)
     store = MemoryStorage() if backend == "memory" else None
     cfg = storage_config(store or tmp_path, tiering="exclusive")
     stack = make_stack(cfg)
-    cache, ids = stack.cache, _ids(64)
+    cache, ids = stack.cache, random_ids(64)
     expected = write_prefix(stack, ids, seed=3)
     _to_host_only(stack)
     stats = cache.stats().storage
@@ -70,7 +66,7 @@ def test_written_only_on_host_eviction_then_served_back_exact(tmp_path, backend)
 def test_a_page_in_storage_is_not_written_again():
     store = MemoryStorage()
     stack = _exclusive(store)
-    cache, ids = stack.cache, _ids(32)
+    cache, ids = stack.cache, random_ids(32)
     write_prefix(stack, ids)
     _to_host_only(stack)
     cache.evict_host(32)
@@ -86,7 +82,7 @@ def test_a_page_in_storage_is_not_written_again():
 
 def test_only_the_evicted_leaf_is_written_not_its_host_ancestors():
     stack = _exclusive()
-    cache, ids = stack.cache, _ids(48)
+    cache, ids = stack.cache, random_ids(48)
     write_prefix(stack, ids[:16])
     write_prefix(stack, ids)  # a child of 32 tokens below the first 16
     _to_host_only(stack)
@@ -115,7 +111,7 @@ class _FlakyStorage(MemoryStorage):
 
 def test_a_failed_write_drops_the_leaf_and_serves_nothing():
     stack = _exclusive(_FlakyStorage(lambda _key: True))
-    cache, ids = stack.cache, _ids(32)
+    cache, ids = stack.cache, random_ids(32)
     write_prefix(stack, ids)
     _to_host_only(stack)
     assert cache.evict_host(32) == 32  # dropped once its write failed: eviction still frees
@@ -159,8 +155,10 @@ def test_a_flaky_backend_loses_only_what_left_the_tree_and_serves_nothing_corrup
         _FlakyStorage(lambda key: zlib.crc32(key.encode()) % 3 == 0), size=128, ratio=2.0
     )
     cache = stack.cache
-    heads = [_ids(16, seed=s) for s in range(4)]
-    seqs = [rng.choice(heads) + _ids(rng.choice([8, 16, 32]), seed=100 + i) for i in range(40)]
+    heads = [random_ids(16, seed=s) for s in range(4)]
+    seqs = [
+        rng.choice(heads) + random_ids(rng.choice([8, 16, 32]), seed=100 + i) for i in range(40)
+    ]
     served = 0
     for i, ids in enumerate(seqs):
         m = cache.match_prefix(RadixKey(ids))
@@ -185,7 +183,7 @@ def test_write_ahead_above_the_high_watermark():
     stack = _exclusive(size=64, ratio=2.0)
     cache = stack.cache
     capacity = cache.host_tier.controller.mem_pool_host.size
-    seqs = [_ids(16, seed=s) for s in range(capacity // 16)]
+    seqs = [random_ids(16, seed=s) for s in range(capacity // 16)]
     for ids in seqs[:-1]:  # below the watermark: no write ahead
         write_prefix(stack, ids)
         _to_host_only(stack)
@@ -204,7 +202,7 @@ def test_write_ahead_above_the_high_watermark():
 def test_inclusive_writes_when_the_host_write_lands():
     stack = make_stack(storage_config(MemoryStorage()))
     cache = stack.cache
-    write_prefix(stack, _ids(32))
+    write_prefix(stack, random_ids(32))
     stats = cache.stats().storage
     assert stats.backup_pages == 32 // PAGE and stats.eviction_write_pages == 0
     _to_host_only(stack)
@@ -216,7 +214,7 @@ def test_inclusive_writes_when_the_host_write_lands():
 def test_a_page_the_store_evicted_is_written_again(tiering):
     """A capped store that evicts a page on its own: the tier forgets it, so the next time the
     host lets it go (exclusive) or backs it up (inclusive) it is written again and hits."""
-    first, second = _ids(32, seed=5), _ids(32, seed=6)
+    first, second = random_ids(32, seed=5), random_ids(32, seed=6)
     probe_store = MemoryStorage()
     probe = make_stack(storage_config(probe_store, tiering=tiering))
     write_prefix(probe, first)

@@ -4,14 +4,19 @@ and the host slots a timed-out read holds are quarantined until it returns (none
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from typing import Any
 
 from hicache.backends.memory import MemoryStorage
 from hicache.radix import RadixKey
-from tests.radix.storage_helpers import make_stack, prefetch, storage_config, write_prefix
+from tests.radix.storage_helpers import (
+    make_stack,
+    prefetch,
+    random_ids,
+    storage_config,
+    write_prefix,
+)
 
 TIMEOUT = 0.2
 BOUND = 3.0  # seconds drain/close/reset may take: the stated (call_workers + 1) deadlines, + slack
@@ -36,11 +41,6 @@ class HungStorage(MemoryStorage):
         if self.hang_sets:
             self.gate.wait(30)
         return super().batch_set_v1(keys, host_indices, extra_info)
-
-
-def _ids(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 30_000) for _ in range(n)]
 
 
 def _stack(backend: HungStorage) -> Any:
@@ -73,7 +73,7 @@ def _stored(backend: HungStorage, *prefixes: list[int]) -> Any:
 
 def test_a_hung_read_does_not_stall_later_prefetches() -> None:
     backend = HungStorage()
-    a, b = _ids(32, 1), _ids(32, 2)
+    a, b = random_ids(32, 1), random_ids(32, 2)
     stack = _stored(backend, a, b)
     cache, host_pool = stack.cache, stack.cache.cache_controller.mem_pool_host
     free = host_pool.available_size()
@@ -92,7 +92,7 @@ def test_a_hung_read_does_not_stall_later_prefetches() -> None:
 
 def test_reset_is_bounded_with_a_hung_read_and_leaks_nothing() -> None:
     backend = HungStorage()
-    a = _ids(32, 1)
+    a = random_ids(32, 1)
     stack = _stored(backend, a)
     cache, host_pool = stack.cache, stack.cache.cache_controller.mem_pool_host
     free = host_pool.available_size()
@@ -118,7 +118,7 @@ def test_drain_and_close_are_bounded_with_hung_writes() -> None:
     stack = _stack(backend)
     cache = stack.cache
     for seed in range(3):
-        ids = _ids(32, seed)
+        ids = random_ids(32, seed)
         cache.insert(RadixKey(ids), stack.allocator.alloc(32))
     assert _timed(cache.drain_transfers) < BOUND
     storage = cache.storage_tier.storage
@@ -136,7 +136,7 @@ def test_a_timed_out_write_pins_its_node_until_the_write_returns() -> None:
     backend.hang_sets = True
     stack = _stack(backend)
     cache = stack.cache
-    cache.insert(RadixKey(_ids(32, 1)), stack.allocator.alloc(32))
+    cache.insert(RadixKey(random_ids(32, 1)), stack.allocator.alloc(32))
     cache.drain_transfers()  # the storage write times out, still reading the host slots
     cache.evict(10_000)  # a host-only node now
     assert cache.evict_host(10_000) == 0  # its slots must not be reused under the late write
@@ -167,10 +167,10 @@ def test_a_backend_that_never_answers_costs_drain_and_close_a_stated_bound() -> 
     stack = _stack(backend)
     cache = stack.cache
     for seed in range(4):
-        ids = _ids(32, seed)
+        ids = random_ids(32, seed)
         cache.insert(RadixKey(ids), stack.allocator.alloc(32))
-        m = cache.match_prefix(RadixKey(ids + _ids(32, 9)))
-        cache.prefetch_from_storage(f"r{seed}", m.last_host_node, RadixKey(_ids(32, 9)))
+        m = cache.match_prefix(RadixKey(ids + random_ids(32, 9)))
+        cache.prefetch_from_storage(f"r{seed}", m.last_host_node, RadixKey(random_ids(32, 9)))
     bound = (stack.cache.storage_tier.config.call_workers + 1) * TIMEOUT + 0.5
     assert _timed(cache.drain_transfers) < bound
     assert all(cache.check_prefetch_progress(f"r{seed}") for seed in range(4))

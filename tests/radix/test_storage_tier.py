@@ -3,7 +3,6 @@ nodes, byte-exact load-back, namespaces and fingerprints, policies, the cost mod
 
 from __future__ import annotations
 
-import random
 import threading
 
 import pytest
@@ -18,16 +17,11 @@ from tests.radix.storage_helpers import (
     load,
     make_stack,
     prefetch,
+    random_ids,
     storage_config,
     wait_for,
     write_prefix,
 )
-
-
-def _ids(n: int, seed: int = 1) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 30_000) for _ in range(n)]
-
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -38,7 +32,7 @@ def test_round_trip_device_host_storage_host_device(tmp_path, mla, layout, io_ba
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cfg = storage_config(tmp_path)
-    ids = _ids(64)
+    ids = random_ids(64)
     writer = make_stack(cfg, mla=mla, layout=layout, io_backend=io_backend, device=device)
     expected = write_prefix(writer, ids, seed=3)
     assert writer.cache.stats().storage.backup_pages == 64 // PAGE
@@ -58,7 +52,7 @@ def test_round_trip_device_host_storage_host_device(tmp_path, mla, layout, io_ba
 
 def test_prefetch_continues_below_a_host_node(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(48)
+    ids = random_ids(48)
     writer = make_stack(cfg)
     expected = write_prefix(writer, ids, seed=5)
     reader = make_stack(cfg)
@@ -74,7 +68,7 @@ def test_prefetch_continues_below_a_host_node(tmp_path):
 
 def test_tenants_never_share_pages(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(32)
+    ids = random_ids(32)
     writer = make_stack(cfg)
     write_prefix(writer, ids, extra_key="tenant-a")
     reader = make_stack(cfg)
@@ -85,7 +79,7 @@ def test_tenants_never_share_pages(tmp_path):
 
 
 def test_changed_fingerprint_misses(tmp_path):
-    ids = _ids(32)
+    ids = random_ids(32)
     write_prefix(make_stack(storage_config(tmp_path)), ids)
     other_model = make_stack(storage_config(tmp_path, model_revision="r2"))
     assert prefetch(other_model.cache, "r", ids) == 0
@@ -97,7 +91,7 @@ def test_changed_fingerprint_misses(tmp_path):
 
 def test_missing_middle_page_loads_only_the_head(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(32)
+    ids = random_ids(32)
     write_prefix(make_stack(cfg), ids)
     victim = sorted((tmp_path).rglob("*.bin"))
     reader = make_stack(cfg)
@@ -117,17 +111,17 @@ def test_missing_middle_page_loads_only_the_head(tmp_path):
 
 def test_write_back_still_stores_head_pages(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(32)
+    ids = random_ids(32)
     writer = make_stack(cfg, write_policy="write_back")
     slots = writer.allocator.alloc(32)
     writer.cache.insert(RadixKey(ids), slots)
     branch = torch.cat([slots[:16], writer.allocator.alloc(16)])  # shares the first 16
-    writer.cache.insert(RadixKey(ids[:16] + _ids(16, seed=9)), branch)
+    writer.cache.insert(RadixKey(ids[:16] + random_ids(16, seed=9)), branch)
     writer.cache.evict(10_000)  # write_back: everything goes to the host, then storage
     writer.cache.drain_transfers()
     reader = make_stack(cfg)
     assert prefetch(reader.cache, "r", ids) == 32
-    assert prefetch(reader.cache, "s", ids[:16] + _ids(16, seed=9)) == 16
+    assert prefetch(reader.cache, "s", ids[:16] + random_ids(16, seed=9)) == 16
 
 
 class GatedStorage(MemoryStorage):
@@ -151,7 +145,7 @@ def test_host_copy_pinned_until_storage_acknowledges():
     backend = GatedStorage()
     stack = make_stack(storage_config(backend))
     cache = stack.cache
-    ids = _ids(32)
+    ids = random_ids(32)
     cache.insert(RadixKey(ids), stack.allocator.alloc(32))
     cache.host_tier.drain()  # the host write lands; the storage write waits at the gate
     cache.evict(10_000)  # device copy gone: a host-only node
@@ -168,7 +162,7 @@ def test_host_copy_pinned_until_storage_acknowledges():
 @pytest.mark.parametrize("policy", ["best_effort", "timeout", "wait_complete"])
 def test_policies_release_everything(tmp_path, policy):
     cfg = storage_config(tmp_path)
-    ids = _ids(64)
+    ids = random_ids(64)
     write_prefix(make_stack(cfg), ids)
     reader = make_stack(
         storage_config(
@@ -195,7 +189,7 @@ def test_policies_release_everything(tmp_path, policy):
 
 def test_abort_and_reset_release_reserved_slots(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(64)
+    ids = random_ids(64)
     write_prefix(make_stack(cfg), ids)
     reader = make_stack(cfg)
     cache = reader.cache
@@ -212,7 +206,7 @@ def test_abort_and_reset_release_reserved_slots(tmp_path):
 
 def test_slower_than_recompute_is_not_loaded(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(32)
+    ids = random_ids(32)
     write_prefix(make_stack(cfg), ids)
     reader = make_stack(cfg)
     cache = reader.cache
@@ -229,12 +223,12 @@ def test_slower_than_recompute_is_not_loaded(tmp_path):
 def test_short_miss_and_misuse(tmp_path):
     cache = make_stack(storage_config(tmp_path, prefetch_threshold=16)).cache
     root = cache.tree.root
-    assert not cache.prefetch_from_storage("r", root, RadixKey(_ids(12)))  # under threshold
+    assert not cache.prefetch_from_storage("r", root, RadixKey(random_ids(12)))  # under threshold
     with pytest.raises(TypeError, match="req_id"):
-        cache.prefetch_from_storage(7, root, RadixKey(_ids(16)))
-    assert cache.prefetch_from_storage("r", root, RadixKey(_ids(16)))
+        cache.prefetch_from_storage(7, root, RadixKey(random_ids(16)))
+    assert cache.prefetch_from_storage("r", root, RadixKey(random_ids(16)))
     with pytest.raises(ValueError, match="already prefetching"):
-        cache.prefetch_from_storage("r", root, RadixKey(_ids(16)))
+        cache.prefetch_from_storage("r", root, RadixKey(random_ids(16)))
     with pytest.raises(TypeError, match="req_id"):
         cache.check_prefetch_progress(None)
     with pytest.raises(TypeError, match="tokens"):
@@ -242,12 +236,12 @@ def test_short_miss_and_misuse(tmp_path):
     with pytest.raises(ValueError, match="seconds"):
         cache.note_prefill(3, -1.0)
     other = make_stack(storage_config(tmp_path)).cache
-    other.insert(RadixKey(_ids(8), "x"), other.token_to_kv_pool_allocator.alloc(8))
-    node = other.match_prefix(RadixKey(_ids(8), "x")).last_device_node
+    other.insert(RadixKey(random_ids(8), "x"), other.token_to_kv_pool_allocator.alloc(8))
+    node = other.match_prefix(RadixKey(random_ids(8), "x")).last_device_node
     with pytest.raises(ValueError):
-        cache.prefetch_from_storage("s", node, RadixKey(_ids(16)))  # not this tree's node
+        cache.prefetch_from_storage("s", node, RadixKey(random_ids(16)))  # not this tree's node
     with pytest.raises(ValueError, match="extra_key"):
-        other.prefetch_from_storage("s", node, RadixKey(_ids(16), "y"))
+        other.prefetch_from_storage("s", node, RadixKey(random_ids(16), "y"))
     cache.drain_transfers()
     cache.check_invariants()
 
@@ -263,9 +257,9 @@ class FailingStorage(MemoryStorage):
 def test_failing_backend_is_a_miss_and_serving_goes_on():
     stack = make_stack(storage_config(FailingStorage()))
     cache = stack.cache
-    ids = _ids(32)
+    ids = random_ids(32)
     write_prefix(stack, ids)  # the storage write fails: logged, counted, not raised
-    assert prefetch(cache, "r", _ids(32, seed=4)) == 0
+    assert prefetch(cache, "r", random_ids(32, seed=4)) == 0
     stats = cache.stats().storage
     assert stats.failures >= 2 and stats.backup_pages == 0
     assert len(cache.match_prefix(RadixKey(ids)).device_indices) == 32
@@ -276,7 +270,7 @@ def test_failing_backend_is_a_miss_and_serving_goes_on():
 
 def test_concurrent_prefetches_read_shared_pages_once(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(64)
+    ids = random_ids(64)
     writer = make_stack(cfg)
     write_prefix(writer, ids, seed=8)
     page_bytes = writer.cache.stats().storage.bytes_written // (64 // PAGE)
@@ -298,7 +292,7 @@ def test_concurrent_prefetches_read_shared_pages_once(tmp_path):
 
 def test_follower_of_an_aborted_leader_reads_itself(tmp_path):
     cfg = storage_config(tmp_path)
-    ids = _ids(32)
+    ids = random_ids(32)
     write_prefix(make_stack(cfg), ids)
     cache = make_stack(cfg).cache
     root = cache.tree.root
@@ -313,7 +307,7 @@ def test_follower_of_an_aborted_leader_reads_itself(tmp_path):
 
 
 def test_mla_rank0_writes_every_rank_reads_mha_shards_apart(tmp_path):
-    ids = _ids(32)
+    ids = random_ids(32)
     rank1 = make_stack(storage_config(tmp_path, tp_rank=1, tp_size=2), mla=True)
     write_prefix(rank1, ids)
     assert rank1.cache.stats().storage.backup_pages == 0  # MLA: only rank 0 writes

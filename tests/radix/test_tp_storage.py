@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from hicache.backends.memory import MemoryStorage
@@ -14,15 +12,11 @@ from tests.radix.storage_helpers import (
     fill,
     make_stack,
     prefetch,
+    random_ids,
     storage_config,
     write_prefix,
 )
 from tests.radix.tp_peer import PeerGroup, with_words, zeros_after_status
-
-
-def _ids(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 30_000) for _ in range(n)]
 
 
 def _pair(root):
@@ -48,7 +42,7 @@ def _insert_and_back_up(stack, ids, seed):
 
 def test_the_reader_loads_only_the_pages_every_rank_has(tmp_path):
     writer, _, reader, tp = _pair(tmp_path)
-    ids = _ids(8 * PAGE, 1)
+    ids = random_ids(8 * PAGE, 1)
     write_prefix(writer, ids, seed=1)
     tp.peer["storage prefetch hits"] = with_words(w1=3)  # the peer's store has 3 pages
     assert prefetch(reader.cache, "r", ids) == 3 * PAGE
@@ -57,7 +51,7 @@ def test_the_reader_loads_only_the_pages_every_rank_has(tmp_path):
 
 def test_no_rank_reads_when_the_peer_got_no_host_slots(tmp_path):
     writer, _, reader, tp = _pair(tmp_path)
-    ids = _ids(8 * PAGE, 2)
+    ids = random_ids(8 * PAGE, 2)
     write_prefix(writer, ids, seed=2)
     free = reader.cache.cache_controller.mem_pool_host.available_size()
     tp.peer["storage prefetch slots"] = zeros_after_status
@@ -69,7 +63,7 @@ def test_no_rank_reads_when_the_peer_got_no_host_slots(tmp_path):
 
 def test_a_request_waits_while_the_peer_reads_and_goes_when_its_policy_says(tmp_path):
     writer, _, reader, tp = _pair(tmp_path)
-    ids = _ids(8 * PAGE, 3)
+    ids = random_ids(8 * PAGE, 3)
     write_prefix(writer, ids, seed=3)
     cache = reader.cache
     m = cache.match_prefix(RadixKey(ids))
@@ -90,7 +84,7 @@ def test_a_node_stays_pinned_until_the_peer_has_stored_it(tmp_path):
     writer, tp, _, _ = _pair(tmp_path)
     cache = writer.cache
     tp.peer["storage backups"] = with_words(w1=0)  # the peer's backup is still running
-    ids = _ids(4 * PAGE, 4)
+    ids = random_ids(4 * PAGE, 4)
     _insert_and_back_up(writer, ids, seed=4)
     assert cache.evict(len(ids)) == len(ids)  # host-only now, but pinned
     assert cache.evict_host(len(ids)) == 0
@@ -104,7 +98,7 @@ def test_a_page_the_peer_failed_to_store_is_written_again(tmp_path):
         writer, tp, _, _ = _pair(tmp_path / str(peer_fails))
         if peer_fails:
             tp.peer["storage backups"] = lambda w: [*w[:2], -1]  # max(failed) = 1
-        ids = _ids(8 * PAGE, 5)
+        ids = random_ids(8 * PAGE, 5)
         write_prefix(writer, ids[: 4 * PAGE], seed=5)
         tp.peer.clear()
         write_prefix(writer, ids, seed=5)
@@ -119,7 +113,7 @@ def test_an_mla_rank_that_does_not_write_pins_as_the_writer_does():
     tp = PeerGroup(rank=1)
     stack = make_stack(cfg, mla=True, tp_group=tp)
     tp.peer["storage backups"] = with_words(w1=0)  # rank 0 is still writing
-    ids = _ids(4 * PAGE, 6)
+    ids = random_ids(4 * PAGE, 6)
     _insert_and_back_up(stack, ids, seed=6)
     cache = stack.cache
     assert cache.stats().storage.bytes_written == 0
@@ -135,6 +129,6 @@ def test_a_storage_shard_that_differs_from_the_group_is_refused(tmp_path):
     with pytest.raises(ValueError, match="tp_group"):
         make_stack(cfg, tp_group=PeerGroup(rank=0))
     stack = make_stack(storage_config(tmp_path, tp_rank=0, tp_size=2), tp_group=PeerGroup())
-    ids = _ids(4 * PAGE, 7)
+    ids = random_ids(4 * PAGE, 7)
     write_prefix(stack, ids, seed=7)
     assert stack.cache.stats().storage.backup_pages == 4

@@ -3,7 +3,6 @@ stay apart, and a killed master costs misses, never an error, while serving goes
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import replace
 
@@ -18,16 +17,12 @@ from tests.radix.storage_helpers import (
     load,
     make_stack,
     prefetch,
+    random_ids,
     storage_config,
     write_prefix,
 )
 
 pytestmark = pytest.mark.mooncake
-
-
-def _ids(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 30_000) for _ in range(n)]
 
 
 def _config(servers: MooncakeServers) -> StorageConfig:
@@ -37,7 +32,7 @@ def _config(servers: MooncakeServers) -> StorageConfig:
 
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
 def test_two_caches_share_pages_byte_exact(mooncake: MooncakeServers, layout: str) -> None:
-    ids = _ids(64, seed=hash(layout) % 1000)
+    ids = random_ids(64, seed=hash(layout) % 1000)
     writer = make_stack(_config(mooncake), layout=layout)
     expected = write_prefix(writer, ids, seed=11, extra_key="tenant-a")
     assert writer.cache.stats().storage.backup_pages == 16
@@ -57,13 +52,13 @@ def test_killed_master_serving_goes_on(own_mooncake) -> None:  # type: ignore[no
     servers = own_mooncake("64 MB")
     stack = make_stack(_config(servers))
     cache = stack.cache
-    write_prefix(stack, _ids(32, seed=1))
+    write_prefix(stack, random_ids(32, seed=1))
     servers.kill_master()
     start = time.monotonic()
     for i in range(6):  # every call a miss; the breaker bounds the time it costs
-        ids = _ids(32, seed=10 + i)
+        ids = random_ids(32, seed=10 + i)
         write_prefix(stack, ids)  # host write, then a storage write that fails
-        assert prefetch(cache, f"r{i}", _ids(32, seed=100 + i)) == 0
+        assert prefetch(cache, f"r{i}", random_ids(32, seed=100 + i)) == 0
         assert len(cache.match_prefix(RadixKey(ids)).device_indices) == 32
     took = time.monotonic() - start
     stats = cache.stats().storage
