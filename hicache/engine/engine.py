@@ -58,7 +58,9 @@ class Engine(ThreadBound):
     Parameters
     ----------
     model : the transformer; its KV pool is ``allocator.get_kvcache()``.
-    cache : ``RadixCache`` or ``HiRadixCache`` over ``req_to_token_pool`` and ``allocator``.
+    cache : ``RadixCache`` or ``HiRadixCache`` over ``req_to_token_pool`` and ``allocator``;
+        for a hybrid model a ``HybridRadixCache`` (``engine.hybrid``), whose request pool is a
+        ``HybridReqToTokenPool`` when the model has ``L`` layers (the forward's ``states``).
     config : batching settings (default ``EngineConfig()``).
 
     ``TypeError``/``ValueError`` when the parts do not fit together (``checks.check_parts``).
