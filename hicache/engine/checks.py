@@ -12,9 +12,11 @@ from typing import Any, NamedTuple
 from hicache.checks import check_int
 from hicache.devices import canonical_device
 from hicache.engine.config import EngineConfig, check_real
+from hicache.engine.hybrid import hybrid_config
 from hicache.engine.request import request_namespace
 from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import MHATokenToKVPool, MLATokenToKVPool
+from hicache.radix import HybridRadixCache
 from hicache.radix.key import as_token_array
 
 
@@ -66,7 +68,10 @@ def check_parts(
     ):
         if getattr(cache, attr, None) is not part:
             raise ValueError(f"cache must run over the engine's {name} (cache.{attr})")
-    _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
+    if model.cfg.is_hybrid:
+        _check_hybrid_cache(model, cache)
+    else:
+        _check_kv_pool(model, getattr(allocator, "get_kvcache", lambda: None)())
     _check_tp(model, getattr(cache, "tp", None))
 
 
@@ -82,15 +87,22 @@ def _check_tp(model: TinyTransformer, tp: Any) -> None:
 
 
 def check_model(model: Any) -> None:
-    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type);
-    ``ValueError`` for a hybrid layer pattern, which the engine does not serve yet."""
+    """``TypeError`` unless ``model`` is a ``TinyTransformer`` (the engine's model type)."""
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    if model.cfg.is_hybrid:
-        raise ValueError(
-            "model: the engine serves full-attention models only (layer_pattern '' or all 'F'), "
-            f"got layer_pattern={model.cfg.layer_pattern!r}"
+
+
+def _check_hybrid_cache(model: TinyTransformer, cache: Any) -> None:
+    """A hybrid model's cache is a ``HybridRadixCache`` keeping its components
+    (``hybrid_config``; the pools' own checks ran when the cache was built over them)."""
+    if not isinstance(cache, HybridRadixCache):
+        raise TypeError(
+            f"cache must be a HybridRadixCache for layer_pattern={model.cfg.layer_pattern!r}, "
+            f"got {type(cache).__name__}"
         )
+    want = hybrid_config(model, cache.hybrid.checkpoint)
+    if cache.hybrid != want:
+        raise ValueError(f"cache.hybrid must be {want} for the model, got {cache.hybrid}")
 
 
 def _check_kv_pool(model: TinyTransformer, pool: Any) -> None:

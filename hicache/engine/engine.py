@@ -46,7 +46,7 @@ from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
 from hicache.engine.scheduler import Plan, Scheduler, Work
 from hicache.model import ForwardBatch, TinyTransformer
-from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
+from hicache.pools import HybridReqToTokenPool, ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.threads import ThreadBound
 
 IDLE_WAIT_S = 0.001  # a step with nothing to run but prefetches in flight sleeps this long
@@ -58,7 +58,9 @@ class Engine(ThreadBound):
     Parameters
     ----------
     model : the transformer; its KV pool is ``allocator.get_kvcache()``.
-    cache : ``RadixCache`` or ``HiRadixCache`` over ``req_to_token_pool`` and ``allocator``.
+    cache : ``RadixCache`` or ``HiRadixCache`` over ``req_to_token_pool`` and ``allocator``;
+        for a hybrid model a ``HybridRadixCache`` (``engine.hybrid``), whose request pool is a
+        ``HybridReqToTokenPool`` when the model has ``L`` layers (the forward's ``states``).
     config : batching settings (default ``EngineConfig()``).
 
     ``TypeError``/``ValueError`` when the parts do not fit together (``checks.check_parts``).
@@ -80,6 +82,8 @@ class Engine(ThreadBound):
         self.model, self.cache, self.config = model, cache, config or EngineConfig()
         self.req_to_token_pool, self.allocator = req_to_token_pool, allocator
         self.kv_pool = allocator.get_kvcache()
+        states = req_to_token_pool
+        self.states = states if isinstance(states, HybridReqToTokenPool) else None
         self.tp = cache.tp
         self.budget = SlotBudget(cache, allocator, req_to_token_pool)
         self.scheduler = Scheduler(cache, self.budget, self.config)
@@ -216,7 +220,7 @@ class Engine(ThreadBound):
         )
         self.cache.consume_load_batch(loads)
         self.forward_passes += 1
-        return self.model(batch, self.kv_pool)
+        return self.model(batch, self.kv_pool, False, self.states)
 
     def _advance(self, work: list[Work], tokens: list[int], logits: torch.Tensor) -> list[Request]:
         finished = []
@@ -227,6 +231,7 @@ class Engine(ThreadBound):
                 req.computed += len(w.input_ids)
                 # a request that ends with this token goes to cache_finished_req alone (SGLang)
                 if not (req.prompt_done and len(req.output_ids) + 1 >= req.max_new_tokens):
+                    self.budget.state_room(finished=False)
                     self.cache.cache_unfinished_req(req)
                 if not req.prompt_done:
                     continue
@@ -239,6 +244,7 @@ class Engine(ThreadBound):
         return finished
 
     def _finish(self, req: Request) -> Request:
+        self.budget.state_room(finished=True)
         self.cache.cache_finished_req(req)
         req.status, req.finish_time = Status.FINISHED, time.perf_counter()
         self.scheduler.retire(req)

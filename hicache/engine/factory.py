@@ -1,5 +1,8 @@
 """Build a model's pools, a radix cache (device-only or hierarchical) and an engine over them.
 
+A hybrid model (``ModelConfig.layer_pattern`` with ``S`` or ``L`` layers) gets the pools of
+``make_model_pools`` and a ``HybridRadixCache`` (device tier only; ``engine.hybrid``).
+
 Under tensor parallelism each rank calls ``build_engine`` with its shard of the model
 (``TinyTransformer(cfg, device, TPShard.of(group))``): its pools hold the shard's KV and its
 cache agrees with the other ranks over ``tp_group`` (default: the shard's process group).
@@ -14,10 +17,11 @@ from hicache.checks import check_choice, check_int
 from hicache.engine.checks import check_model
 from hicache.engine.config import EngineConfig
 from hicache.engine.engine import Engine
+from hicache.engine.hybrid import build_hybrid_parts
 from hicache.kv_events.config import check_kv_events
 from hicache.model import TinyTransformer, kv_dims
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.radix import HiCacheConfig, RadixCache, RadixCacheConfig
+from hicache.radix import CheckpointPolicy, HiCacheConfig, RadixCache, RadixCacheConfig
 from hicache.stack import build_kv_stack, make_cache
 
 CACHE_KINDS = ("radix", "hiradix")
@@ -41,6 +45,14 @@ class CacheSpec:
     kv_events : the cache's KV events, as ``build_kv_stack``'s ``kv_events``: None (off), an
         endpoint or ``KVEventsConfig`` (each engine built gets its own publisher: pass one
         ``EventSink``, e.g. ``make_sink(...)``, to share a stream between engines), or a sink.
+    swa_tokens : slots of a hybrid model's sliding-window pool (``F`` with ``S`` layers; a page
+        multiple); default ``device_tokens``. Nodes outside every live window give theirs back
+        first when it runs short (``evict_swa``).
+    state_slots : recurrent-state slots of a model with ``L`` layers: one per running request
+        plus the cached checkpoints; at least ``2 * max_requests`` (each request's own and the
+        one it resumed from); default ``2 * max_requests``.
+    checkpoint : when a hybrid model's cache keeps a recurrent state (``CheckpointPolicy``;
+        default: at each request's end).
     """
 
     kind: str = "radix"
@@ -51,6 +63,9 @@ class CacheSpec:
     eviction_policy: str = "lru"
     hicache: HiCacheConfig = field(default_factory=HiCacheConfig)
     kv_events: Any = None
+    swa_tokens: int | None = None
+    state_slots: int | None = None
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, CACHE_KINDS)
@@ -70,6 +85,28 @@ class CacheSpec:
         if self.kind == "radix" and self.hicache.storage is not None:
             raise ValueError("hicache.storage needs kind 'hiradix' (storage sits below the host)")
         check_kv_events(self.kv_events)
+        self._check_hybrid()
+
+    def _check_hybrid(self) -> None:
+        if self.swa_tokens is not None:
+            check_int("swa_tokens", self.swa_tokens, minimum=1)
+            if self.swa_tokens % self.page_size:
+                raise ValueError(
+                    f"swa_tokens ({self.swa_tokens}) must be a multiple of page_size "
+                    f"({self.page_size})"
+                )
+        if self.state_slots is not None:
+            check_int("state_slots", self.state_slots, minimum=2 * self.max_requests)
+        if not isinstance(self.checkpoint, CheckpointPolicy):
+            raise TypeError(
+                f"checkpoint must be a CheckpointPolicy, got {type(self.checkpoint).__name__}"
+            )
+        every = self.checkpoint.every_tokens
+        if every is not None and every % self.page_size:
+            raise ValueError(
+                f"checkpoint.every_tokens ({every}) must be a multiple of page_size "
+                f"({self.page_size})"
+            )
 
     @property
     def host_tier(self) -> HiCacheConfig | None:
@@ -113,6 +150,16 @@ def build_engine(
     check_model(model)
     _check_spec(spec)
     cfg = model.cfg
+    group = model.shard.group if tp_group is None else tp_group
+    if cfg.is_hybrid:
+        if spec.kind != "radix":
+            raise ValueError(
+                f"spec.kind must be 'radix' for a hybrid model (layer_pattern="
+                f"{cfg.layer_pattern!r}), got {spec.kind!r}: the host and storage tiers do not "
+                "carry SWA KV or recurrent states yet"
+            )
+        cache, req_pool, allocator = build_hybrid_parts(model, spec, group)
+        return Engine(model, cache, req_pool, allocator, config)
     stack = build_kv_stack(
         layer_num=cfg.num_layers,
         dtype=cfg.dtype,
@@ -123,7 +170,7 @@ def build_engine(
         device=model.device,
         hicache=spec.host_tier,
         eviction_policy=spec.eviction_policy,
-        tp_group=model.shard.group if tp_group is None else tp_group,
+        tp_group=group,
         kv_events=spec.kv_events,
         **kv_dims(cfg, model.shard),
     )

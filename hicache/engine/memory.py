@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 import torch
 
 from hicache.devices import cat_slots, slice_slots, to_device
+from hicache.engine.hybrid import HybridMemory
 from hicache.engine.request import Request
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
-from hicache.radix import MatchResult, RadixKey, TreeNode
+from hicache.radix import HybridRadixCache, MatchResult, RadixKey, TreeNode
 
 
 class Admission(NamedTuple):
@@ -45,6 +46,10 @@ class SlotBudget:
     Under tensor parallelism every outcome of this rank's own allocations (a request row, KV
     slots) is agreed through ``cache.tp.all_ok``: unless every rank got what it asked for, the
     ranks that did free it, and all take the same branch.
+
+    With a ``HybridRadixCache`` (``hybrid``, a ``HybridMemory``) a row also takes a state slot
+    and gets the matched state restored, reservations must fit the SWA pool too, and SWA slots
+    outside every live window are freed (``evict_swa``) before full KV is evicted.
     """
 
     def __init__(
@@ -56,6 +61,8 @@ class SlotBudget:
         self.page_size = allocator.page_size
         self.tp = cache.tp
         self.evicted_tokens = 0
+        hybrid = isinstance(cache, HybridRadixCache)
+        self.hybrid = HybridMemory(cache, allocator, req_to_token_pool) if hybrid else None
 
     def round_up(self, n: int) -> int:
         return -(-n // self.page_size) * self.page_size
@@ -82,7 +89,9 @@ class SlotBudget:
     def headroom(self, active: Iterable[Request]) -> int:
         """Slots obtainable now (free + evictable) minus the reservations of ``active``."""
         reserved = sum(self.pending(r) for r in active)
-        return self.allocator.available_size() + self.cache.evictable_size() - reserved
+        obtainable = self.allocator.available_size() + self.cache.evictable_size()
+        swa = None if self.hybrid is None else self.hybrid.swa_obtainable()
+        return (obtainable if swa is None else min(obtainable, swa)) - reserved
 
     def admit(self, key: RadixKey, kv_total: int, active: Iterable[Any]) -> Admission | None:
         """Match ``key``, lock the hit, and take a request row when a request of ``kv_total``
@@ -93,15 +102,28 @@ class SlotBudget:
         self.cache.inc_lock_ref(node)
         rows = None
         if self.round_up(kv_total) - match.device_prefix_len <= self.headroom(active):
-            rows = self.req_to_token_pool.alloc(1)
+            rows = self._alloc_row()
         rows = self.tp.keep_if_all(rows, self.req_to_token_pool.free, where="engine admission")
         if rows is None:
             self.cache.dec_lock_ref(node)
             return None
+        if self.hybrid is not None:
+            self.hybrid.restore(match, rows[0])
         prefix = match.device_indices
         if match.host_hit_length > 0:
             prefix, node = load_back(self.cache, match, node)
         return Admission(rows[0], prefix, node, match)
+
+    def _alloc_row(self) -> list[int] | None:
+        if self.hybrid is not None and self.hybrid.states is not None:
+            return self.hybrid.alloc_row()
+        return self.req_to_token_pool.alloc(1)
+
+    def state_room(self, finished: bool) -> None:
+        """Before ``cache_finished_req`` (``finished``) or ``cache_unfinished_req``: a free
+        state slot for the checkpoint the cache's policy takes there (``HybridMemory``)."""
+        if self.hybrid is not None:
+            self.hybrid.state_room(finished)
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """``n`` slots (a page multiple), evicting unlocked cache entries when short.
@@ -122,9 +144,15 @@ class SlotBudget:
         return self.tp.keep_if_all(slots, self.allocator.free, where=where)
 
     def _evict_and_alloc(self, n: int) -> torch.Tensor | None:
+        """Evict until ``n`` slots are free (SWA tombstones first for a hybrid model; full
+        KV again while evicting frees slots but not enough, e.g. tombstoned leaves), alloc."""
+        if self.hybrid is not None:
+            self.hybrid.swa_room(n)
         short = n - self.allocator.available_size()
-        if short > 0:
-            self.evicted_tokens += self.cache.evict(short)
+        while short > 0:
+            evicted = self.cache.evict(short)
+            self.evicted_tokens += evicted
+            short = n - self.allocator.available_size() if evicted else 0
         return self.allocator.alloc(n)
 
     def grow(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:

@@ -81,23 +81,25 @@ def make_model_pools(
     swa_size: int | None = None,
     state_slots: int | None = None,
     shard: TPShard | None = None,
+    max_context_len: int | None = None,
 ) -> ModelPools:
     """Fresh pools for ``cfg``'s layer pattern (module docstring), as ``shard`` holds them.
 
     Parameters
     ----------
-    size : token slots of the full-attention pool (a multiple of ``page_size``); also the
-        rows' ``max_context_len``.
+    size : token slots of the full-attention pool (a multiple of ``page_size``).
     rows : request rows.
     swa_size : token slots of the SWA pool (default ``size``); used with ``F`` and ``S`` layers.
     state_slots : ``MambaPool`` slots (default ``rows``), for requests and checkpoints.
+    max_context_len : the longest request a row holds (default ``size``), rounded up to pages.
     """
+    row_len = size if max_context_len is None else -(-max_context_len // page_size) * page_size
     states = None
     if cfg.layers_of("L"):
         states = HybridReqToTokenPool(
             size=rows,
             mamba_size=rows if state_slots is None else state_slots,
-            max_context_len=size,
+            max_context_len=row_len,
             device=device,
             cache_params=state_params(cfg, shard),
         )
@@ -107,7 +109,7 @@ def make_model_pools(
         alloc: Any = SWATokenToKVPoolAllocator(size, kv.size_swa, page_size, device, kv)
     else:
         alloc = TokenToKVPoolAllocator(size, page_size, device, kvcache=kv)
-    return ModelPools(kv, alloc, states or ReqToTokenPool(rows, size, device))
+    return ModelPools(kv, alloc, states or ReqToTokenPool(rows, row_len, device))
 
 
 def _kv_pool(

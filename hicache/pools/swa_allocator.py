@@ -142,6 +142,11 @@ class SWATokenToKVPoolAllocator:
         self.full_attn_allocator.free_group_end()
         self.swa_attn_allocator.free_group_end()
 
+    def bind_thread(self) -> None:
+        """Make the calling thread the driver of both allocators (``hicache.threads``)."""
+        self.full_attn_allocator.bind_thread()
+        self.swa_attn_allocator.bind_thread()
+
     def clear(self) -> None:
         """Every slot of both pools free, every mapping entry 0 (the trailing -1 kept)."""
         self.full_attn_allocator.clear()

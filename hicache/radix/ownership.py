@@ -54,8 +54,10 @@ def check_allocator(
 def slot_bounds(allocator: SlotAllocator | None) -> tuple[int, int] | None:
     """``[lo, hi)`` of the slots ``allocator`` hands out (slot 0's page is reserved), or None
     without an allocator or for a duck-typed one (a test double) without integer ``size`` and
-    ``page_size``: its slots are then not range-checked or tracked."""
-    size, page = getattr(allocator, "size", None), getattr(allocator, "page_size", None)
+    ``page_size``: its slots are then not range-checked or tracked. An allocator of two pools
+    (``SWATokenToKVPoolAllocator``) hands out slots of its full pool (``size_full``)."""
+    size = getattr(allocator, "size_full", getattr(allocator, "size", None))
+    page = getattr(allocator, "page_size", None)
     if type(size) is not int or type(page) is not int:
         return None
     return page, size + page

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from hicache.engine.checks import check_model
-from hicache.model import ForwardBatch, ModelConfig, TinyTransformer, reference_logits
+from hicache.model import ForwardBatch, ModelConfig, reference_logits
 from hicache.model.attention import MHAAttention, MLAAttention
 from hicache.model.context import ForwardContext
 from hicache.model.layers import apply_rope
@@ -132,9 +132,9 @@ def test_missing_pools_and_the_engine_are_clear_errors() -> None:
         h.model(batch, h.pools.kv)
     with pytest.raises(ValueError, match="pool"):
         h.model(batch, None, states=h.pools.states)
-    with pytest.raises(ValueError, match="layer_pattern"):
-        check_model(h.model)
-    check_model(TinyTransformer(ModelConfig(num_layers=2, layer_pattern="FF")))
+    check_model(h.model)  # the engine serves hybrid models (tests/engine/test_engine_hybrid.py)
+    with pytest.raises(TypeError, match="model must be a TinyTransformer"):
+        check_model(h.pools)
 
 
 @pytest.mark.parametrize("attention", ["mha", "mla"])

@@ -1,0 +1,153 @@
+"""The engine serves hybrid models (full, sliding-window and linear layers) through a
+``HybridRadixCache``: a request served from a device hit gives the logits of the same request
+computed cold, also when SWA KV was tombstoned or recurrent states evicted under pressure, and
+every pool is whole again after a reset."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hicache.engine import CacheSpec, Engine, EngineConfig, Request, Status, build_engine
+from hicache.model import TinyTransformer
+from hicache.radix import CheckpointPolicy, HybridRadixCache, RadixCache
+from tests.model.hybrid_harness import hybrid_config, random_prompt
+
+CASES = [(p, a, ps) for p in ("FSL", "FSLFSL") for a in ("mha", "mla") for ps in (1, 16)]
+IDS = [f"{p}-{a}-page{ps}" for p, a, ps in CASES]
+TOL = {"atol": 1e-5, "rtol": 0}
+FIRST, ANSWER = 40, 9  # the first turn ends at 40 + 9 - 1 = 48 tokens of KV: 3 pages of 16
+
+
+def engine(pattern: str, attention: str = "mha", page: int = 1, **spec: object) -> Engine:
+    model = TinyTransformer(hybrid_config(pattern, attention))
+    sizes: dict[str, object] = {"device_tokens": 512, "max_context_len": 256, "max_requests": 4}
+    cache = CacheSpec(page_size=page, **{**sizes, **spec})  # type: ignore[arg-type]
+    return build_engine(model, cache, EngineConfig(record_logits=True))
+
+
+def serve(eng: Engine, prompt: list[int], new: int) -> Request:
+    req = eng.submit(prompt, new)
+    eng.run()
+    assert req.status is Status.FINISHED, req.error
+    return req
+
+
+def assert_equals_cold(eng: Engine, req: Request) -> None:
+    """``req``'s logits equal those of the same request on a fresh engine (a cold prefill)."""
+    cold = engine(eng.model.cfg.layer_pattern, eng.model.cfg.attention, eng.budget.page_size)
+    ref = serve(cold, req.origin_input_ids, req.max_new_tokens)
+    assert ref.device_hit == 0 and ref.output_ids == req.output_ids
+    torch.testing.assert_close(torch.stack(req.logits), torch.stack(ref.logits), **TOL)
+
+
+def assert_pools_whole(eng: Engine) -> None:
+    """After a reset every pool's free count is its size: full and SWA KV, rows, states."""
+    eng.cache.check_invariants()
+    eng.cache.reset()
+    alloc = eng.allocator
+    for full, free in (("size_full", "full_available_size"), ("size_swa", "swa_available_size")):
+        if hasattr(alloc, full):
+            assert getattr(alloc, free)() == getattr(alloc, full)
+    assert alloc.available_size() == alloc.size
+    rows = eng.req_to_token_pool
+    assert rows.available_size() == rows.size
+    states = getattr(rows, "mamba_pool", None)
+    if states is not None:
+        assert states.available_size() == states.size
+
+
+def second_turn(eng: Engine, seed: int) -> tuple[Request, Request]:
+    """A first turn, then a second that extends it (its prompt and answer, then more)."""
+    cfg = eng.model.cfg
+    first = serve(eng, random_prompt(cfg, FIRST, seed), ANSWER)
+    history = first.origin_input_ids + first.output_ids
+    return first, serve(eng, history + random_prompt(cfg, 20, seed + 1), 5)
+
+
+@pytest.mark.parametrize(("pattern", "attention", "page"), CASES, ids=IDS)
+def test_multi_turn_device_hit_equals_cold(pattern: str, attention: str, page: int) -> None:
+    eng = engine(pattern, attention, page)
+    assert isinstance(eng.cache, HybridRadixCache)
+    _, second = second_turn(eng, seed=1)
+    assert second.device_hit == FIRST + ANSWER - 1  # resumed from the first turn's state
+    assert_equals_cold(eng, second)
+    assert eng.cache.stats().components.states_held == (2 if page == 1 else 1)
+    assert_pools_whole(eng)
+
+
+@pytest.mark.parametrize("pattern", ["FSL", "FS"])
+def test_swa_pool_pressure_tombstones_then_recomputes(pattern: str) -> None:
+    """A small SWA pool: other requests' tokens tombstone the first turn's window, so the
+    second turn recomputes (the match ends before its broken window: here at 0), equal to
+    cold; the tombstoned nodes get live SWA KV back from it (revived)."""
+    eng = engine(pattern, swa_tokens=128, max_requests=2)
+    cfg = eng.model.cfg
+    first = serve(eng, random_prompt(cfg, FIRST, 3), ANSWER)
+    for seed in (4, 5, 6):  # 3 x 50 new tokens: the SWA pool (128) runs short twice
+        serve(eng, random_prompt(cfg, 45, seed), 5)
+    history = first.origin_input_ids + first.output_ids
+    match = eng.cache.match_prefix(history[:-1])  # the full KV is all there, not the window
+    assert match.full_kv_hit_length == FIRST + ANSWER - 1 and match.device_prefix_len == 0
+    assert eng.cache.stats().components.swa_tombstoned_tokens >= FIRST + ANSWER - 1
+    second = serve(eng, history + [1, 2, 3], 4)
+    assert second.device_hit == 0
+    cached = (second.origin_input_ids + second.output_ids)[:-1]  # revived: usable whole
+    assert eng.cache.match_prefix(cached).device_prefix_len == len(cached)
+    assert_equals_cold(eng, second)
+    assert_pools_whole(eng)
+
+
+def test_state_pool_pressure_evicts_states_then_recomputes() -> None:
+    """The fewest state slots (2 per row): later requests' checkpoints evict the first turn's
+    state by LRU; its node stays for full KV, and the second turn recomputes, equal to cold."""
+    eng = engine("FSL", max_requests=2, state_slots=4)
+    cfg = eng.model.cfg
+    first = serve(eng, random_prompt(cfg, FIRST, 6), ANSWER)
+    for seed in range(7, 11):
+        serve(eng, random_prompt(cfg, 30, seed), 3)
+    assert eng.cache.stats().components.states_evicted > 0
+    history = first.origin_input_ids + first.output_ids
+    match = eng.cache.match_prefix(history[:-1])
+    assert match.state_slot is None and match.full_kv_hit_length == FIRST + ANSWER - 1
+    second = serve(eng, history + [7, 8], 4)
+    assert second.device_hit == 0
+    assert_equals_cold(eng, second)
+    assert_pools_whole(eng)
+
+
+def test_every_tokens_checkpoints_chunked_prefill() -> None:
+    """``CheckpointPolicy(every_tokens=16)`` with 16-token chunks: a request sharing only the
+    first 32 tokens of a long prompt resumes there, equal to cold."""
+    model = TinyTransformer(hybrid_config("FSL", "mha"))
+    spec = CacheSpec(
+        device_tokens=512,
+        max_context_len=256,
+        max_requests=4,
+        checkpoint=CheckpointPolicy(every_tokens=16),
+    )
+    eng = build_engine(model, spec, EngineConfig(record_logits=True, max_prefill_tokens=16))
+    doc = random_prompt(model.cfg, 60, 12)
+    serve(eng, doc, 2)
+    other = serve(eng, doc[:32] + random_prompt(model.cfg, 10, 13), 3)
+    assert other.device_hit == 32
+    assert_equals_cold(eng, other)
+    assert_pools_whole(eng)
+
+
+def test_hybrid_misuse() -> None:
+    model = TinyTransformer(hybrid_config("FSL", "mha"))
+    with pytest.raises(ValueError, match="spec.kind must be 'radix' for a hybrid model"):
+        build_engine(model, CacheSpec(kind="hiradix"))
+    with pytest.raises(ValueError, match="state_slots"):
+        CacheSpec(max_requests=4, state_slots=7)
+    with pytest.raises(ValueError, match="swa_tokens"):
+        CacheSpec(page_size=16, device_tokens=512, swa_tokens=40)
+    with pytest.raises(ValueError, match="every_tokens"):
+        CacheSpec(page_size=16, device_tokens=512, checkpoint=CheckpointPolicy(every_tokens=8))
+    with pytest.raises(TypeError, match="checkpoint must be a CheckpointPolicy"):
+        CacheSpec(checkpoint="at_finish")  # type: ignore[arg-type]
+    plain = build_engine(TinyTransformer(hybrid_config("F", "mha")), CacheSpec())
+    assert type(plain.cache) is RadixCache
+    with pytest.raises(TypeError, match="cache must be a HybridRadixCache"):
+        Engine(model, plain.cache, plain.req_to_token_pool, plain.allocator)
