@@ -83,6 +83,12 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
         help="host pool size / device pool size (> 0)" + _field_default("host_ratio"),
     )
     p.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
+    p.add_argument(
+        "--layers-pattern",
+        help="one letter per layer: F full attention, S sliding window (16 tokens), L linear "
+        "recurrent, e.g. FSLFSL; sets --layers (if given, it must agree). With S or L the "
+        "bench runs device-only: host/storage tiers for hybrid models are not built yet",
+    )
     choices: dict[str, tuple[str, list[str], str]] = {  # flag: (field, choices, help)
         "dtype": ("dtype", ["float32", "bfloat16", "float16"], "KV and model dtype"),
         "attention": ("attention", ["mha", "mla"], "MHA/GQA or MLA (latent KV) attention"),

@@ -12,7 +12,7 @@ import torch
 
 from hicache.backends import StorageConfig
 from hicache.backends.config import PREFETCH_POLICIES
-from hicache.bench.checks import check_count, check_device, flag
+from hicache.bench.checks import check_count, check_device, check_layers_pattern, flag
 from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
@@ -46,7 +46,9 @@ class BenchConfig:
     (``bench.tp_run``; on ``cuda`` rank r on ``cuda:{r % GPUs}``); ``heads``, ``kv_heads`` (MHA) and
     ``intermediate`` must be multiples of it.
     ``metrics_port``: serve Prometheus metrics on ``metrics_host`` during each run (one rank);
-    ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``)."""
+    ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``).
+    ``layers_pattern``: one of ``F``/``S``/``L`` per layer (``ModelConfig.layer_pattern``; None:
+    every layer ``F``); a hybrid one (``S`` or ``L``) runs device-only, without ``--storage``."""
 
     users: int
     rounds: int
@@ -87,6 +89,7 @@ class BenchConfig:
     metrics_host: str = "127.0.0.1"
     kv_events: str | None = None
     kv_events_replay: str | None = None
+    layers_pattern: str | None = None
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -105,6 +108,7 @@ class BenchConfig:
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         check_device(self.device)
+        check_layers_pattern(self.layers_pattern, self.layers)
         self._check_storage()
         self._check_tp()
         if self.metrics_port is not None:
@@ -138,6 +142,9 @@ class BenchConfig:
             defaults = {**defaults, **STORAGE_DEFAULTS}
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in args.items() if k in names and v is not None}
+        pattern = given.get("layers_pattern")
+        if isinstance(pattern, str) and pattern and "layers" not in given:
+            given["layers"] = len(pattern)  # the pattern sets the layer count
         return cls(**{**defaults, **given, "device": device})
 
     @property
@@ -155,7 +162,13 @@ class BenchConfig:
             attention=self.attention,
             dtype=DTYPES[self.dtype],
             seed=self.seed,
+            layer_pattern=self.layers_pattern or "",
         )
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether ``--layers-pattern`` has ``S`` or ``L`` layers (served device-only)."""
+        return self.model_config().is_hybrid
 
     def _check_storage(self) -> None:
         if self.storage is not None and self.storage not in STORAGE_BACKENDS:
@@ -171,6 +184,11 @@ class BenchConfig:
                 f"got {self.prefetch_policy!r}"
             )
         check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
+        if self.storage is not None and self.hybrid:
+            raise ValueError(
+                f"--storage needs a full-attention model, got --layers-pattern "
+                f"{self.layers_pattern}: host/storage tiers for hybrid models are not built yet"
+            )
 
     def _check_tp(self) -> None:
         """``--tp`` a positive int that splits the model evenly, on ``cpu`` or ``cuda``."""
@@ -250,6 +268,7 @@ class BenchConfig:
         tokens = self.cache_spec("hiradix").device_tokens
         device_bytes = tokens * per_token
         host_bytes = host_slots(tokens, self.host_ratio, 0, self.page_size, per_token) * per_token
+        host_bytes = 0 if self.hybrid else host_bytes  # a hybrid model runs device-only
         cuda = self.device.startswith("cuda")
         ram = psutil.virtual_memory().available
         free = torch.cuda.mem_get_info(self.device)[0] if cuda else ram
