@@ -50,9 +50,12 @@ class CacheSpec:
         first when it runs short (``evict_swa``).
     state_slots : recurrent-state slots of a model with ``L`` layers: one per running request
         plus the cached checkpoints; at least ``2 * max_requests`` (each request's own and the
-        one it resumed from); default ``2 * max_requests``.
+        one it resumed from); default ``default_state_slots`` (``max_requests`` plus one
+        checkpoint per ``TOKENS_PER_STATE`` device tokens, at least ``max_requests`` of them).
+        Each slot costs ``MambaStateParams.mamba_cache_per_req`` bytes of device memory.
     checkpoint : when a hybrid model's cache keeps a recurrent state (``CheckpointPolicy``;
-        default: at each request's end).
+        default: at each request's end and at branch points, as SGLang's Mamba radix cache:
+        the scheduler ends a prompt chunk at a match's ``mamba_branching_seqlen``).
     """
 
     kind: str = "radix"
@@ -65,7 +68,7 @@ class CacheSpec:
     kv_events: Any = None
     swa_tokens: int | None = None
     state_slots: int | None = None
-    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    checkpoint: CheckpointPolicy = field(default_factory=lambda: CheckpointPolicy(at_branch=True))
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, CACHE_KINDS)

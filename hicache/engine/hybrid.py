@@ -37,6 +37,21 @@ def hybrid_config(model: TinyTransformer, checkpoint: CheckpointPolicy) -> Hybri
     return HybridConfig(window, bool(cfg.layers_of("L")), checkpoint)
 
 
+TOKENS_PER_STATE = 64
+"""Device tokens per default checkpoint slot: a useful state ends a cached node, and a node of
+chat or agent traffic spans a turn (tens to thousands of tokens), so one state per 64 tokens
+keeps states for turns down to 64 tokens. Memory: ``device_tokens / 64`` slots of
+``MambaStateParams.mamba_cache_per_req`` bytes each (MiBs for a real model: weigh it against
+the KV pool's bytes); pass ``CacheSpec.state_slots`` to trade memory for hits."""
+
+
+def default_state_slots(spec: Any) -> int:
+    """``spec.max_requests`` rows' own states plus ``max(max_requests, device_tokens //
+    TOKENS_PER_STATE)`` checkpoints (``spec``: a ``CacheSpec``)."""
+    checkpoints = max(spec.max_requests, spec.device_tokens // TOKENS_PER_STATE)
+    return spec.max_requests + checkpoints
+
+
 def build_hybrid_parts(
     model: TinyTransformer, spec: Any, tp_group: Any
 ) -> tuple[HybridRadixCache, Any, Any]:
@@ -50,7 +65,7 @@ def build_hybrid_parts(
         model.device,
         spec.max_requests,
         swa_size=spec.swa_tokens,
-        state_slots=2 * spec.max_requests if spec.state_slots is None else spec.state_slots,
+        state_slots=default_state_slots(spec) if spec.state_slots is None else spec.state_slots,
         shard=model.shard,
         max_context_len=spec.max_context_len,
     )

@@ -71,6 +71,9 @@ class Request:
     device_hit, host_hit, storage_hit, computed : prompt tokens served from L1, loaded back
         from L2, brought from L3 by the request's own prefetch (then loaded back through L2;
         not counted in ``host_hit``), and computed by the model.
+    mamba_branching_seqlen : the branch point its admission match reported (the end of the
+        longest cached prefix without a recurrent state, ``HybridMatchResult``), or None; the
+        scheduler ends a prompt chunk there so the cache checkpoints the state at that node.
     logits : fp32 ``[vocab]`` next-token logits of each generated token, on the model device
         (kept only when the engine records them).
     arrival, first_token_time, finish_time : ``time.perf_counter()`` stamps (seconds).
@@ -97,6 +100,7 @@ class Request:
     storage_hit: int = 0
     cache_salt: str | None = None
     computed: int = 0
+    mamba_branching_seqlen: int | None = None
     logits: list[torch.Tensor] = field(default_factory=list)
     arrival: float = 0.0
     first_token_time: float | None = None

@@ -11,6 +11,7 @@ import torch
 from hicache.engine.config import EngineConfig
 from hicache.engine.memory import SlotBudget
 from hicache.engine.request import Request, Status
+from hicache.radix import HybridMatchResult
 from hicache.radix.key import RadixKey
 
 
@@ -108,6 +109,11 @@ class Scheduler:
 
     @staticmethod
     def _chunk(req: Request, limit: int) -> Work:
+        """At most ``limit`` tokens, ending at the request's branch point if it is ahead (the
+        chunk's ``cache_unfinished_req`` then checkpoints the recurrent state there)."""
+        branch = req.mamba_branching_seqlen
+        if branch is not None and req.kv_len < branch:
+            limit = min(limit, branch - req.kv_len)
         return Work(req, req.next_input_ids[:limit])
 
     @staticmethod
@@ -151,6 +157,8 @@ class Scheduler:
             return False
         self._install(req, admitted.row, admitted.prefix, admitted.node)
         req.device_hit = admitted.match.device_prefix_len
+        if isinstance(admitted.match, HybridMatchResult):
+            req.mamba_branching_seqlen = admitted.match.mamba_branching_seqlen
         loaded = len(admitted.prefix) - req.device_hit
         req.storage_hit = min(req.storage_hit, loaded)  # what the prefetch added, if still there
         req.host_hit = loaded - req.storage_hit
