@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per-tier hit rates, bytes moved, evictions (measured) and TTFT/throughput on a "
         "cost-model clock (modelled), next to the trace's ideal hit rate.",
     )
-    from hicache.replay.cli import add_options
+    from hicache.replay.options import add_options
 
     add_options(replay)
     add_log_level(replay)

@@ -11,8 +11,8 @@ from dataclasses import fields
 import pytest
 
 from hicache.__main__ import main
-from hicache.replay.cli import GENERATE_OPTIONS
 from hicache.replay.generate import GenerateSpec
+from hicache.replay.options import GENERATE_OPTIONS
 from hicache.stress.__main__ import main as stress_main
 
 

@@ -3,7 +3,8 @@
 import sys
 
 from hicache.cli import HelpFormatter, OneLineParser, add_kv_events, add_log_level, setup_logging
-from hicache.replay.cli import add_options, main
+from hicache.replay.cli import main
+from hicache.replay.options import add_options
 
 parser = OneLineParser(
     prog="python -m hicache.replay",
