@@ -19,8 +19,10 @@
 
 Under both, a storage hit (a prefetch into the host) leaves the object in the store: the store
 may be shared by other instances and evicts by its own cap (SGLang does the same). Dedup trusts
-the pages remembered (``StorageBackups.remember``): a page the store has evicted on its own
-since is dropped rather than written again (a later miss, never a wrong page).
+the pages remembered (``StorageBackups.remember``); a page the store evicted on its own is
+forgotten at the next poll (``StorageBackups.evicted``, one rank) and written again. Before
+that poll, or under TP (where it stays remembered), such a page is dropped rather than written
+(a later miss, never a wrong page).
 
 Under TP every decision here reads only the tree and the backups' agreed state (pins and
 remembered pages change only in agreed polls), so every rank evicts, writes and waits alike.
