@@ -16,6 +16,7 @@ from hicache.pools.host_layouts import (
 from hicache.pools.host_pool import HostKVPool
 from hicache.pools.hybrid_linear_pool import HybridLinearKVPool
 from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
+from hicache.pools.mamba_host_pool import MambaPoolHost
 from hicache.pools.mamba_params import MambaStateParams
 from hicache.pools.mamba_pool import MambaPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
@@ -44,6 +45,7 @@ __all__ = [
     "MLATokenToKVPoolFP4",
     "MLATokenToKVPoolHost",
     "MambaPool",
+    "MambaPoolHost",
     "MambaStateParams",
     "NSATokenToKVPool",
     "ReqToTokenPool",

@@ -34,6 +34,15 @@ class MambaSlots:
     def available_size(self) -> int:
         return len(self._free)
 
+    def check_invariants(self) -> None:
+        """``RuntimeError`` unless every slot ``1 .. size`` is exactly one of free (listed once)
+        or allocated."""
+        free = set(self._free)
+        if len(free) != len(self._free):
+            raise RuntimeError("state slots: a slot is on the free list twice")
+        if free & self._used or free | self._used != set(range(1, self.size + 1)):
+            raise RuntimeError("state slots: the free list and the allocated set disagree")
+
     def is_allocated(self, slot: int) -> bool:
         return slot in self._used
 
