@@ -167,7 +167,7 @@ class BenchConfig:
 
     @property
     def hybrid(self) -> bool:
-        """Whether ``--layers-pattern`` has ``S`` or ``L`` layers (served device-only)."""
+        """Whether ``--layers-pattern`` has ``S`` or ``L`` layers."""
         return self.model_config().is_hybrid
 
     def _check_storage(self) -> None:
@@ -187,7 +187,7 @@ class BenchConfig:
         if self.storage is not None and self.hybrid:
             raise ValueError(
                 f"--storage needs a full-attention model, got --layers-pattern "
-                f"{self.layers_pattern}: host/storage tiers for hybrid models are not built yet"
+                f"{self.layers_pattern}: the storage tier for hybrid models is not built yet"
             )
 
     def _check_tp(self) -> None:

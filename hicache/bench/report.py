@@ -223,13 +223,3 @@ def format_gain(base: dict[str, Any], tier: dict[str, Any]) -> str:
         f"p99 {base['ttft_p99_ms']:.0f} -> {tier['ttft_p99_ms']:.0f} ms, "
         f"throughput {base['total_tok_s']:.0f} -> {tier['total_tok_s']:.0f} tok/s"
     )
-
-
-def format_saved(base: dict[str, Any]) -> str:
-    """One line: the hit rate of a run and the prefill tokens its cache saved."""
-    saved, prompt = base["reused_tokens"], base["prompt_tokens"]
-    return (
-        f"device-only: hit rate {base['hit_rate']:.1f}%, prefill tokens saved {saved:,} of "
-        f"{prompt:,} ({_pct(saved, prompt):.0f}%), TTFT p50 {base['ttft_p50_ms']:.0f} ms, "
-        f"p99 {base['ttft_p99_ms']:.0f} ms, throughput {base['total_tok_s']:.0f} tok/s"
-    )

@@ -17,7 +17,7 @@ import torch
 from hicache.bench.config import BenchConfig
 from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
-from hicache.bench.report import format_gain, format_saved, format_table, per_round, summarize
+from hicache.bench.report import format_gain, format_table, per_round, summarize
 from hicache.bench.tp_run import run_tp, tp_line
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
@@ -27,13 +27,7 @@ from hicache.model import TinyTransformer, TPShard
 from hicache.radix.events import EventSink
 
 MODES = {"device-only": "radix", "host-tier": "hiradix"}
-HYBRID_SKIP = "host/storage tiers for hybrid models are not built yet"
 OUTPUTS = ("results.json", "rounds.png")  # what a run writes to --out-dir
-
-
-def modes_of(cfg: BenchConfig) -> dict[str, str]:
-    """The runs of ``cfg``: ``MODES``, or device-only for a hybrid ``--layers-pattern``."""
-    return {"device-only": MODES["device-only"]} if cfg.hybrid else MODES
 
 
 def run_mode(
@@ -86,7 +80,7 @@ def warm_up(model: TinyTransformer, cfg: BenchConfig) -> None:
             "device_tokens": 96,
         }
     )
-    for kind in modes_of(small).values():
+    for kind in MODES.values():
         engine = build_engine(model, small.cache_spec(kind), small.engine_config())
         drive(engine, ChatWorkload(small))
 
@@ -99,7 +93,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     """
     out = out if out is not None else sys.stdout
     out_dir = prepare_out_dir(cfg)
-    modes = modes_of(cfg)
+    modes = MODES
     if cfg.tp > 1:
         results = run_tp(run_modes, cfg, progress, list(modes))
     else:
@@ -111,7 +105,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
         out_dir / "rounds.png", {m: results[m] for m in modes}, headline(cfg, results["device"])
     )
     out.write(headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
-    out.write(gain_lines(cfg, summaries))
+    out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
     out.write(
         "".join(
             f"note: {m}: {s['rejected']} request(s) rejected, e.g. {s['first_error']}\n"
@@ -124,18 +118,6 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     plot = f"note: {why}" if why else f"plot:    {out_dir / 'rounds.png'}"
     out.write(f"results: {out_dir / 'results.json'}\n{plot}\n")
     return results
-
-
-def gain_lines(cfg: BenchConfig, summaries: dict[str, dict[str, Any]]) -> str:
-    """What the host tier changed; for a hybrid model, why it did not run and the device-only
-    hit rate and prefill tokens saved."""
-    if "host-tier" in summaries:
-        return format_gain(summaries["device-only"], summaries["host-tier"]) + "\n"
-    return (
-        f"note: host-tier run skipped for --layers-pattern {cfg.layers_pattern}: {HYBRID_SKIP}\n"
-        + format_saved(summaries["device-only"])
-        + "\n"
-    )
 
 
 def prepare_out_dir(cfg: BenchConfig) -> Path:
@@ -161,7 +143,7 @@ def run_modes(cfg: BenchConfig, progress: bool, group: Any = None) -> dict[str, 
     results: dict[str, Any] = {"config": cfg.to_dict(), "device": device_name(cfg.device)}
     events = make_sink(cfg.events_config())  # one stream: each run's cache clears it first
     try:
-        for label, kind in modes_of(cfg).items():
+        for label, kind in MODES.items():
             results[label] = run_mode(model, cfg, kind, label, progress, events)
             gc.collect()
             if cfg.device.startswith("cuda"):

@@ -1,11 +1,13 @@
 """What the engine does beyond full attention for a hybrid model (``ModelConfig.layer_pattern``
-with ``S`` or ``L`` layers), served by a ``HybridRadixCache`` on the device tier.
+with ``S`` or ``L`` layers), served by a ``HybridRadixCache`` on the device tier, or a
+``HybridHiRadixCache`` with a host tier (``CacheSpec.kind == "hiradix"``).
 
 - Build: ``build_hybrid_parts`` makes the pools of ``make_model_pools`` and the cache over them.
 - Rows: a row of a ``HybridReqToTokenPool`` comes with a fresh, zeroed state slot
   (``HybridMemory.alloc_row``; a recurrent state is evicted first when the state pool is
   full); ``restore`` copies the matched checkpoint into it (``restore_states``), so a request
-  resumes exactly where the prefix ended, or from zero on a miss.
+  resumes exactly where the prefix ended, or from zero on a miss. After a host load-back the
+  checkpoint is the loaded node's (its host state copied back to the device).
 - SWA: the SWA pool can be smaller than the full one. ``HybridMemory.swa_room`` tombstones
   nodes outside every live window (``evict_swa``) before full KV is evicted, and
   ``swa_obtainable`` bounds the SWA slots admission may count on. A request's own tokens keep
@@ -26,7 +28,8 @@ import torch
 from hicache.kv_events import make_sink
 from hicache.model import TinyTransformer, make_model_pools
 from hicache.pools import HybridReqToTokenPool, SWATokenToKVPoolAllocator, restore_states
-from hicache.radix import CheckpointPolicy, HybridConfig, HybridMatchResult, HybridRadixCache
+from hicache.radix import CheckpointPolicy, HybridConfig, HybridRadixCache
+from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 
 
 def hybrid_config(model: TinyTransformer, checkpoint: CheckpointPolicy) -> HybridConfig:
@@ -69,15 +72,16 @@ def build_hybrid_parts(
         shard=model.shard,
         max_context_len=spec.max_context_len,
     )
-    cache = HybridRadixCache(
-        pools.req_to_token,
-        pools.allocator,
-        spec.page_size,
-        hybrid=hybrid_config(model, spec.checkpoint),
-        eviction_policy=spec.eviction_policy,
-        tp_group=tp_group,
-        event_sink=make_sink(spec.kv_events),
-    )
+    settings: dict[str, Any] = {
+        "hybrid": hybrid_config(model, spec.checkpoint),
+        "eviction_policy": spec.eviction_policy,
+        "tp_group": tp_group,
+        "event_sink": make_sink(spec.kv_events),
+    }
+    if spec.host_tier is not None:
+        settings["config"] = spec.host_tier
+    cls = HybridRadixCache if spec.host_tier is None else HybridHiRadixCache
+    cache = cls(pools.req_to_token, pools.allocator, spec.page_size, **settings)
     return cache, pools.req_to_token, pools.allocator
 
 
@@ -111,10 +115,11 @@ class HybridMemory:
         ):
             self.cache.evict_states(1)
 
-    def restore(self, match: HybridMatchResult, row: int) -> None:
-        """Copy the state after ``match``'s usable prefix into ``row``'s state slot."""
-        if self.states is not None and match.state_slot is not None:
-            slot = torch.tensor([match.state_slot], dtype=torch.int64)
+    def restore(self, state: int | None, row: int) -> None:
+        """Copy the state slot ``state`` (after the request's prefix: the match's
+        ``state_slot``, or the loaded node's ``device_state``) into ``row``'s state slot."""
+        if self.states is not None and state is not None:
+            slot = torch.tensor([state], dtype=torch.int64)
             restore_states(self.states, slot.to(self.states.mamba_pool.device), [row])
 
     def swa_obtainable(self) -> int | None:

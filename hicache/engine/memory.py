@@ -107,11 +107,13 @@ class SlotBudget:
         if rows is None:
             self.cache.dec_lock_ref(node)
             return None
-        if self.hybrid is not None:
-            self.hybrid.restore(match, rows[0])
         prefix = match.device_indices
         if match.host_hit_length > 0:
             prefix, node = load_back(self.cache, match, node)
+        if self.hybrid is not None:
+            loaded = len(prefix) > match.device_prefix_len
+            state = self.cache.device_state(node) if loaded else match.state_slot
+            self.hybrid.restore(state, rows[0])
         return Admission(rows[0], prefix, node, match)
 
     def _alloc_row(self) -> list[int] | None:

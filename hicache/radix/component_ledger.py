@@ -43,10 +43,28 @@ class ComponentStats:
 
 
 @dataclass(frozen=True)
+class HostComponentStats:
+    """Recurrent states on the host tier (``HybridCacheStats.host_components``).
+
+    host_states_held : nodes whose host copy holds a state now (gauge); states_backed_up,
+    states_loaded, host_states_evicted : states copied to the host, copied back to the device,
+    and freed from the host by its LRU (counters). host_state_capacity : host state slots.
+    """
+
+    host_states_held: int
+    states_backed_up: int
+    states_loaded: int
+    host_states_evicted: int
+    host_state_capacity: int
+
+
+@dataclass(frozen=True)
 class HybridCacheStats(CacheStats):
-    """``CacheStats`` of a ``HybridRadixCache``, with its ``ComponentStats``."""
+    """``CacheStats`` of a ``HybridRadixCache``, with its ``ComponentStats`` (and, with a host
+    tier, its ``HostComponentStats``)."""
 
     components: ComponentStats | None = None
+    host_components: HostComponentStats | None = None
 
 
 class ComponentLedger:

@@ -11,6 +11,10 @@ needs two more to resume from a cached prefix (names as SGLang's ``ComponentType
 - ``mamba``: at most one recurrent-state slot (a ``MambaPool`` slot holding a checkpoint of
   every linear layer's conv and temporal state after the node's last token).
 
+With a host tier the node's host copy carries both too: ``host_state`` (a ``MambaPoolHost``
+slot) and whether the host copy's SWA KV is valid (``host_swa_gone``: the node was already
+tombstoned when it was backed up).
+
 ``NodeComponents`` is that value (``TreeNode.comp``; None means "SWA present, no state", so a
 plain model's nodes carry nothing and its paths never look at it).
 """
@@ -33,22 +37,36 @@ class NodeComponents:
 
     Attributes
     ----------
-    swa_tombstoned : the node's SWA KV was freed (every token of the node).
+    swa_tombstoned : the device copy's SWA KV was freed (every token of the node).
     state : the ``MambaPool`` slot of the state after the node's last token, or None.
+    host_swa_gone : the host copy holds no valid SWA KV (backed up while tombstoned).
+    host_state : the ``MambaPoolHost`` slot of the host copy of that state, or None.
     """
 
-    __slots__ = ("swa_tombstoned", "state")
+    __slots__ = ("swa_tombstoned", "state", "host_swa_gone", "host_state")
 
-    def __init__(self, swa_tombstoned: bool = False, state: int | None = None) -> None:
+    def __init__(
+        self,
+        swa_tombstoned: bool = False,
+        state: int | None = None,
+        host_swa_gone: bool = False,
+        host_state: int | None = None,
+    ) -> None:
         self.swa_tombstoned, self.state = swa_tombstoned, state
+        self.host_swa_gone, self.host_state = host_swa_gone, host_state
 
     def upper_half(self) -> NodeComponents | None:
-        """The components of the upper node a split makes: the tombstone, never the state
+        """The components of the upper node a split makes: the tombstones, never a state
         (it is the state after the lower node's last token)."""
-        return NodeComponents(True) if self.swa_tombstoned else None
+        if self.swa_tombstoned or self.host_swa_gone:
+            return NodeComponents(self.swa_tombstoned, host_swa_gone=self.host_swa_gone)
+        return None
 
     def __repr__(self) -> str:
-        return f"NodeComponents(swa_tombstoned={self.swa_tombstoned}, state={self.state})"
+        return (
+            f"NodeComponents(swa_tombstoned={self.swa_tombstoned}, state={self.state}, "
+            f"host_swa_gone={self.host_swa_gone}, host_state={self.host_state})"
+        )
 
 
 def is_tombstoned(comp: NodeComponents | None) -> bool:
@@ -57,6 +75,14 @@ def is_tombstoned(comp: NodeComponents | None) -> bool:
 
 def state_of(comp: NodeComponents | None) -> int | None:
     return None if comp is None else comp.state
+
+
+def host_swa_gone(comp: NodeComponents | None) -> bool:
+    return comp is not None and comp.host_swa_gone
+
+
+def host_state_of(comp: NodeComponents | None) -> int | None:
+    return None if comp is None else comp.host_state
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ exactly at a page-aligned end (``req.kv_len`` a page multiple).
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -93,8 +95,12 @@ class HybridRadixCache(RadixCache):
         self.ledger.hit(path, next(self._clock))
         result = hybrid_match(path, self.root, self.device, self.hybrid)
         self.components.touch(result.last_device_node)
-        self._counts.matched(len(key), result.device_prefix_len, 0)
+        self._counts.matched(len(key), result.device_prefix_len, result.host_hit_length)
+        self._matched(path, result)
         return result
+
+    def _matched(self, path: list[TreeNode], result: HybridMatchResult) -> None:
+        """What a subclass with lower tiers does after a match walked ``path`` (nothing)."""
 
     def insert(
         self,
@@ -138,7 +144,7 @@ class HybridRadixCache(RadixCache):
         check_int("num_tokens", num_tokens, minimum=0)
         if self.hybrid.sliding_window is None:
             return 0
-        return self.components.evict_swa(num_tokens, self.tree.nodes())
+        return self.components.evict_swa(num_tokens, self._swa_candidates())
 
     def evict_states(self, num_states: int) -> int:
         """Free up to ``num_states`` recurrent states by their LRU (the state pool is short);
@@ -179,7 +185,12 @@ class HybridRadixCache(RadixCache):
 
     def stats(self) -> HybridCacheStats:
         base = super().stats()
-        return HybridCacheStats(base.prefix, base.device, components=self.components.stats())
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        return HybridCacheStats(**fields, components=self.components.stats())
+
+    def _swa_candidates(self) -> Iterator[TreeNode]:
+        """The nodes ``evict_swa`` may tombstone (those outside every live window)."""
+        return self.tree.nodes()
 
     def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
         comp = node.comp

@@ -23,7 +23,7 @@ from hicache.radix.ownership import SlotOwners
 from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots, concat_slots
 from hicache.radix.stats import DeviceStats
-from hicache.radix.tier import LowerTier
+from hicache.radix.tier import LowerTier, NodeWatch
 from hicache.radix.tree import RadixTree
 
 _CPU = torch.device("cpu")
@@ -65,6 +65,7 @@ class Ledger:
         self.evictions = DurationHistogram()
         self.lower: LowerTier | None = None
         self._lower_leaves: LeafSet | None = None
+        self.watch: NodeWatch | None = None  # a hybrid model's components, told of drops
 
     def attach(self, lower: LowerTier) -> None:
         """Put ``lower`` below the device (before the first node is added)."""
@@ -202,6 +203,8 @@ class Ledger:
         self.sync(leaf)
 
     def delete_leaf(self, node: TreeNode) -> None:
+        if self.watch is not None:
+            self.watch.deleted(node)
         self.sync(self.tree.unlink_leaf(node))
 
     def give_device(self, node: TreeNode, slots: Slots) -> None:
@@ -289,6 +292,8 @@ class Ledger:
             self.events.removed(node, DEVICE)
         self._resize(node, -len(node.key))
         node.slots = None
+        if self.watch is not None:
+            self.watch.device_dropped(node)
         self.sync(node)
         self.sync(node.parent)
         return slots

@@ -41,8 +41,25 @@ from hicache.radix.policies import LeafSet
 from hicache.radix.slots import Slots
 
 
+class NodeWatch(Protocol):
+    """Told by the ``Ledger`` and the host tier when a node gains or loses a copy: what keeps
+    a hybrid model's other components (states, SWA tombstones) beside each copy of a node."""
+
+    def device_dropped(self, node: TreeNode) -> None:
+        """``node`` lost its device copy and stays in the tree (a lower tier holds it)."""
+
+    def deleted(self, node: TreeNode) -> None:
+        """``node``, a leaf, is leaving the tree (its slots already freed or being freed)."""
+
+    def backed_up(self, node: TreeNode) -> None:
+        """``node``'s host backup was just queued (told by the host tier)."""
+
+
 class TierSite(Protocol):
-    """What a tier may do to the tree and the device accounting."""
+    """What a tier may do to the tree and the device accounting; ``watch`` is told of copies
+    gained and lost (None: a plain model's tree)."""
+
+    watch: NodeWatch | None
 
     def nodes(self) -> Iterator[TreeNode]:
         """Every node below the root, parents first."""

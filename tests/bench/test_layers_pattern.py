@@ -1,6 +1,6 @@
 """``hicache bench --layers-pattern``: a hybrid model runs the multi-turn workload device-only
-(the host-tier run skipped, saying why) and reuses its prefixes; misuse exits with one line
-naming the flag."""
+and with the host tier, which carries its SWA KV and recurrent states and adds host hits;
+misuse exits with one line naming the flag."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 from hicache.__main__ import main
 from hicache.bench import BenchConfig, run_bench
-from hicache.bench.runner import HYBRID_SKIP
 from tests.engine.helpers import TINY
 
 HYBRID = {k: v for k, v in TINY.items() if k != "layers"} | {"layers_pattern": "FSLFSL"}
@@ -26,21 +25,21 @@ def test_pattern_sets_the_layer_count(tmp_path: Path) -> None:
     assert not full.hybrid and full.model_revision() != BenchConfig.from_args(TINY).model_revision()
 
 
-def test_hybrid_bench_runs_device_only_and_hits(tmp_path: Path) -> None:
-    # A device pool that holds every conversation, so later turns hit their earlier ones.
-    cfg = BenchConfig.from_args({**HYBRID, "device_tokens": 1024, "out_dir": str(tmp_path)})
+def test_hybrid_bench_host_tier_adds_hits(tmp_path: Path) -> None:
+    # The default tiny device pool (96 tokens) is short: later turns hit the host.
+    cfg = BenchConfig.from_args({**HYBRID, "out_dir": str(tmp_path)})
     out = io.StringIO()
     results = run_bench(cfg, progress=False, out=out)
-    assert "host-tier" not in results
-    summary = results["device-only"]["summary"]
-    assert summary["rejected"] == 0 and summary["requests"] == 9
-    assert summary["hit_rate"] > 0 and summary["reused_tokens"] > 0
+    base, host = results["device-only"]["summary"], results["host-tier"]["summary"]
+    for summary in (base, host):
+        assert summary["rejected"] == 0 and summary["requests"] == 9
+    assert host["host_hit_rate"] > 0 and host["h2d_bytes"] > 0
+    assert host["hit_rate"] > base["hit_rate"]
+    assert host["computed_tokens"] < base["computed_tokens"]
     text = out.getvalue()
-    assert f"host-tier run skipped for --layers-pattern FSLFSL: {HYBRID_SKIP}" in text
-    assert f"prefill tokens saved {summary['reused_tokens']:,} of" in text
-    assert "6L FSLFSL" in text
+    assert "host tier vs device-only" in text and "6L FSLFSL" in text
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["config"]["layers_pattern"] == "FSLFSL" and "host-tier" not in saved
+    assert saved["config"]["layers_pattern"] == "FSLFSL" and "host-tier" in saved
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import torch
 
 from hicache.engine import CacheSpec, Engine, EngineConfig, Request, Status, build_engine
 from hicache.model import TinyTransformer
-from hicache.radix import CheckpointPolicy, HybridRadixCache, RadixCache
+from hicache.radix import CheckpointPolicy, HiCacheConfig, HybridRadixCache, RadixCache
+from hicache.backends import StorageConfig
 from tests.model.hybrid_harness import hybrid_config, random_prompt
 
 CASES = [(p, a, ps) for p in ("FSL", "FSLFSL") for a in ("mha", "mla") for ps in (1, 16)]
@@ -137,8 +138,9 @@ def test_every_tokens_checkpoints_chunked_prefill() -> None:
 
 def test_hybrid_misuse() -> None:
     model = TinyTransformer(hybrid_config("FSL", "mha"))
-    with pytest.raises(ValueError, match="spec.kind must be 'radix' for a hybrid model"):
-        build_engine(model, CacheSpec(kind="hiradix"))
+    memory = HiCacheConfig(storage=StorageConfig(backend="memory"))
+    with pytest.raises(ValueError, match="takes no storage tier yet"):
+        build_engine(model, CacheSpec(kind="hiradix", hicache=memory))
     with pytest.raises(ValueError, match="state_slots"):
         CacheSpec(max_requests=4, state_slots=7)
     with pytest.raises(ValueError, match="swa_tokens"):

@@ -7,8 +7,10 @@ from typing import NoReturn
 
 import torch
 
+from hicache.radix.components import host_state_of, host_swa_gone
 from hicache.radix.node import TreeNode
 from hicache.radix.slots import concat_slots
+from hicache.tiers.host.host_components import HostComponents
 from hicache.tiers.host.host_tier import HostTier
 
 
@@ -79,3 +81,20 @@ def _check_host_slots(tier: HostTier, nodes: list[TreeNode]) -> None:
             f"host slots leaked: {host_pool.size - owned} are neither free, owned by a node "
             "nor reserved for a prefetch"
         )
+
+
+def check_host_components(components: HostComponents, nodes: list[TreeNode]) -> None:
+    """A hybrid tree's host copies: exactly the nodes in the host state LRU hold a host
+    state, each backed up, each a distinct slot; only backed-up nodes flag host SWA gone."""
+    holders = [n for n in nodes if host_state_of(n.comp) is not None]
+    if set(holders) != set(components.host_lru):
+        _fail("the host state LRU is not the set of nodes holding a host state")
+    slots = [host_state_of(n.comp) for n in holders]
+    if len(set(slots)) != len(slots):
+        _fail("a host state slot is held by two nodes")
+    for node in nodes:
+        if node.host_slots is None and (node in components.host_lru or host_swa_gone(node.comp)):
+            _fail(f"node {node.id} has host components but no host copy")
+    pool = components.host_states
+    if pool is not None and pool.available_size() + len(slots) != pool.size:
+        _fail(f"host state slots leaked: {pool.available_size()} free + {len(slots)} held")

@@ -199,6 +199,8 @@ class HostTier(HostFreeing, StorageSlots):
         slots = concat_slots([node.slots], self.controller.device)
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
         node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        if self.site.watch is not None:
+            self.site.watch.backed_up(node)
         if self.events is not None:
             self.events.stored(node, HOST)
         n = len(node.key)

@@ -1,0 +1,187 @@
+"""HybridHiRadixCache: a hybrid model's radix tree over the device and host tiers.
+
+``HybridRadixCache``'s components (SWA tombstones, recurrent states; ``radix.components``) on
+``HiRadixCache``'s two tiers: the host KV pool of a hybrid model keeps every attention layer of a
+token (``HybridKVPoolHost``), and ``HostComponents`` keeps the host copies' states (a
+``MambaPoolHost``) and SWA validity, told of every copy gained or lost (``Ledger.watch``).
+
+Protocol beside ``HybridRadixCache``'s: ``match_prefix`` runs the hybrid match over the device
+and the host-only nodes (``hybrid_match``); when ``host_hit_length`` is positive, the engine
+calls ``init_load_back(last_host_node, host_hit_length)``, which returns the slots of every token
+past the usable device prefix (the device nodes between it and the host-only chain, then the
+loaded ones) and the node whose device state (``device_state``) the request restores from; or an
+empty tensor and the usable device node when nothing usable was loaded.
+
+Tiering is inclusive (a node's host copy stays after a load-back); the storage tier does not
+carry components yet, so a hybrid cache takes no storage backend (``ValueError``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from hicache.checks import check_int
+from hicache.pools import MambaPoolHost
+from hicache.radix.component_ledger import HybridCacheStats
+from hicache.radix.components import HybridConfig, host_state_of, host_swa_gone, state_of
+from hicache.radix.hybrid_cache import HybridRadixCache
+from hicache.radix.hybrid_match import HybridMatchResult, usable_end, window_intact
+from hicache.radix.key import RadixKey
+from hicache.radix.node import TreeNode
+from hicache.radix.slots import concat_slots
+from hicache.tiers.hiradix_cache import HiRadixCache
+from hicache.tiers.host.host_checks import check_host_components
+from hicache.tiers.host.host_components import HostComponents
+
+
+def _check_supported(kwargs: dict[str, Any]) -> None:
+    """``ValueError`` for the settings a hybrid cache does not take yet (before any change)."""
+    config = kwargs.get("config")
+    tiering = kwargs.get("tiering", "inclusive") if config is None else config.tiering
+    if tiering != "inclusive":
+        raise ValueError(f"a hybrid model's host tier is inclusive only, got tiering={tiering!r}")
+    storage = kwargs.get("hicache_storage_backend") if config is None else config.storage
+    if storage is not None:
+        raise ValueError("a hybrid model's cache takes no storage tier yet")
+
+
+class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
+    """``HybridRadixCache`` with ``HiRadixCache``'s host tier; see the module docstring.
+
+    Parameters
+    ----------
+    req_to_token_pool, token_to_kv_pool_allocator, page_size, hybrid, state_pool : as
+        ``HybridRadixCache``.
+    host_states : the ``MambaPoolHost`` of host states (a model with linear layers); default:
+        a new one of ``host_state_slots`` slots.
+    host_state_slots : host state slots of the default ``host_states``; default:
+        ``hicache_ratio`` x the device state pool's slots (rounded up). A state costs
+        ``MambaPoolHost.slot_bytes`` of host memory.
+    **kwargs : ``HiRadixCache``'s settings (inclusive tiering, no storage backend).
+    """
+
+    def __init__(
+        self,
+        req_to_token_pool: Any,
+        token_to_kv_pool_allocator: Any,
+        page_size: int = 1,
+        *,
+        hybrid: HybridConfig,
+        state_pool: Any = None,
+        host_states: MambaPoolHost | None = None,
+        host_state_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        _check_supported(kwargs)
+        if host_state_slots is not None:
+            check_int("host_state_slots", host_state_slots, minimum=1)
+        if host_states is not None and not isinstance(host_states, MambaPoolHost):
+            raise TypeError(
+                f"host_states must be a MambaPoolHost, got {type(host_states).__name__}"
+            )
+        super().__init__(
+            req_to_token_pool,
+            token_to_kv_pool_allocator,
+            page_size,
+            hybrid=hybrid,
+            state_pool=state_pool,
+            **kwargs,
+        )
+        if host_states is None and self.hybrid.recurrent:
+            pool = self.components.state_pool
+            ratio = self.hi_config.hicache_ratio
+            slots = host_state_slots or max(1, math.ceil(ratio * pool.size))
+            host_states = MambaPoolHost(pool, size=slots)
+        self.host_components = HostComponents(self.components, host_states, self.ledger.events)
+        self.ledger.watch = self.host_components
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def device_state(self, node: TreeNode) -> int | None:
+        """The device state slot ``node`` holds (restore a request from it), or None."""
+        return state_of(node.comp)
+
+    def _matched(self, path: list[TreeNode], result: HybridMatchResult) -> None:
+        self.host_components.touch(result.last_host_node)
+        if path:
+            self.host_tier.backup_path(path[-1])
+
+    # ---- the host tier -----------------------------------------------------------------------
+
+    def evict(self, num_tokens: int) -> int:
+        """``HiRadixCache.evict``: a backed-up leaf keeps its node (and host state)."""
+        return HiRadixCache.evict(self, num_tokens)
+
+    def init_load_back(
+        self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None = None
+    ) -> tuple[torch.Tensor, TreeNode]:
+        """``HiRadixCache.init_load_back`` for a usable hybrid prefix (module docstring):
+        nothing is loaded unless ``last_host_node``'s host copy has the state the model needs."""
+        if not isinstance(last_host_node, TreeNode):
+            raise TypeError(
+                f"last_host_node must be a TreeNode, got {type(last_host_node).__name__}"
+            )
+        path = [] if last_host_node is self.root else self.tree.path_to_root(last_host_node)[::-1]
+        on_device = next((i for i, n in enumerate(path) if n.slots is None), len(path))
+        end = usable_end(path[:on_device], self.hybrid)
+        usable = path[end] if end >= 0 else self.root
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        if on_device == len(path):
+            return empty, usable  # nothing host-only: the usable device prefix is all
+        if self.hybrid.recurrent and host_state_of(last_host_node.comp) is None:
+            return empty, usable
+        chain = path[on_device:]
+        device, node = super().init_load_back(last_host_node, host_hit_length, mem_quota)
+        if not device.numel():
+            return empty, usable
+        self.host_components.loaded(chain)
+        if not self._usable_after_load(node):
+            return empty, usable
+        gap = [n.slots for n in path[end + 1 : on_device] if n.slots is not None]
+        return concat_slots([*gap, device], self.device), node
+
+    def _usable_after_load(self, node: TreeNode) -> bool:
+        """Whether the loaded ``node`` ends a usable prefix: its window intact and, for a
+        recurrent model, its state restored to the device."""
+        path = self.tree.path_to_root(node)[::-1]
+        if not window_intact(path, len(path) - 1, self.hybrid.sliding_window):
+            return False
+        return not self.hybrid.recurrent or self.host_components.restore_state(node)
+
+    def _attach_state(self, key: RadixKey, slot: int) -> None:
+        super()._attach_state(key, slot)
+        path = self.tree.peek(key.token_ids, key.extra_key)[0]
+        if path:
+            self.host_components.backup_state(path[-1])
+
+    def _swa_candidates(self) -> Any:
+        """Nodes no transfer reads or writes: a pending write reads the node's SWA slots, a
+        pending load writes its chain's."""
+        pending = self.host_tier.pending()
+        busy = {n.id for n in pending["write"]}
+        for last in pending["load"]:
+            busy.update(n.id for n in self.tree.path_to_root(last))
+        return (n for n in self.tree.nodes() if n.id not in busy)
+
+    # ---- whole tree --------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        check_host_components(self.host_components, list(self.tree.nodes()))
+
+    def reset(self) -> None:
+        super().reset()
+        self.host_components.clear()
+
+    def stats(self) -> HybridCacheStats:
+        base = super().stats()
+        return dataclasses.replace(base, host_components=self.host_components.stats())
+
+    def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
+        comp = node.comp
+        host = (host_swa_gone(comp), host_state_of(comp) is not None)
+        return (*HiRadixCache._digest_flags(self, node), *super()._digest_flags(node), *host)

@@ -1,0 +1,93 @@
+"""A hybrid model's real pools under a HybridHiRadixCache (device and host tiers), with the
+KV and state contents a test writes and reads back."""
+
+from __future__ import annotations
+
+import torch
+
+from hicache.model import ModelConfig
+from hicache.model.hybrid_pools import make_model_pools
+from hicache.radix import RadixKey
+from hicache.radix.components import CheckpointPolicy, HybridConfig
+from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
+
+
+class HybridHostRig:
+    """A ``pattern`` model's pools (``pages`` pages, 4 rows) and a two-tier hybrid cache."""
+
+    def __init__(
+        self,
+        pattern: str = "FSL",
+        window: int = 4,
+        page_size: int = 1,
+        pages: int = 64,
+        state_slots: int = 8,
+        **settings: object,
+    ) -> None:
+        self.cfg = ModelConfig(
+            num_layers=len(pattern), layer_pattern=pattern, sliding_window=window
+        )
+        self.pattern, self.page_size = pattern, page_size
+        size = pages * page_size
+        self.pools = make_model_pools(self.cfg, size, page_size, "cpu", 4, state_slots=state_slots)
+        hybrid = HybridConfig(
+            window if "S" in pattern else None, "L" in pattern, CheckpointPolicy()
+        )
+        self.cache = HybridHiRadixCache(
+            self.pools.req_to_token,
+            self.pools.allocator,
+            page_size,
+            hybrid=hybrid,
+            **settings,
+        )
+        self.gen = torch.Generator().manual_seed(7)
+
+    @property
+    def state_pool(self):
+        return self.cache.components.state_pool
+
+    def attention_layers(self) -> list[int]:
+        return [i for i, kind in enumerate(self.pattern) if kind in "FS"]
+
+    def write_kv(self, slots: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Random keys at ``slots`` of every attention layer; returns them by layer."""
+        kv = self.pools.kv
+        written = {}
+        for layer in self.attention_layers():
+            shape = kv.get_key_buffer(layer)[0].shape
+            k = torch.randn((len(slots), *shape), generator=self.gen).to(self.cfg.dtype)
+            kv.set_kv_buffer(layer, slots, k, k)
+            written[layer] = k
+        return written
+
+    def read_keys(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
+        kv = self.pools.kv
+        if self.pattern[layer] == "S" and hasattr(kv, "translate_loc_from_full_to_swa"):
+            slots = kv.translate_loc_from_full_to_swa(slots)
+        return kv.get_key_buffer(layer)[slots]
+
+    def put(self, ids: list[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor], float]:
+        """Insert ``ids`` with fresh slots holding random KV and a state of a random value
+        (a model with linear layers); returns the slots, the KV and the state value."""
+        slots = self.pools.allocator.alloc(len(ids))
+        assert slots is not None
+        kv = self.write_kv(slots)
+        value, state = float(torch.rand((), generator=self.gen)) + 1.0, None
+        if self.cache.hybrid.recurrent:
+            state = int(self.state_pool.alloc(1)[0])
+            for t in self.state_pool.mamba_cache.tensors():
+                t[:, state] = value
+        self.cache.insert(RadixKey(ids), slots, state=state)
+        self.cache.check_hicache_events()
+        return slots, kv, value
+
+    def state_value(self, slot: int) -> float:
+        return float(next(iter(self.state_pool.mamba_cache.tensors()))[:, slot].flatten()[0])
+
+    def evict_all(self) -> None:
+        self.cache.drain_transfers()
+        self.cache.evict(self.cache.evictable_size())
+
+    def check(self) -> None:
+        self.cache.check_invariants()
+        self.pools.allocator.check_invariants()

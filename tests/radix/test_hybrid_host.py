@@ -1,0 +1,109 @@
+"""HybridHiRadixCache: a hybrid model's SWA KV and recurrent states through the host tier."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hicache.radix import RadixKey
+from hicache.radix.components import host_state_of, is_tombstoned
+from tests.radix.hybrid_host_rig import HybridHostRig
+
+PATTERNS = ["FSL", "FL", "FS", "SL"]
+
+
+def _load(rig: HybridHostRig, ids: list[int]):
+    """match, then load the host part back and let it land; (match, slots, node)."""
+    cache = rig.cache
+    match = cache.match_prefix(RadixKey(ids))
+    slots, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
+    cache.consume_load_batch(cache.ready_to_load_host_cache())
+    cache.drain_transfers()
+    return match, slots, node
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_host_hit_restores_kv_and_state(pattern: str, page_size: int) -> None:
+    rig = HybridHostRig(pattern, page_size=page_size, load_back_threshold=0)
+    ids = list(range(1, 4 * page_size + 1))
+    _, kv, value = rig.put(ids)
+    rig.evict_all()
+    match = rig.cache.match_prefix(RadixKey(ids))
+    assert (match.device_prefix_len, match.host_hit_length) == (0, len(ids))
+    for layer in rig.attention_layers():  # poison what the load will overwrite
+        rig.pools.kv.get_key_buffer(layer).fill_(-7)
+    _, slots, node = _load(rig, ids)
+    assert slots.numel() == len(ids) and node is match.last_host_node
+    for layer, keys in kv.items():
+        torch.testing.assert_close(rig.read_keys(layer, slots), keys, rtol=0, atol=0)
+    if "L" in pattern:
+        state = rig.cache.device_state(node)
+        assert state is not None and rig.state_value(state) == value
+    assert rig.cache.match_prefix(RadixKey(ids)).device_prefix_len == len(ids)
+    rig.check()
+
+
+def test_device_eviction_frees_the_device_state_and_keeps_the_host_one() -> None:
+    rig = HybridHostRig("FSL", load_back_threshold=0)
+    free = rig.state_pool.available_size()
+    rig.put([1, 2, 3, 4])
+    assert rig.state_pool.available_size() == free - 1
+    rig.evict_all()
+    assert rig.state_pool.available_size() == free
+    node = rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).last_host_node
+    assert host_state_of(node.comp) is not None
+    stats = rig.cache.stats().host_components
+    assert stats is not None and (stats.host_states_held, stats.states_backed_up) == (1, 1)
+    rig.check()
+
+
+def test_a_node_tombstoned_before_its_backup_comes_back_tombstoned() -> None:
+    rig = HybridHostRig("FS", window=4, write_policy="write_back", load_back_threshold=0)
+    rig.put([1, 2, 3, 4])
+    rig.put([1, 2, 3, 4, 5, 6, 7, 8])
+    upper = rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).last_device_node
+    assert rig.cache.evict_swa(4) == 4 and is_tombstoned(upper.comp)
+    rig.evict_all()  # write-back: both move down, the upper one without SWA KV
+    assert upper.slots is None and upper.comp.host_swa_gone
+    match = rig.cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6, 7, 8]))
+    assert match.host_hit_length == 8  # the window (4) lies in the lower node
+    _, slots, node = _load(rig, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert slots.numel() == 8 and is_tombstoned(upper.comp) and not is_tombstoned(node.comp)
+    assert rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).device_prefix_len == 0
+    rig.check()
+
+
+def test_host_state_lru_frees_the_oldest_and_the_match_stops_above() -> None:
+    rig = HybridHostRig("FL", load_back_threshold=0, host_state_slots=2)
+    rig.put([1, 2])
+    rig.put([1, 2, 3, 4])
+    rig.put([9, 8])  # a third host state: the host state pool (2 slots) evicts the oldest
+    rig.evict_all()
+    assert rig.cache.stats().host_components.host_states_evicted >= 1
+    match = rig.cache.match_prefix(RadixKey([1, 2, 3, 4]))
+    assert match.host_hit_length in (2, 4)
+    rig.check()
+
+
+def test_load_back_returns_the_device_gap_between_usable_prefix_and_chain() -> None:
+    rig = HybridHostRig("FL", load_back_threshold=0)
+    rig.put([1, 2])
+    rig.put([1, 2, 3, 4, 5, 6])
+    lower = rig.cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6])).last_device_node
+    rig.cache.match_prefix(RadixKey([1, 2, 3, 4, 9, 9]))  # splits: 3..4 without a state
+    rig.cache.drain_transfers()
+    rig.cache.evict(2)  # only the leaf 5..6 leaves the device
+    assert lower.slots is None
+    match, slots, node = _load(rig, [1, 2, 3, 4, 5, 6])
+    assert match.device_prefix_len == 2 and match.host_hit_length == 4
+    assert node is lower and slots.numel() == 4
+    assert torch.equal(slots[:2], torch.as_tensor(lower.parent.slots))
+    rig.check()
+
+
+def test_settings_a_hybrid_host_tier_does_not_take() -> None:
+    with pytest.raises(ValueError, match="inclusive"):
+        HybridHostRig("FSL", tiering="exclusive")
+    with pytest.raises(ValueError, match="storage"):
+        HybridHostRig("FSL", hicache_storage_backend="file")
