@@ -34,7 +34,7 @@ from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import wait_for_compute
 from hicache.devices import new_stream, stream_scope
-from hicache.pools import HostKVPool, SlotAllocator
+from hicache.pools import HostPool, SlotAllocator
 from hicache.pools.backup_staging import controller_staging
 
 
@@ -43,9 +43,10 @@ class HiCacheController:
 
     Parameters
     ----------
-    token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` of the device pool; its
-        ``get_kvcache()`` is the device pool (``mem_pool_device``).
-    mem_pool_host : ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` built on that device pool.
+    token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` (or ``SWATokenToKVPoolAllocator``)
+        of the device pool; its ``get_kvcache()`` is the device pool (``mem_pool_device``).
+    mem_pool_host : ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` built on that device pool;
+        a ``HybridKVPoolHost`` on a composite one (with ``verify="off"`` only).
     page_size : slots per page; must equal the allocator's and the host pool's.
     load_cache_event : optional object with a ``set()`` method (e.g. ``threading.Event``); it is
         set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
@@ -58,8 +59,8 @@ class HiCacheController:
     Attributes
     ----------
     mem_pool_device, mem_pool_host : the two KV pools.
-    layer_done_counter : :class:`LayerDoneCounter` over the device pool's layers, registered on
-        the device pool (its ``get_*_buffer(l)`` wait for layer ``l`` of the consumer batch).
+    layer_done_counter : :class:`LayerDoneCounter` over ``mem_pool_host.layer_num``, registered
+        on the device pool (``get_*_buffer(l)`` waits for layer ``l`` of the consumer batch).
     write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
     ack_write_queue, ack_load_queue : ``list[HiCacheAck]`` of issued batches in issue order; the
         radix cache pops them (see ``operations.pop_finished_acks``) once ``finish_event`` is done.
@@ -67,7 +68,7 @@ class HiCacheController:
         device's highest priority (a forward pass waits on it), the write stream the lowest.
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
     staging : the write stream's ``BackupStaging`` (kernel backups through the copy engines),
-        or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``).
+        or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``, a ``HybridKVPoolHost``).
     counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
 
     Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a ``page_size``
@@ -78,7 +79,7 @@ class HiCacheController:
     def __init__(
         self,
         token_to_kv_pool_allocator: SlotAllocator,
-        mem_pool_host: HostKVPool,
+        mem_pool_host: HostPool,
         page_size: int,
         load_cache_event: SetLike | None = None,
         write_policy: str = "write_through",
@@ -87,7 +88,7 @@ class HiCacheController:
         verify_sample_period: int = 8,
         layers_ahead: int | None = None,
     ) -> None:
-        check_host_pool(mem_pool_host)
+        check_host_pool(mem_pool_host, verify)
         self.config = ControllerConfig(
             page_size, write_policy, io_backend, mem_pool_host.layout, layers_ahead
         )
@@ -95,17 +96,16 @@ class HiCacheController:
         check_load_cache_event(load_cache_event)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.load_cache_event = load_cache_event
+        self.integrity = PageIntegrity.build(
+            device_pool, mem_pool_host, verify, verify_sample_period
+        )
         self.mem_pool_device, self.mem_pool_host = device_pool, mem_pool_host
-        self.geometry = device_pool.geometry  # page size, layers, row bytes: checked above
-        self.device, self.layer_num = self.geometry.device, self.geometry.layer_num
+        self.device, self.layer_num = device_pool.device, mem_pool_host.layer_num
         self.write_stream = new_stream(self.device)
         self.staging = controller_staging(mem_pool_host, io_backend)  # used on write_stream only
         self.load_stream = new_stream(self.device, urgent=True)  # a forward pass waits on it
         self.layer_done_counter = LayerDoneCounter(self.layer_num, self.device)
         device_pool.register_layer_transfer_counter(self.layer_done_counter)
-        self.integrity = PageIntegrity.build(
-            device_pool, mem_pool_host, verify, verify_sample_period
-        )
         self.write_queue: list[CacheOperation] = []
         self.load_queue: list[CacheOperation] = []
         self.ack_write_queue: list[HiCacheAck] = []

@@ -9,7 +9,14 @@ import torch
 
 from hicache import env
 from hicache.checks import check_choice, check_int
-from hicache.pools import HostKVPool, KVPool, SlotAllocator, check_pair
+from hicache.pools import (
+    DevicePool,
+    HostKVPool,
+    HostPool,
+    HybridKVPoolHost,
+    SlotAllocator,
+    check_pair,
+)
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 # How a lower tier relates to the one above it: ``inclusive`` (a page copied down stays above
@@ -73,16 +80,23 @@ def check_load_cache_event(event: Any) -> None:
         raise TypeError("load_cache_event must be None or have a set() method")
 
 
-def check_host_pool(host_pool: Any) -> None:
-    """``TypeError`` unless ``host_pool`` is a host KV pool (MHA or MLA)."""
-    if not isinstance(host_pool, HostKVPool):
+def check_host_pool(host_pool: Any, verify: object) -> None:
+    """``TypeError`` unless ``host_pool`` is a host KV pool (MHA, MLA, or a
+    ``HybridKVPoolHost``); ``ValueError`` for a ``HybridKVPoolHost`` unless ``verify`` is
+    ``"off"`` (page checksums of composite pools are not supported yet)."""
+    if not isinstance(host_pool, (HostKVPool, HybridKVPoolHost)):
         raise TypeError(
-            f"mem_pool_host must be an MHATokenToKVPoolHost or MLATokenToKVPoolHost, "
-            f"got {type(host_pool).__name__}"
+            f"mem_pool_host must be an MHATokenToKVPoolHost, MLATokenToKVPoolHost or "
+            f"HybridKVPoolHost, got {type(host_pool).__name__}"
+        )
+    if isinstance(host_pool, HybridKVPoolHost) and verify != "off":
+        raise ValueError(
+            f"verify must be 'off' with a HybridKVPoolHost (page checksums of composite pools "
+            f"are not supported yet), got {verify!r}"
         )
 
 
-def check_pools(allocator: SlotAllocator, host_pool: HostKVPool, page_size: int) -> KVPool:
+def check_pools(allocator: SlotAllocator, host_pool: HostPool, page_size: int) -> DevicePool:
     """The allocator's device pool, once it is known to fit: ``ValueError`` unless the allocator
     has one, both pools agree with the controller on ``page_size``, and ``host_pool`` was built
     for that device pool's whole geometry (kind, layers, heads and dims, dtype, device)."""
@@ -91,10 +105,10 @@ def check_pools(allocator: SlotAllocator, host_pool: HostKVPool, page_size: int)
     device_pool = allocator.get_kvcache()
     if device_pool is None:
         raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
-    if allocator.page_size != page_size or host_pool.geometry.page_size != page_size:
+    if allocator.page_size != page_size or host_pool.page_size != page_size:
         raise ValueError(
             f"page_size={page_size} must equal the allocator's ({allocator.page_size}) "
-            f"and the host pool's ({host_pool.geometry.page_size})"
+            f"and the host pool's ({host_pool.page_size})"
         )
     differences = host_pool.mismatch(device_pool)
     if differences:

@@ -31,7 +31,7 @@ import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
 from hicache.kernels.checksum import NO_SUM, record_page_checksums, verify_page_checksums
-from hicache.pools import HostKVPool, KVPool
+from hicache.pools import DevicePool, HostKVPool, HostPool, KVPool
 
 VERIFY_MODES = ("off", "sample", "all")
 RECORD_PROGRAMS = 256  # backups overlap the model: a bounded grid (about 1/4 of an H200's warps)
@@ -82,11 +82,15 @@ class PageIntegrity:
 
     @classmethod
     def build(
-        cls, device_pool: KVPool, host_pool: HostKVPool, verify: str, sample_period: int = 8
+        cls, device_pool: DevicePool, host_pool: HostPool, verify: str, sample_period: int = 8
     ) -> PageIntegrity | None:
-        """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both)."""
+        """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both; the
+        controller refuses any other mode for a composite pool first)."""
         check_verify(verify, sample_period)
-        return None if verify == "off" else cls(device_pool, host_pool, verify, sample_period)
+        if verify == "off":
+            return None
+        assert isinstance(device_pool, KVPool) and isinstance(host_pool, HostKVPool), "plain"
+        return cls(device_pool, host_pool, verify, sample_period)
 
     @property
     def failures(self) -> int:

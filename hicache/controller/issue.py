@@ -21,14 +21,14 @@ from hicache.controller.transfer_indices import (
     wait_for_compute,
 )
 from hicache.devices import known_host_copy, new_event, stream_scope
-from hicache.pools import HostKVPool, KVPool, SlotAllocator
+from hicache.pools import DevicePool, HostPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.backup_staging import BackupStaging
 
 _CPU = torch.device("cpu")
 
 
-def batch_backend(io_backend: str, host_pool: HostKVPool, op: CacheOperation) -> str:
+def batch_backend(io_backend: str, host_pool: HostPool, op: CacheOperation) -> str:
     """The concrete io_backend of batch ``op`` (``"auto"`` resolved on the CPU copy of its
     device indices when it has one; never waits)."""
     cpu = op.device_indices if op.device_indices_cpu is None else op.device_indices_cpu
@@ -36,7 +36,7 @@ def batch_backend(io_backend: str, host_pool: HostKVPool, op: CacheOperation) ->
 
 
 def write_op(
-    pools: tuple[KVPool, HostKVPool],
+    pools: tuple[DevicePool, HostPool],
     device_indices: torch.Tensor,
     node_id: int,
     host_indices: torch.Tensor | None,
@@ -67,7 +67,7 @@ def write_op(
 
 
 def load_op(
-    host_pool: HostKVPool,
+    host_pool: HostPool,
     allocator: SlotAllocator,
     io_backend: str,
     host_indices: torch.Tensor,
@@ -125,7 +125,7 @@ def wait_for_acks(acks: tuple[HiCacheAck, ...], counters: TransferCounters) -> N
 def issue_write(
     op: CacheOperation,
     stream: torch.cuda.Stream | None,
-    pools: tuple[KVPool, HostKVPool],
+    pools: tuple[DevicePool, HostPool],
     io_backend: str,
     counters: TransferCounters,
     integrity: PageIntegrity | None,
@@ -169,7 +169,7 @@ def issue_load(
     op: CacheOperation,
     batch: LayerLoadingEvent,
     stream: torch.cuda.Stream | None,
-    pools: tuple[KVPool, HostKVPool],
+    pools: tuple[DevicePool, HostPool],
     config: ControllerConfig,
     counters: TransferCounters,
 ) -> LayerIssue:
@@ -191,7 +191,7 @@ def issue_load(
         counters.h2d.end(mark, len(op))
         finish.record(stream)
 
-    layers = device_pool.layer_num
+    layers = plan.num_layers  # a composite pool's: every global layer, linear ones too
     ahead = layers if config.layers_ahead is None else config.layers_ahead
     issue = LayerIssue(plan, layers, stream, batch.complete, on_done, ahead, mark)
     issue.through(ahead - 1)

@@ -23,7 +23,7 @@ import torch
 from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.devices import is_cuda
 from hicache.durations import DurationHistogram, Durations
-from hicache.pools import HostKVPool
+from hicache.pools import HostPool
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,8 @@ class TransferCounters:
     """A controller's counters: one ``BusyClock`` per direction (tokens of ``host_pool``'s
     geometry) and the blocking waits."""
 
-    def __init__(self, device: torch.device, host_pool: HostKVPool) -> None:
-        token_bytes = host_pool.layout_dim * host_pool.parts
+    def __init__(self, device: torch.device, host_pool: HostPool) -> None:
+        token_bytes = host_pool.slot_bytes
         self.h2d, self.d2h = BusyClock(device, token_bytes), BusyClock(device, token_bytes)
         self.blocking_waits = 0
 

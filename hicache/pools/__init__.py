@@ -14,6 +14,7 @@ from hicache.pools.host_layouts import (
     check_pair,
 )
 from hicache.pools.host_pool import HostKVPool
+from hicache.pools.hybrid_host_pool import HybridKVPoolHost, host_pool_class
 from hicache.pools.hybrid_linear_pool import HybridLinearKVPool
 from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
 from hicache.pools.mamba_host_pool import MambaPoolHost
@@ -22,7 +23,7 @@ from hicache.pools.mamba_pool import MambaPool
 from hicache.pools.mha_pool import MHATokenToKVPool, MHATokenToKVPoolHost
 from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.nsa_pool import NSATokenToKVPool
-from hicache.pools.protocols import SlotAllocator
+from hicache.pools.protocols import DevicePool, HostPool, SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
 from hicache.pools.state_checkpoint import checkpoint_states, release_states, restore_states
 from hicache.pools.swa_allocator import SWATokenToKVPoolAllocator
@@ -33,8 +34,11 @@ __all__ = [
     "LAYOUTS",
     "ROUTES",
     "SUPPORTED_PAIRS",
+    "DevicePool",
     "DoubleSparseTokenToKVPool",
     "HostKVPool",
+    "HostPool",
+    "HybridKVPoolHost",
     "HybridLinearKVPool",
     "HybridReqToTokenPool",
     "KVPool",
@@ -56,6 +60,7 @@ __all__ = [
     "check_io_backend",
     "check_layout",
     "check_pair",
+    "host_pool_class",
     "checkpoint_states",
     "release_states",
     "restore_states",

@@ -144,7 +144,10 @@ def controller_staging(host_pool: Any, io_backend: str) -> BackupStaging | None:
     """The staging buffer of a controller's write stream: ``env.backup_staging_bytes()`` of
     device memory when the host pool is pinned for a CUDA device pool and ``io_backend`` may run
     the kernel on its layout (``"kernel"``, or ``"auto"`` on a layout with a kernel route);
-    None otherwise, or when the setting is 0. Never more slots than the device pool has."""
+    None otherwise, when the setting is 0, or for a composite device pool (a
+    ``HybridKVPoolHost``'s). Never more slots than the device pool has."""
+    if not isinstance(getattr(host_pool, "device_pool", None), KVPool):
+        return None
     nbytes = env.backup_staging_bytes()
     routed = (host_pool.parts, host_pool.layout) in KERNEL_OPS
     if not (nbytes and routed and host_pool.pinned) or io_backend == "direct":

@@ -50,6 +50,14 @@ class CompositeKVPool:
     start_layer : the first layer of this pipeline stage; getters wait on the counter's layer
         ``layer_id - start_layer``.
     layer_transfer_counter : the registered counter, or None.
+    size, page_size, device : the full-attention pool's slots (the allocator's), page and device.
+    num_slots : ``size + page_size`` (the device slots a transfer may name; page 0 pads).
+    transfer_layer_num : layers the transfer side numbers (below).
+
+    The transfer side (the host pool's load plans, the controller's ``LayerDoneCounter``)
+    numbers layers ``layer_id - start_layer`` over every global id up to the last one it knows
+    (layers without KV here, linear ones, included: a load copies nothing for them), so the
+    counter's layer ``l`` is exactly what a getter of global layer ``start_layer + l`` waits on.
 
     Getters take a global ``layer_id``: ``TypeError`` for a non-int, ``ValueError`` naming
     ``layer_id`` for an id with no KV here, then the counter's ``wait_until``, then the inner
@@ -57,6 +65,9 @@ class CompositeKVPool:
     """
 
     layers_mapping: dict[int, tuple[int, bool]]
+    size: int
+    page_size: int
+    device: torch.device
 
     def __init__(self, start_layer: int = 0) -> None:
         self.start_layer = start_layer
@@ -66,6 +77,26 @@ class CompositeKVPool:
     def inner_pools(self) -> list[KVPool]:
         """Every inner pool, the full-attention one first."""
         raise NotImplementedError
+
+    @property
+    def num_slots(self) -> int:
+        """Device slots of the full-attention pool, ``size + page_size``."""
+        return self.size + self.page_size
+
+    @property
+    def transfer_layer_num(self) -> int:
+        """``1 + (the last global layer id known here) - start_layer``: ``layers_mapping``'s
+        ids and :meth:`_other_layers`'."""
+        return max((*self.layers_mapping, *self._other_layers())) + 1 - self.start_layer
+
+    def _other_layers(self) -> tuple[int, ...]:
+        """Global ids of the model's layers without KV that this pool knows (none here)."""
+        return ()
+
+    def inner_slots(self, indices: torch.Tensor) -> list[torch.Tensor]:
+        """The slots of allocator slots ``indices`` (int64) in each of :attr:`inner_pools`,
+        in that order, each on ``indices``' device (the full pool's: ``indices`` itself)."""
+        return [indices]
 
     def _pool_for(self, is_swa: bool) -> KVPool:
         raise NotImplementedError

@@ -17,7 +17,7 @@ import math
 import psutil
 
 from hicache import env
-from hicache.checks import check_choice
+from hicache.checks import check_choice, check_int
 from hicache.env import ENV
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -81,11 +81,17 @@ def host_slots(
     host_size_gb: float,
     page_size: int,
     bytes_per_slot: int,
+    exact: int | None = None,
 ) -> int:
     """Host slots: from ``host_size_gb`` (GB = 1e9 bytes) when > 0, else ``ratio * device_size``;
     rounded up to whole pages and required to be at least one page (``ValueError`` otherwise).
-    Any size above that works, smaller than the device pool too.
+    Any size above that works, smaller than the device pool too. ``exact`` (``slots``, a
+    positive multiple of ``page_size``; ``ValueError`` otherwise) replaces both when given.
     """
+    if exact is not None:
+        if check_int("slots", exact, minimum=1) % page_size:
+            raise ValueError(f"slots must be a multiple of page_size={page_size}, got {exact}")
+        return exact
     for name, value in (
         ("host_to_device_ratio", host_to_device_ratio),
         ("host_size_gb", host_size_gb),

@@ -1,10 +1,9 @@
 """Host KV pools (L2): one CPU buffer per pool, pinned when the device pool is on CUDA.
 
-``load_to_device_per_layer``, ``plan_load`` (every layer of a load, planned once; see
-:mod:`hicache.pools.load_plan`) and ``backup_from_device_all_layer`` route each (layout,
-io_backend) pair to its transfer op in :mod:`hicache.kernels` (the table is in
-:mod:`hicache.pools.layer_ops`; ``plan_load`` uses the ``hicache.kernels.plan_*`` form of the
-same load op). Other pairs raise ``ValueError``.
+``load_to_device_per_layer``, ``plan_load`` (every layer of a load, planned once:
+:mod:`hicache.pools.load_plan`, the ``hicache.kernels.plan_*`` form of the same op) and
+``backup_from_device_all_layer`` route each (layout, io_backend) pair to its transfer op in
+:mod:`hicache.kernels` (the table: :mod:`hicache.pools.layer_ops`); others raise ``ValueError``.
 """
 
 from __future__ import annotations
@@ -51,6 +50,8 @@ class HostKVPool:
         io_backend) pair is checked here instead of at the first transfer. Each transfer call
         takes its own ``io_backend``; ``"auto"`` picks one per call
         (:mod:`hicache.pools.auto_backend`).
+    slots : exact host slots (a page multiple), replacing ``host_to_device_ratio`` and
+        ``host_size_gb`` (the inner pools of a ``HybridKVPoolHost`` share one count).
 
     Raises ``ValueError`` before allocating on a bad layout/pair, a host pool of no page (any
     size above, smaller than the device pool too, works), or one larger than available RAM
@@ -72,6 +73,7 @@ class HostKVPool:
         pin_memory: bool = True,
         *,
         io_backend: str | None = None,
+        slots: int | None = None,
     ) -> None:
         self._check_args(device_pool, page_size, layout, pin_memory, io_backend)
         self.device_pool = device_pool
@@ -82,11 +84,11 @@ class HostKVPool:
         self.head_num, self.head_dim = geometry.row_shape
         self.layout_dim = self.item_size * self.layer_num
         self.device = _CPU
-        bytes_per_slot = self.layout_dim * self.parts
+        self.slot_bytes = self.layout_dim * self.parts  # one host slot: every part and layer
         self.size = host_slots(
-            device_pool.size, host_to_device_ratio, host_size_gb, page_size, bytes_per_slot
+            device_pool.size, host_to_device_ratio, host_size_gb, page_size, self.slot_bytes, slots
         )
-        check_ram(self.size * bytes_per_slot)
+        check_ram(self.size * self.slot_bytes)
         self._allocator = PageAllocator(self.size // page_size, page_size)
         self._buffer = self._allocate()
         self.pinned = pin_memory and is_cuda(device_pool.device)
@@ -249,9 +251,8 @@ class HostKVPool:
         io_backend: str,
         staging: BackupStaging | None = None,
     ) -> tuple[str, torch.Tensor, torch.Tensor]:
-        """Checks, then the concrete backend (``"auto"`` resolved for this batch, without
-        waiting for the GPU; ``"staged"``: a kernel backup that ``staging`` suits) and the
-        indices where it needs them."""
+        """Checks, then the concrete backend (``"auto"`` resolved without waiting for the GPU;
+        ``"staged"``: a kernel backup ``staging`` suits) and the indices where it needs them."""
         if self.closed:
             raise RuntimeError("this host pool is closed")
         check_pair(self.layout, io_backend)

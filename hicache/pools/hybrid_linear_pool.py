@@ -130,6 +130,10 @@ class HybridLinearKVPool(CompositeKVPool):
     def _layer_kind(self) -> str:
         return "full-attention layers (linear layers keep their state in mamba_pool)"
 
+    def _other_layers(self) -> tuple[int, ...]:
+        """``mamba_pool``'s linear layers (``cache_params.layers``, where it has them)."""
+        return tuple(getattr(getattr(self.mamba_pool, "cache_params", None), "layers", ()))
+
     def get_kv_size_bytes(self) -> Any:
         """``full_kv_pool.get_kv_size_bytes()``: ``(k, v)`` bytes for MHA, one int for MLA."""
         return self.full_kv_pool.get_kv_size_bytes()

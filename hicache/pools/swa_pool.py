@@ -146,6 +146,14 @@ class SWAKVPool(CompositeKVPool):
         padding slot). ``ValueError`` before a mapping is registered."""
         return self._translate("kv_indices", kv_indices).to(torch.int32)
 
+    def inner_slots(self, indices: torch.Tensor) -> list[torch.Tensor]:
+        """``[indices, their SWA slots]`` (int64, on ``indices``' device): the mapping read
+        when called, in the current stream's order; a token without an SWA slot maps to 0, the
+        padding slot. CPU indices of a CUDA pool are translated there and read back (the CPU
+        waits for the current stream). ``ValueError`` before a mapping is registered."""
+        swa = self._translate("indices", indices.to(self.device, non_blocking=True))
+        return [indices, swa.to(indices.device)]
+
     def _translate(self, name: str, indices: Any) -> torch.Tensor:
         mapping = self.full_to_swa_index_mapping
         if mapping is None:

@@ -4,49 +4,32 @@ controller that moves KV between them."""
 from __future__ import annotations
 
 from hicache.controller import HiCacheController
-from hicache.pools import (
-    HostKVPool,
-    MHATokenToKVPool,
-    MHATokenToKVPoolHost,
-    MLATokenToKVPool,
-    MLATokenToKVPoolHost,
-    SlotAllocator,
-)
+from hicache.pools import HostPool, HybridKVPoolHost, SlotAllocator, host_pool_class
+from hicache.pools.composite_pool import CompositeKVPool
 from hicache.radix.config import HiCacheConfig
 
 
 def build_host_pool(
     allocator: SlotAllocator | None, page_size: int, config: HiCacheConfig
-) -> HostKVPool:
-    """The host pool (MHA or MLA, by the allocator's device pool type) ``config`` describes.
+) -> HostPool:
+    """The host pool ``config`` describes for the allocator's device pool: an
+    ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` for an MHA / MLA pool, a
+    ``HybridKVPoolHost`` for a composite one (``SWAKVPool``, ``HybridLinearKVPool``).
 
     Pinned when the device pool is on CUDA. ``ValueError`` when the allocator has no device pool,
     the host pool would hold no page (any size above works), or RAM is short; ``TypeError`` for
-    a device pool that is neither MHA nor MLA.
+    a device pool of another type.
     """
     if allocator is None or not callable(getattr(allocator, "get_kvcache", None)):
         raise ValueError("HiRadixCache needs a token_to_kv_pool_allocator with get_kvcache()")
     device_pool = allocator.get_kvcache()
     if device_pool is None:
         raise ValueError("token_to_kv_pool_allocator has no device KV pool (get_kvcache() is None)")
-    if isinstance(device_pool, MLATokenToKVPool):
-        host_cls: type[HostKVPool] = MLATokenToKVPoolHost
-    elif isinstance(device_pool, MHATokenToKVPool):
-        host_cls = MHATokenToKVPoolHost
-    else:
-        raise TypeError(
-            "token_to_kv_pool_allocator.get_kvcache() must be an MHATokenToKVPool or "
-            f"MLATokenToKVPool, got {type(device_pool).__name__}"
-        )
-    return host_cls(
-        device_pool,
-        config.hicache_ratio,
-        config.hicache_size_gb,
-        page_size,
-        config.mem_layout,
-        pin_memory=True,
-        io_backend=config.io_backend,
-    )
+    sizes = (config.hicache_ratio, config.hicache_size_gb, page_size, config.mem_layout)
+    if isinstance(device_pool, CompositeKVPool):
+        return HybridKVPoolHost(device_pool, *sizes, io_backend=config.io_backend)
+    host_cls = host_pool_class(device_pool, "token_to_kv_pool_allocator.get_kvcache()")
+    return host_cls(device_pool, *sizes, pin_memory=True, io_backend=config.io_backend)
 
 
 def build_controller(
