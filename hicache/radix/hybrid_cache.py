@@ -194,7 +194,7 @@ class HybridRadixCache(RadixCache):
 
     def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
         comp = node.comp
-        return (node.slots is not None, is_tombstoned(comp), state_of(comp) is not None)
+        return (*super()._digest_flags(node), is_tombstoned(comp), state_of(comp) is not None)
 
     # ---- internals ---------------------------------------------------------------------------
 

@@ -142,7 +142,9 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         if not self._usable_after_load(node):
             return empty, usable
         gap = [n.slots for n in path[end + 1 : on_device] if n.slots is not None]
-        return concat_slots([*gap, device], self.device), node
+        if not gap:
+            return device, node
+        return torch.cat([concat_slots(gap, device.device), device]), node
 
     def _usable_after_load(self, node: TreeNode) -> bool:
         """Whether the loaded ``node`` ends a usable prefix: its window intact and, for a
@@ -184,4 +186,4 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
     def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
         comp = node.comp
         host = (host_swa_gone(comp), host_state_of(comp) is not None)
-        return (*HiRadixCache._digest_flags(self, node), *super()._digest_flags(node), *host)
+        return (*super()._digest_flags(node), *host)

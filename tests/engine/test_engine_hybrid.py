@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hicache.backends import StorageConfig
 from hicache.engine import CacheSpec, Engine, EngineConfig, Request, Status, build_engine
 from hicache.model import TinyTransformer
 from hicache.radix import CheckpointPolicy, HiCacheConfig, HybridRadixCache, RadixCache
-from hicache.backends import StorageConfig
 from tests.model.hybrid_harness import hybrid_config, random_prompt
 
 CASES = [(p, a, ps) for p in ("FSL", "FSLFSL") for a in ("mha", "mla") for ps in (1, 16)]

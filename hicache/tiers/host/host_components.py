@@ -99,7 +99,7 @@ class HostComponents:
         comp, pool = node.comp, self.host_states
         if pool is None or node.host_slots is None or state_of(comp) is None:
             return host_state_of(comp) is not None
-        assert comp is not None
+        assert comp is not None and comp.state is not None
         if comp.host_state is not None:
             return True
         if not pool.available_size():
