@@ -98,6 +98,9 @@ def test_misuse_is_refused_before_any_change():
     plain = MHATokenToKVPool(16, PAGE, torch.float32, 2, 8, 2, "cpu")
     with pytest.raises(TypeError, match="device_pool must be a SWAKVPool or HybridLinearKVPool"):
         HybridKVPoolHost(plain, 1.0, 0, PAGE, "layer_first")
+    for page in (0, 2 * PAGE):
+        with pytest.raises(ValueError, match="page_size must equal device_pool.page_size"):
+            HybridKVPoolHost(kv, 1.0, 0, page, "layer_first")
     host = HybridKVPoolHost(kv, 1.0, 0, PAGE, "layer_first")
     with pytest.raises(ValueError, match="verify must be 'off' with a HybridKVPoolHost"):
         HiCacheController(allocator, host, PAGE, verify="all")
