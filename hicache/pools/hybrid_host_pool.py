@@ -109,6 +109,8 @@ class HybridKVPoolHost:
                 f"device_pool must be a SWAKVPool or HybridLinearKVPool, "
                 f"got {type(device_pool).__name__}"
             )
+        if page_size != device_pool.page_size:
+            raise ValueError(f"page_size must equal device_pool.page_size={device_pool.page_size}")
         inner = device_pool.inner_pools
         classes = [host_pool_class(pool, "an inner pool of device_pool") for pool in inner]
         self.slot_bytes = sum(map(_slot_bytes, inner))
