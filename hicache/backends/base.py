@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
+from hicache.backends.composite_pages import page_io_of
 from hicache.backends.faults import FaultLog
 from hicache.backends.keys import check_keys
 from hicache.backends.pages import PageIO
-from hicache.pools.host_pool import HostKVPool
 
 __all__ = ["HiCacheStorage", "HiCacheStorageExtraInfo", "PageStore"]
 
@@ -68,14 +68,12 @@ class HiCacheStorage(ABC):
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Attach the host pool whose slots the batch calls read and write (once);
-        ``TypeError`` unless it is a ``HostKVPool``."""
-        if not isinstance(mem_pool_host, HostKVPool):
-            raise TypeError(
-                f"mem_pool_host must be a HostKVPool, got {type(mem_pool_host).__name__}"
-            )
+        ``TypeError`` unless it is a ``HostKVPool``, a ``HybridKVPoolHost`` or a
+        ``MambaPoolHost`` (``composite_pages.page_io_of``)."""
+        pages = page_io_of(mem_pool_host)
         if self.pages is not None:
             raise ValueError("register_mem_pool_host: a host pool is already registered")
-        self.pages = PageIO(mem_pool_host)
+        self.pages = pages
 
     def page_io(self) -> PageIO:
         """The registered ``PageIO``; ``ValueError`` before ``register_mem_pool_host``."""

@@ -5,7 +5,8 @@
 (``hicache.radix.page_hash``) already carries the request's namespace (``extra_key`` and
 ``cache_salt`` seed the chain), so one tenant's keys never name another's pages. The
 fingerprint changes whenever the bytes would mean something else: another model or revision
-(or weights digest), KV dtype, head count, head dim, layer count, page size or host layout.
+(or weights digest), KV dtype, head count, head dim, layer count, page size or host layout,
+and for a hybrid model its layer pattern, inner pools and recurrent state shapes (``pattern``).
 The shard names the TP rank (``r{rank}of{size}``) for MHA, whose ranks hold different heads;
 MLA ranks hold identical latents, so the shard is ``mla``: rank 0 writes, every rank reads.
 Characters are ``[0-9a-z_]`` only: a key is also a file name.
@@ -41,9 +42,10 @@ class KVFingerprint:
     page_size: int
     layout: str
     is_mla: bool
+    pattern: str = ""  # a hybrid model's layer pattern, inner pools and state shapes ("": none)
 
     def __post_init__(self) -> None:
-        for name in ("model_id", "model_revision", "kv_dtype", "layout"):
+        for name in ("model_id", "model_revision", "kv_dtype", "layout", "pattern"):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -54,8 +56,10 @@ class KVFingerprint:
 
     @property
     def digest(self) -> str:
-        """sha256 over the length-framed fields, first 16 hex chars."""
+        """sha256 over the length-framed fields (``pattern`` only when set, so the digests
+        of full-attention models never change), first 16 hex chars."""
         sha = hashlib.sha256(b"hicache-fp-v1\0")
+        pattern = (self.pattern,) if self.pattern else ()
         for value in (
             self.model_id,
             self.model_revision,
@@ -66,6 +70,7 @@ class KVFingerprint:
             self.page_size,
             self.layout,
             self.is_mla,
+            *pattern,
         ):
             raw = str(value).encode("utf-8")
             sha.update(len(raw).to_bytes(8, "little") + raw)

@@ -44,18 +44,30 @@ class PageIO:
     trailer_bytes, stored_bytes : bytes of an object's trailer, and of a whole stored object.
     """
 
+    host_pool: Any
+
     def __init__(self, host_pool: Any) -> None:
+        ps, layers = host_pool.page_size, host_pool.layer_num
         self.host_pool = host_pool
-        self.parts: int = host_pool.parts
-        self.page_size: int = host_pool.page_size
-        self.layout: str = host_pool.layout
-        self.object_bytes: int = self.page_size * host_pool.layer_num * host_pool.item_size
-        self.zero_copy = self.layout != "layer_first"
+        self._frame(host_pool.parts, ps * layers * host_pool.item_size, ps, host_pool.layout)
+        self._size(host_pool.size, layers)
+        self.zero_copy = host_pool.layout != "layer_first"
         self._parts: list[torch.Tensor] = list(host_pool.host_parts)
         self._flat = [_bytes(t) for t in self._parts] if self.zero_copy else []
-        self.trailer_bytes = trailer_bytes(host_pool.layer_num)
+
+    def _frame(self, parts: int, object_bytes: int, page_size: int, layout: str) -> None:
+        """The page shape: ``parts`` objects of ``object_bytes`` per page of ``page_size``
+        slots, from a pool of ``layout`` (not zero-copy until a subclass says so)."""
+        self.parts, self.object_bytes, self.zero_copy = parts, object_bytes, False
+        self.page_size, self.layout = page_size, layout
+
+    def _size(self, slot_limit: int, sum_layers: int) -> None:
+        """Pages lie in host slots ``[0, slot_limit)``; a trailer carries ``sum_layers``
+        checksums (``NO_SUM`` unless ``attach_checksums``)."""
+        self.slot_limit = slot_limit
+        self.trailer_bytes = trailer_bytes(sum_layers)
         self.stored_bytes = self.object_bytes + self.trailer_bytes
-        self._no_sum = np.full(host_pool.layer_num, NO_SUM, np.int64)
+        self._no_sum = np.full(sum_layers, NO_SUM, np.int64)
         self._sums: np.ndarray | None = None
 
     def attach_checksums(self, store: torch.Tensor) -> None:
@@ -64,7 +76,7 @@ class PageIO:
         page's row, a verified read writes it."""
         if store.dtype != torch.int64 or store.dim() != 2 or not store.is_cpu:
             raise ValueError(f"store must be an int64 CPU tensor [pages, layers], got {store}")
-        if tuple(store.shape) != (self.host_pool.size // self.page_size, len(self._no_sum)):
+        if tuple(store.shape) != (self.slot_limit // self.page_size, len(self._no_sum)):
             raise ValueError(f"store must have one row per host page, got {tuple(store.shape)}")
         self._sums = store.numpy()
 
@@ -120,8 +132,8 @@ class PageIO:
         firsts = pages[:, 0]
         if (firsts % ps).any() or (pages != firsts[:, None] + np.arange(ps)).any():
             raise ValueError("host_indices must be whole pages: page_size consecutive slots each")
-        if firsts.min() < 0 or firsts.max() + ps > self.host_pool.size:
-            raise IndexError(f"host_indices must lie in [0, {self.host_pool.size})")
+        if firsts.min() < 0 or firsts.max() + ps > self.slot_limit:
+            raise IndexError(f"host_indices must lie in [0, {self.slot_limit})")
         return [int(s) for s in firsts]
 
     def _view(self, part: int, slot: int) -> torch.Tensor:

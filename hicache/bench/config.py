@@ -48,7 +48,7 @@ class BenchConfig:
     ``metrics_port``: serve Prometheus metrics on ``metrics_host`` during each run (one rank);
     ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``).
     ``layers_pattern``: one of ``F``/``S``/``L`` per layer (``ModelConfig.layer_pattern``; None:
-    every layer ``F``); a hybrid one (``S`` or ``L``) runs device-only, without ``--storage``."""
+    every layer ``F``); a hybrid one (``S`` or ``L``) runs with every tier, ``--storage`` too."""
 
     users: int
     rounds: int
@@ -184,11 +184,6 @@ class BenchConfig:
                 f"got {self.prefetch_policy!r}"
             )
         check_count("prefetch_threshold", self.prefetch_threshold, minimum=1)
-        if self.storage is not None and self.hybrid:
-            raise ValueError(
-                f"--storage needs a full-attention model, got --layers-pattern "
-                f"{self.layers_pattern}: the storage tier for hybrid models is not built yet"
-            )
 
     def _check_tp(self) -> None:
         """``--tp`` a positive int that splits the model evenly, on ``cpu`` or ``cuda``."""

@@ -1,8 +1,8 @@
 """Build a model's pools, a radix cache (device-only or hierarchical) and an engine over them.
 
 A hybrid model (``ModelConfig.layer_pattern`` with ``S`` or ``L`` layers) gets the pools of
-``make_model_pools`` and a ``HybridRadixCache``, or with a host tier a ``HybridHiRadixCache``
-(no storage tier yet; ``engine.hybrid``).
+``make_model_pools`` and a ``HybridRadixCache``, or with a host tier (and a storage tier) a
+``HybridHiRadixCache`` (``engine.hybrid``).
 
 Under tensor parallelism each rank calls ``build_engine`` with its shard of the model
 (``TinyTransformer(cfg, device, TPShard.of(group))``): its pools hold the shard's KV and its
@@ -156,11 +156,6 @@ def build_engine(
     cfg = model.cfg
     group = model.shard.group if tp_group is None else tp_group
     if cfg.is_hybrid:
-        if spec.hicache.storage is not None and spec.kind == "hiradix":
-            raise ValueError(
-                f"a hybrid model (layer_pattern={cfg.layer_pattern!r}) takes no storage tier "
-                "yet: the storage tier does not carry SWA KV or recurrent states"
-            )
         cache, req_pool, allocator = build_hybrid_parts(model, spec, group)
         return Engine(model, cache, req_pool, allocator, config)
     stack = build_kv_stack(

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from hicache.backends import StorageConfig
 from hicache.checks import check_int
 from hicache.pools import SlotAllocator
 from hicache.radix.base import ReqToTokenTable
@@ -148,16 +149,18 @@ class HiRadixCache(RadixCache):
         )
         self.ledger.attach(self.host_tier)
         self.storage_tier: StorageTier | None = None
+        self.tiers = self._host_link(None)
         if self.hi_config.storage is not None:
-            self.storage_tier = build_storage(
-                self.tree,
-                self.host_tier,
-                self.cache_controller.mem_pool_host,
-                self.hi_config.storage,
-                self._clock,
-                self.ledger.events,
-            )
-            self.host_tier.attach(self.storage_tier)
+            self._attach_storage(self.hi_config.storage)
+
+    def _attach_storage(self, storage: StorageConfig, components: Any = None) -> None:
+        """Chain in the storage tier of ``storage`` (``build_storage``, with ``components``)."""
+        tree, host, events = self.tree, self.host_tier, self.ledger.events
+        host_pool = self.cache_controller.mem_pool_host
+        self.storage_tier = build_storage(
+            tree, host, host_pool, storage, self._clock, events, components
+        )
+        self.host_tier.attach(self.storage_tier)
         self.tiers = self._host_link(self.storage_tier)
 
     def _host_link(self, storage: StorageTier | None) -> HostLink:

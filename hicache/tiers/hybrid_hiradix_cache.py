@@ -12,8 +12,11 @@ past the usable device prefix (the device nodes between it and the host-only cha
 loaded ones) and the node whose device state (``device_state``) the request restores from; or an
 empty tensor and the usable device node when nothing usable was loaded.
 
-Tiering is inclusive (a node's host copy stays after a load-back); the storage tier does not
-carry components yet, so a hybrid cache takes no storage backend (``ValueError``).
+Tiering is inclusive (a node's host copy stays after a load-back). A storage tier (inclusive
+storage tiering only) carries every component: pages hold every attention layer, a node whose
+host SWA is gone breaks the chain, and the host states go beside the pages (``StateStorage``);
+it is built after ``HostComponents`` (``_attach_storage``), its fingerprint naming the state
+shapes.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from typing import Any
 
 import torch
 
+from hicache.backends import StorageConfig
 from hicache.checks import check_int
 from hicache.pools import MambaPoolHost
 from hicache.radix.component_ledger import HybridCacheStats
 from hicache.radix.components import HybridConfig, host_state_of, host_swa_gone, state_of
+from hicache.radix.config import HiCacheConfig
 from hicache.radix.hybrid_cache import HybridRadixCache
 from hicache.radix.hybrid_match import HybridMatchResult, usable_end, window_intact
 from hicache.radix.key import RadixKey
@@ -36,17 +41,37 @@ from hicache.radix.slots import concat_slots
 from hicache.tiers.hiradix_cache import HiRadixCache
 from hicache.tiers.host.host_checks import check_host_components
 from hicache.tiers.host.host_components import HostComponents
+from hicache.tiers.storage.storage_build import storage_from_keywords
 
 
 def _check_supported(kwargs: dict[str, Any]) -> None:
-    """``ValueError`` for the settings a hybrid cache does not take yet (before any change)."""
+    """``ValueError`` for the settings a hybrid cache does not take (before any change)."""
     config = kwargs.get("config")
     tiering = kwargs.get("tiering", "inclusive") if config is None else config.tiering
     if tiering != "inclusive":
         raise ValueError(f"a hybrid model's host tier is inclusive only, got tiering={tiering!r}")
-    storage = kwargs.get("hicache_storage_backend") if config is None else config.storage
-    if storage is not None:
-        raise ValueError("a hybrid model's cache takes no storage tier yet")
+    storage = None if not isinstance(config, HiCacheConfig) else config.storage
+    if storage is not None and storage.tiering != "inclusive":
+        raise ValueError(
+            f"a hybrid model's storage tier is inclusive only, got tiering={storage.tiering!r}"
+        )
+
+
+def _take_storage(kwargs: dict[str, Any]) -> StorageConfig | None:
+    """The storage settings in ``kwargs``, taken out of them (the hybrid cache builds its
+    storage tier once its host components exist)."""
+    config = kwargs.get("config")
+    if isinstance(config, HiCacheConfig):
+        kwargs["config"] = dataclasses.replace(config, storage=None)
+        return config.storage
+    if config is not None:
+        return None  # HiRadixCache refuses it
+    return storage_from_keywords(
+        kwargs.pop("hicache_storage_backend", None),
+        kwargs.get("hicache_storage_prefetch_policy", "timeout"),
+        kwargs.get("model_name"),
+        kwargs.get("storage_backend_extra_config"),
+    )
 
 
 class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
@@ -61,7 +86,7 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
     host_state_slots : host state slots of the default ``host_states``; default:
         ``hicache_ratio`` x the device state pool's slots (rounded up). A state costs
         ``MambaPoolHost.slot_bytes`` of host memory.
-    **kwargs : ``HiRadixCache``'s settings (inclusive tiering, no storage backend).
+    **kwargs : ``HiRadixCache``'s settings (inclusive tiering; a storage tier's too).
     """
 
     def __init__(
@@ -77,6 +102,7 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         **kwargs: Any,
     ) -> None:
         _check_supported(kwargs)
+        storage = _take_storage(kwargs)
         if host_state_slots is not None:
             check_int("host_state_slots", host_state_slots, minimum=1)
         if host_states is not None and not isinstance(host_states, MambaPoolHost):
@@ -98,6 +124,11 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
             host_states = MambaPoolHost(pool, size=slots)
         self.host_components = HostComponents(self.components, host_states, self.ledger.events)
         self.ledger.watch = self.host_components
+        if storage is not None:
+            self.hi_config = dataclasses.replace(self.hi_config, storage=storage)
+            self._attach_storage(storage, self.host_components)
+            assert self.storage_tier is not None
+            self.host_components.busy = self.storage_tier.pins
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -157,8 +188,12 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
     def _attach_state(self, key: RadixKey, slot: int) -> None:
         super()._attach_state(key, slot)
         path = self.tree.peek(key.token_ids, key.extra_key)[0]
-        if path:
-            self.host_components.backup_state(path[-1])
+        if not path:
+            return
+        had = host_state_of(path[-1].comp) is not None
+        gained = self.host_components.backup_state(path[-1]) and not had
+        if gained and self.storage_tier is not None:
+            self.storage_tier.backups.state_gained(path[-1])
 
     def _swa_candidates(self) -> Any:
         """Nodes no transfer reads or writes: a pending write reads the node's SWA slots, a

@@ -49,9 +49,8 @@ def test_hybrid_bench_host_tier_adds_hits(tmp_path: Path) -> None:
         (["--layers-pattern", "FSX"], "one or more of the letters F, S, L"),
         (["--layers-pattern", "fsl"], "one or more of the letters F, S, L"),
         (["--layers-pattern", "FSL", "--layers", "4"], "has 3 letters, one per layer"),
-        (["--layers-pattern", "FSL", "--storage", "file"], "not built yet"),
     ],
-    ids=["empty", "bad-letter", "lower-case", "length", "storage"],
+    ids=["empty", "bad-letter", "lower-case", "length"],
 )
 def test_misuse_exits_with_one_line_naming_the_flag(
     extra: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -138,8 +138,8 @@ def test_every_tokens_checkpoints_chunked_prefill() -> None:
 
 def test_hybrid_misuse() -> None:
     model = TinyTransformer(hybrid_config("FSL", "mha"))
-    memory = HiCacheConfig(storage=StorageConfig(backend="memory"))
-    with pytest.raises(ValueError, match="takes no storage tier yet"):
+    memory = HiCacheConfig(storage=StorageConfig(backend="memory", tiering="exclusive"))
+    with pytest.raises(ValueError, match="storage tier is inclusive only"):
         build_engine(model, CacheSpec(kind="hiradix", hicache=memory))
     with pytest.raises(ValueError, match="state_slots"):
         CacheSpec(max_requests=4, state_slots=7)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache.radix import RadixKey
+from hicache.backends import MemoryStorage, StorageConfig
+from hicache.radix import HiCacheConfig, RadixKey
 from hicache.radix.components import host_state_of, is_tombstoned
 from tests.radix.hybrid_host_rig import HybridHostRig
 
@@ -106,5 +107,8 @@ def test_load_back_returns_the_device_gap_between_usable_prefix_and_chain() -> N
 def test_settings_a_hybrid_host_tier_does_not_take() -> None:
     with pytest.raises(ValueError, match="inclusive"):
         HybridHostRig("FSL", tiering="exclusive")
-    with pytest.raises(ValueError, match="storage"):
-        HybridHostRig("FSL", hicache_storage_backend="file")
+    exclusive = StorageConfig(backend="memory", tiering="exclusive")
+    with pytest.raises(ValueError, match="storage tier is inclusive only"):
+        HybridHostRig("FSL", config=HiCacheConfig(storage=exclusive))
+    with pytest.raises(ValueError, match="a backend by name"):
+        HybridHostRig("FSL", config=HiCacheConfig(storage=StorageConfig(backend=MemoryStorage())))

@@ -136,7 +136,7 @@ def test_pool_registration_is_required_once(host: Any, backend_factory: Any) -> 
     store = backend_factory()
     with pytest.raises(ValueError, match="register_mem_pool_host"):
         store.batch_exists(keys_for(host, 1))
-    with pytest.raises(TypeError, match="mem_pool_host must be a HostKVPool, got object"):
+    with pytest.raises(TypeError, match="mem_pool_host must be a HostKVPool, .*got object"):
         store.register_mem_pool_host(object())
     store.register_mem_pool_host(host)
     with pytest.raises(ValueError, match="already registered"):

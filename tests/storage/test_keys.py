@@ -30,13 +30,17 @@ CHANGES = {
     "page_size": 32,
     "layout": "layer_first",
     "is_mla": True,
+    "pattern": "([(0, (0, False))], 0)",
 }
 
 
 def _framed_digest(fp: KVFingerprint) -> str:
-    """The documented format, rebuilt: sha256 over a tag and each field length-framed."""
+    """The documented format, rebuilt: sha256 over a tag and each field length-framed
+    (``pattern`` only when set)."""
     sha = hashlib.sha256(b"hicache-fp-v1\0")
     for field in dataclasses.fields(fp):
+        if field.name == "pattern" and not fp.pattern:
+            continue
         raw = str(getattr(fp, field.name)).encode()
         sha.update(len(raw).to_bytes(8, "little") + raw)
     return sha.hexdigest()[:16]
@@ -44,6 +48,8 @@ def _framed_digest(fp: KVFingerprint) -> str:
 
 def test_the_fingerprint_digest_is_the_framed_sha256() -> None:
     assert FP.digest == _framed_digest(FP)
+    hybrid = dataclasses.replace(FP, pattern=CHANGES["pattern"])
+    assert hybrid.digest == _framed_digest(hybrid)
     assert re.fullmatch(r"[0-9a-f]{16}", FP.digest)
     assert KVFingerprint(*dataclasses.astuple(FP)).digest == FP.digest
 

@@ -18,14 +18,21 @@ pool (``MambaPoolHost``), one slot per node at most:
 - **Host state eviction.** Host states have their own LRU: when the host state pool is full,
   the least recently used one is freed (its node stays, usable only for full attention).
 - **Deletion.** A node leaving the tree frees both its states.
+- **Storage** (``tiers.storage.state_storage``): a host state is written to storage after its
+  node's pages (``state_for_storage``; never evicted while ``busy``: a storage write reads
+  it), and a state read from storage goes to a slot of ``alloc_host_state`` and then to the
+  prefetched node (``adopt_state``), or back (``release_host_state``).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from hicache.devices import EventLike
 from hicache.radix.component_ledger import ComponentLedger, HostComponentStats
 from hicache.radix.components import MAMBA, NodeComponents, host_state_of, is_tombstoned, state_of
 from hicache.radix.events import HOST, NodeEvents
@@ -55,6 +62,8 @@ class HostComponents:
         self.components, self.host_states, self.events = components, host_states, events
         self.host_lru: dict[TreeNode, None] = {}  # nodes whose host copy holds a state
         self.states_backed_up = self.states_loaded = self.host_states_evicted = 0
+        self.busy: Callable[[TreeNode], bool] = _never  # a storage write reads its host state
+        self._copies: dict[int, EventLike] = {}  # host slot -> its backup copy's event
 
     def stats(self) -> HostComponentStats:
         capacity = 0 if self.host_states is None else self.host_states.size
@@ -102,18 +111,45 @@ class HostComponents:
         assert comp is not None and comp.state is not None
         if comp.host_state is not None:
             return True
+        host = self.alloc_host_state()
+        if host is None:
+            return False
+        state = _slot(comp.state)
+        self._copies[host] = pool.backup_from_device(self.components.state_pool, state, _slot(host))
+        self.adopt_state(node, host)
+        self.states_backed_up += 1
+        return True
+
+    def alloc_host_state(self) -> int | None:
+        """A free host state slot (the least recently used state evicted when none is free),
+        or None."""
+        pool = self.host_states
         if not pool.available_size():
             self.evict_host_states(1)
         host = pool.alloc(1)
-        if host is None:
-            return False
-        pool.backup_from_device(self.components.state_pool, _slot(comp.state), host)
-        comp.host_state = int(host[0])
+        return None if host is None else int(host[0])
+
+    def release_host_state(self, slot: int) -> None:
+        """Give back a slot of ``alloc_host_state`` that no node took."""
+        self.host_states.free(_slot(slot))
+
+    def adopt_state(self, node: TreeNode, slot: int) -> None:
+        """``node``'s host copy (none of its own) holds the state in host slot ``slot`` now."""
+        if node.comp is None:
+            node.comp = NodeComponents()
+        assert node.comp.host_state is None, "adopt_state: the node has a host state"
+        node.comp.host_state = slot
         self.host_lru[node] = None
-        self.states_backed_up += 1
         if self.events is not None:
             self.events.sink.publish(self.events.stored_events(node, HOST, MAMBA)[-1])
-        return True
+
+    def state_for_storage(self, node: TreeNode) -> int | None:
+        """The host slot of ``node``'s host state, its backup copy completed (a sync on
+        CUDA), for a storage write; None without one."""
+        slot = host_state_of(node.comp)
+        if slot is not None and slot in self._copies:
+            self._copies.pop(slot).synchronize()
+        return slot
 
     def restore_state(self, node: TreeNode) -> bool:
         """Give the device node ``node`` a device state copied from its host state (a free
@@ -142,7 +178,8 @@ class HostComponents:
 
     def evict_host_states(self, num_states: int) -> int:
         """Free up to ``num_states`` host states, least recently used first."""
-        victims = list(self.host_lru)[:num_states]
+        idle = (node for node in self.host_lru if not self.busy(node))
+        victims = list(itertools.islice(idle, num_states))
         for node in victims:
             self._free_host_state(node)
         self.host_states_evicted += len(victims)
@@ -164,6 +201,7 @@ class HostComponents:
             assert node.comp is not None
             node.comp.host_state = None
         self.host_lru.clear()
+        self._copies.clear()
         if self.host_states is not None:
             self.host_states.clear()
 
@@ -181,7 +219,12 @@ class HostComponents:
             return
         slot, comp.host_state = comp.host_state, None
         del self.host_lru[node]
+        self._copies.pop(slot, None)
         self.host_states.free(_slot(slot))
         if self.events is not None:
             hashes = node_hashes(node, self.events.page_size)[-1:]
             self.events.removed_pages(hashes, HOST, MAMBA)
+
+
+def _never(node: TreeNode) -> bool:
+    return False

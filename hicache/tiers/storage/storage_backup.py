@@ -19,6 +19,13 @@ queue empty backups, to pin as rank 0 does. A failed backup's node stays pinned 
 timed-out write still reads its host slots (``held``: the guard's ``held_slots``), so they are
 not reused under it; ``pending`` does not count it, and ``clear`` gives it up.
 
+A hybrid model: a node whose host SWA KV is gone (``host_swa_gone``: backed up while
+tombstoned) is not written, nor anything below it (a chain break, as a failed write), so every
+stored page's SWA bytes are valid (under the default ``write_through`` a node is backed up at
+insert, before any tombstone, so this is rare). With ``states`` (``StateStorage``) a node's
+host state is written on the backup thread after its pages (``_after_pages``), or, gained
+after they were queued, by a backup of no pages queued after them (``state_gained``).
+
 KV events (``events``, ``medium``): each page a backup wrote is announced (``BlockStored``) on
 the backup thread as soon as the write returns, and each page the backend evicted
 (``evicted``, its ``on_evict``) on the thread that evicted it, so the two come in the order the
@@ -37,12 +44,14 @@ import torch
 from hicache.backends import StorageKeys
 from hicache.backends.deadline import touches
 from hicache.backends.io import Backup, StorageIO
+from hicache.radix.components import host_swa_gone
 from hicache.radix.events import BlockStored, Medium, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import node_hashes
 from hicache.radix.slots import Slots, as_tensor
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
+from hicache.tiers.storage.state_storage import StateStorage, StateWrite
 from hicache.tp import TPGroup
 
 KNOWN_PAGES_MAX = 1 << 20
@@ -87,6 +96,7 @@ class StorageBackups:
         self._writing: dict[bytes, tuple[Backup, int]] = {}  # page hash -> backup in flight
         self.written_pages = 0  # pages present in storage after a backup (counter)
         self.demoted_pages = 0  # of those, the pages written by ``demote`` (counter)
+        self.states: StateStorage | None = None  # a hybrid model's recurrent states
 
     def pins(self, node: TreeNode) -> bool:
         return node.id in self._pinned
@@ -110,7 +120,7 @@ class StorageBackups:
             if n.host_slots is None and self.host.exclusive:
                 prior = None  # on the device only: storage takes it when it moves down
                 continue
-            if n.host_slots is None:
+            if n.host_slots is None or host_swa_gone(n.comp):
                 return  # prefix order: nothing below a node storage cannot get from the host
             hashes = node_hashes(n, self.page_size)
             if hashes[-1] not in self._known:
@@ -156,10 +166,31 @@ class StorageBackups:
         self.host.refile(node)
         keys = self.keys.page_keys(hashes) if self.keys.writes else []
         tag = _Tag(node, hashes, demoted)
-        op = Backup(tag, keys, as_tensor(node.host_slots), self._announcer(node), after)
+        op = Backup(tag, keys, as_tensor(node.host_slots), self._on_done(node), after)
         self._writing.update((h, (op, i)) for i, h in enumerate(hashes))
         self._queued.append(op)
         self.io.backup(op)
+
+    def state_gained(self, node: TreeNode) -> None:
+        """``node``'s host copy gained a state: when its pages are already queued or stored,
+        queue the state's write (a backup of no pages, after theirs)."""
+        hashes = node_hashes(node, self.page_size)
+        if self.states is not None and node.host_slots is not None and hashes[-1] in self._known:
+            self._queue(node, [], self._writing.get(hashes[-1]))
+
+    def _on_done(self, node: TreeNode) -> partial[None] | None:
+        """What runs once ``node``'s pages are written: its state's write, then the events."""
+        announce = self._announcer(node)
+        job = None if self.states is None else self.states.pending_write(node)
+        return announce if job is None else partial(self._after_pages, job, announce)
+
+    def _after_pages(self, job: StateWrite, announce: partial[None] | None, op: Backup) -> None:
+        """Backup thread: write the state when every page was (and the chain is intact)."""
+        assert self.states is not None
+        if not op.parent_missing() and op.written_pages == len(op.keys):
+            self.states.write(job)
+        if announce is not None:
+            announce(op)
 
     def _announcer(self, node: TreeNode) -> partial[None] | None:
         """What announces ``node``'s written pages (built now: the node may split later)."""

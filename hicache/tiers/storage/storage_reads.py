@@ -14,6 +14,7 @@ read still running in the backend holds them (``held``: they are quarantined unt
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +25,11 @@ from hicache.backends import StorageConfig
 from hicache.backends.cost import LoadCost
 from hicache.backends.deadline import touches
 from hicache.backends.io import Prefetch, PrefetchState, StorageIO
+from hicache.radix.key import edge_ids
+from hicache.radix.node import TreeNode
+from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
+from hicache.tiers.storage.storage_backup import StorageBackups
 
 
 @dataclass
@@ -152,3 +157,35 @@ class PrefetchReads:
         """Whether ``op``'s slots may be released: its thread is done and no timed-out call
         still holds one of them."""
         return op.progress()[0] is PrefetchState.DONE and not touches(op.host_indices, held)
+
+
+def adopt_pages(
+    tree: RadixTree,
+    host: HostTier,
+    backups: StorageBackups,
+    request: PrefetchRequest,
+    pages: int,
+    clock: itertools.count[int],
+) -> TreeNode | None:
+    """Insert the first ``pages`` prefetched pages of ``request`` as a host-only leaf (the
+    new leaf, or None when nothing was inserted). The slots of pages the tree already holds
+    (or cannot take) stay in ``request.op`` for ``PrefetchReads.retire``."""
+    ps, op = backups.page_size, request.op
+    if not pages:
+        return None
+    assert op.host_indices is not None
+    ids = request.ids[: request.start + pages * ps]
+    path, missing = tree.walk(ids, request.extra_key)
+    pos = sum(len(node.key) for node in path)
+    parent = path[-1] if path else tree.root
+    if missing is None or pos < request.start or (path and not host.hangs_below(parent)):
+        return None  # all present, the prefix above was evicted, or no host-only child there
+    first = (pos - request.start) // ps  # prefetched pages before ``pos`` are duplicates
+    leaf = TreeNode(edge_ids(ids[pos:]), None, parent, request.extra_key, next(clock))
+    leaf.host_value = op.host_indices[first * ps : pages * ps]
+    leaf.hash_value = request.hashes[first:pages]
+    backups.remember(leaf.hash_value)
+    host.adopt(leaf, missing)
+    # The adopted slots now belong to the leaf: retire only the others.
+    op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
+    return leaf

@@ -18,6 +18,9 @@ in the tree. Two flows connect them, both through host slots:
   it); ``exclusive``, a host leaf is written when the host tier evicts it (``victims``). A node
   being written is **pinned**: the host tier will not evict it until storage has acknowledged.
 
+A hybrid model's pages carry every attention layer (``backends.composite_pages``); its
+recurrent states go beside them (``attach_states``, ``state_storage.StateStorage``).
+
 A failed or refused storage call is a miss; nothing here raises on a backend failure.
 
 Under TP every rank runs the same prefetches, and what depends on a rank's own storage answers,
@@ -34,7 +37,6 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
-import torch
 
 from hicache.backends import StorageConfig, StorageKeys
 from hicache.backends.cost import LoadCost
@@ -42,7 +44,7 @@ from hicache.backends.guard import GuardedStorage
 from hicache.backends.io import Prefetch, PrefetchState, StorageIO
 from hicache.radix.device_only import check_req_id
 from hicache.radix.events import Medium, NodeEvents
-from hicache.radix.key import RadixKey, edge_ids
+from hicache.radix.key import RadixKey
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import namespace_seed, node_hashes, page_hashes
 from hicache.radix.policies import LeafSet
@@ -50,8 +52,14 @@ from hicache.radix.slots import Slots
 from hicache.radix.stats import StorageTierStats
 from hicache.radix.tree import RadixTree
 from hicache.tiers.host.host_tier import HostTier
+from hicache.tiers.storage.state_storage import StateStorage
 from hicache.tiers.storage.storage_backup import StorageBackups
-from hicache.tiers.storage.storage_reads import PrefetchFollower, PrefetchReads, PrefetchRequest
+from hicache.tiers.storage.storage_reads import (
+    PrefetchFollower,
+    PrefetchReads,
+    PrefetchRequest,
+    adopt_pages,
+)
 from hicache.tiers.storage.storage_tiering import StorageTiering
 
 
@@ -96,7 +104,13 @@ class StorageTier:
         self.reads = PrefetchReads(host, io, config, cost, self.threshold, ps, storage.held_slots)
         self.tiering = StorageTiering(self.backups, config.tiering)
         self.tp = host.tp
+        self.states: StateStorage | None = None
         self._prefetches = self._loaded_tokens = 0
+
+    def attach_states(self, states: StateStorage) -> None:
+        """Carry a hybrid model's recurrent states (``StateStorage``): written after their
+        nodes' pages, and a prefetch adopts pages only up to a state it read."""
+        self.states = self.backups.states = states
 
     # ---- prefetch ----------------------------------------------------------------------------
 
@@ -188,32 +202,16 @@ class StorageTier:
         del self._requests[req_id]
         self._leaders.pop(request.lead_key, None)
         _, read = request.op.cancel()
-        pages = min(pages, read)
-        adopted = self._adopt(request, pages) if pages else 0
+        pages, state = min(pages, read), None
+        if pages and self.states is not None:  # a recurrent model resumes only at a state
+            pages, state = self.states.fetch(request.hashes, pages)
+        leaf = adopt_pages(self.tree, self.host, self.backups, request, pages, self._clock)
+        if self.states is not None and state is not None:
+            self.states.place(leaf, state)
+        adopted = 0 if leaf is None else len(leaf.key)
         self._loaded[req_id] = adopted
         self._loaded_tokens += adopted
         self.reads.retire(request.op)
-
-    def _adopt(self, request: PrefetchRequest, pages: int) -> int:
-        """Insert the first ``pages`` prefetched pages as a host-only leaf; returns its tokens.
-        The slots of pages the tree already holds (or cannot take) stay for ``reads.retire``."""
-        ps, op = self.page_size, request.op
-        assert op.host_indices is not None
-        ids = request.ids[: request.start + pages * ps]
-        path, missing = self.tree.walk(ids, request.extra_key)
-        pos = sum(len(node.key) for node in path)
-        parent = path[-1] if path else self.tree.root
-        if missing is None or pos < request.start or (path and not self.host.hangs_below(parent)):
-            return 0  # all present, the prefix above was evicted, or no host-only child there
-        first = (pos - request.start) // ps  # prefetched pages before ``pos`` are duplicates
-        leaf = TreeNode(edge_ids(ids[pos:]), None, parent, request.extra_key, next(self._clock))
-        leaf.host_value = op.host_indices[first * ps : pages * ps]
-        leaf.hash_value = request.hashes[first:pages]
-        self.backups.remember(leaf.hash_value)
-        self.host.adopt(leaf, missing)
-        # The adopted slots now belong to the leaf: retire only the others.
-        op.host_indices = torch.cat([op.host_indices[: first * ps], op.host_indices[pages * ps :]])
-        return len(leaf.key)
 
     def _start_reads(self) -> None:
         """Read or end each prefetch whose query every rank has answered (``PrefetchReads``)."""
@@ -280,6 +278,8 @@ class StorageTier:
     def close(self) -> None:
         self.clear()
         self.io.close()
+        if self.states is not None:
+            self.states.close()
 
     def stats(self) -> StorageTierStats:
         return StorageTierStats.of(
