@@ -49,6 +49,8 @@ class HostComponentStats:
     host_states_held : nodes whose host copy holds a state now (gauge); states_backed_up,
     states_loaded, host_states_evicted : states copied to the host, copied back to the device,
     and freed from the host by its LRU (counters). host_state_capacity : host state slots.
+    states_stored, states_fetched : states written to the storage tier and read back from it
+    into the host (counters; 0 without a storage tier).
     """
 
     host_states_held: int
@@ -56,6 +58,8 @@ class HostComponentStats:
     states_loaded: int
     host_states_evicted: int
     host_state_capacity: int
+    states_stored: int = 0
+    states_fetched: int = 0
 
 
 @dataclass(frozen=True)

@@ -215,8 +215,13 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         self.host_components.clear()
 
     def stats(self) -> HybridCacheStats:
-        base = super().stats()
-        return dataclasses.replace(base, host_components=self.host_components.stats())
+        host = self.host_components.stats()
+        states = None if self.storage_tier is None else self.storage_tier.states
+        if states is not None:
+            host = dataclasses.replace(
+                host, states_stored=states.written, states_fetched=states.read
+            )
+        return dataclasses.replace(super().stats(), host_components=host)
 
     def _digest_flags(self, node: TreeNode) -> tuple[int, ...]:
         comp = node.comp
