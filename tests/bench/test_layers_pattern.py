@@ -1,6 +1,7 @@
 """``hicache bench --layers-pattern``: a hybrid model runs the multi-turn workload device-only
-and with the host tier, which carries its SWA KV and recurrent states and adds host hits;
-misuse exits with one line naming the flag."""
+and with the host tier, which carries its SWA KV and recurrent states and adds host hits, and
+with ``--storage`` (a fresh process served from the store); misuse exits with one line naming
+the flag."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hicache.__main__ import main
-from hicache.bench import BenchConfig, run_bench
+from hicache.bench import BenchConfig, run_bench, run_storage_bench
 from tests.engine.helpers import TINY
 
 HYBRID = {k: v for k, v in TINY.items() if k != "layers"} | {"layers_pattern": "FSLFSL"}
@@ -23,6 +24,23 @@ def test_pattern_sets_the_layer_count(tmp_path: Path) -> None:
     assert cfg.model_config().layer_kinds == "FSLFSL"
     full = BenchConfig.from_args({**TINY, "layers_pattern": "FF", "out_dir": str(tmp_path)})
     assert not full.hybrid and full.model_revision() != BenchConfig.from_args(TINY).model_revision()
+
+
+def test_a_hybrid_pattern_takes_the_storage_tier(tmp_path: Path) -> None:
+    cfg = BenchConfig.from_args({**HYBRID, "storage": "file", "out_dir": str(tmp_path)})
+    storage = cfg.storage_config(str(tmp_path))
+    assert cfg.hybrid and storage is not None and storage.backend == "file"
+
+
+@pytest.mark.slow
+def test_hybrid_storage_bench_serves_phase_two_from_storage(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    args = {**HYBRID, "storage": "file", "page_size": 4, "prefetch_threshold": 8}
+    cfg = BenchConfig.from_args({**args, "out_dir": str(tmp_path), "storage_dir": str(store)})
+    results = run_storage_bench(cfg, progress=False, out=io.StringIO())
+    cold, warm = results["cold"]["summary"], results["warm-storage"]["summary"]
+    assert cold["rejected"] == warm["rejected"] == 0
+    assert warm["storage_hit_tokens"] > 0 and warm["computed_tokens"] < cold["computed_tokens"]
 
 
 def test_hybrid_bench_host_tier_adds_hits(tmp_path: Path) -> None:
