@@ -17,8 +17,11 @@ from tests.radix.hybrid_host_rig import HybridHostRig
 from tests.radix.storage_helpers import prefetch
 
 
-def _rig(root: Path, pattern: str, page_size: int = 1, **settings: Any) -> HybridHostRig:
-    """A hybrid rig whose storage tier is a file store under ``root``."""
+def _rig(
+    root: Path, pattern: str, page_size: int = 1, events: bool = False, **settings: Any
+) -> HybridHostRig:
+    """A hybrid rig whose storage tier is a file store under ``root`` (``settings``: the
+    ``HiCacheConfig``'s; ``events``: KV events on)."""
     storage = StorageConfig(
         backend="file",
         extra_config={"root": str(root)},
@@ -27,7 +30,7 @@ def _rig(root: Path, pattern: str, page_size: int = 1, **settings: Any) -> Hybri
         prefetch_policy="wait_complete",
     )
     config = HiCacheConfig(storage=storage, load_back_threshold=0, **settings)
-    return HybridHostRig(pattern, page_size=page_size, config=config)
+    return HybridHostRig(pattern, page_size=page_size, config=config, enable_kv_events=events)
 
 
 def _poison(rig: HybridHostRig) -> None:
@@ -156,3 +159,16 @@ def test_misuse(tmp_path: Path) -> None:
         HybridHostRig("FL", config=HiCacheConfig(storage=instance))
     memory = HybridHostRig("FS", config=HiCacheConfig(storage=instance))  # no states: fine
     assert memory.cache.storage_tier.states is None
+
+
+def test_storage_events_name_the_mamba_component(tmp_path: Path) -> None:
+    writer = _rig(tmp_path, "FL", events=True)
+    writer.put([1, 2, 3, 4])
+    writer.cache.drain_transfers()
+    disk = [e for e in writer.cache.take_events() if getattr(e, "medium", None) == "DISK"]
+    assert [e.component for e in disk] == ["full"] * 4 + ["mamba"]  # the state after its pages
+    assert disk[-1].block_hashes == disk[3].block_hashes  # keyed by the page ending the node
+    reader = _rig(tmp_path, "FL", events=True)
+    assert prefetch(reader.cache, "r", [1, 2, 3, 4]) == 4
+    host = [e for e in reader.cache.take_events() if getattr(e, "medium", None) == "CPU_PINNED"]
+    assert [e.component for e in host] == ["full"] * 4 + ["mamba"]

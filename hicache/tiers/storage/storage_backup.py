@@ -185,12 +185,13 @@ class StorageBackups:
         return announce if job is None else partial(self._after_pages, job, announce)
 
     def _after_pages(self, job: StateWrite, announce: partial[None] | None, op: Backup) -> None:
-        """Backup thread: write the state when every page was (and the chain is intact)."""
+        """Backup thread: announce the pages, then write the state when every page was
+        written (and the chain is intact)."""
         assert self.states is not None
-        if not op.parent_missing() and op.written_pages == len(op.keys):
-            self.states.write(job)
         if announce is not None:
             announce(op)
+        if not op.parent_missing() and op.written_pages == len(op.keys):
+            self.states.write(job)
 
     def _announcer(self, node: TreeNode) -> partial[None] | None:
         """What announces ``node``'s written pages (built now: the node may split later)."""
