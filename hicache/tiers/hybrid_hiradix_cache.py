@@ -106,7 +106,8 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         return state_of(node.comp)
 
     def _matched(self, path: list[TreeNode], result: HybridMatchResult) -> None:
-        self.host_components.touch(result.last_host_node)
+        if result.host_hit_length:
+            self.host_components.touch(result.last_host_node)
         if path:
             self.host_tier.backup_path(path[-1])
 

@@ -108,3 +108,18 @@ def test_settings_a_hybrid_host_tier_does_not_take() -> None:
         HybridHostRig("FSL", tiering="exclusive")
     with pytest.raises(ValueError, match="storage"):
         HybridHostRig("FSL", hicache_storage_backend="file")
+
+
+def test_events_name_the_component_and_the_medium() -> None:
+    rig = HybridHostRig("FSL", page_size=4, enable_kv_events=True, load_back_threshold=0)
+    rig.put(list(range(1, 9)))
+    stored = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert ("BlockStored", "mamba", "GPU") in stored
+    assert ("BlockStored", "mamba", "CPU_PINNED") in stored
+    assert ("BlockStored", "full", "CPU_PINNED") in stored
+    rig.evict_all()
+    gone = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert gone == {("BlockRemoved", "full", "GPU"), ("BlockRemoved", "mamba", "GPU")}
+    rig.cache.evict_host(8)  # the node leaves the tree: its host KV and host state go
+    gone = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert gone == {("BlockRemoved", "full", "CPU_PINNED"), ("BlockRemoved", "mamba", "CPU_PINNED")}
