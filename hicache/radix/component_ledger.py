@@ -31,7 +31,8 @@ class ComponentStats:
 
     states_held : nodes holding a state now (gauge); states_stored, states_evicted : states
         the tree took and gave back (counters; an unusable state given back at once counts
-        in neither). state_hits : matches whose usable prefix ends at a state (counter). swa_tombstoned_tokens : tokens whose SWA KV is freed now (gauge);
+        in neither). state_hits : matches whose usable prefix ends at a state (counter).
+    swa_tombstoned_tokens : tokens whose SWA KV is freed now (gauge);
         swa_tombstoned_total : tokens ever tombstoned (counter).
     """
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import zlib
 
 import torch
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
