@@ -22,6 +22,7 @@ class HybridHostRig:
         page_size: int = 1,
         pages: int = 64,
         state_slots: int = 8,
+        swa_pages: int | None = None,
         **settings: object,
     ) -> None:
         self.cfg = ModelConfig(
@@ -29,7 +30,10 @@ class HybridHostRig:
         )
         self.pattern, self.page_size = pattern, page_size
         size = pages * page_size
-        self.pools = make_model_pools(self.cfg, size, page_size, "cpu", 4, state_slots=state_slots)
+        swa = None if swa_pages is None else swa_pages * page_size
+        self.pools = make_model_pools(
+            self.cfg, size, page_size, "cpu", 4, swa_size=swa, state_slots=state_slots
+        )
         hybrid = HybridConfig(
             window if "S" in pattern else None, "L" in pattern, CheckpointPolicy()
         )

@@ -123,3 +123,17 @@ def test_events_name_the_component_and_the_medium() -> None:
     rig.cache.evict_host(8)  # the node leaves the tree: its host KV and host state go
     gone = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
     assert gone == {("BlockRemoved", "full", "CPU_PINNED"), ("BlockRemoved", "mamba", "CPU_PINNED")}
+
+
+def test_a_load_short_of_swa_slots_tombstones_instead_of_evicting_full_kv() -> None:
+    rig = HybridHostRig("FS", swa_pages=8, load_back_threshold=0)
+    a, b = [1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12]
+    rig.put(a)
+    rig.evict_all()
+    rig.put(b)  # the SWA pool (8) is full now
+    assert rig.pools.allocator.swa_available_size() == 0
+    _, slots, _ = _load(rig, a)
+    assert slots.numel() == 4
+    other = rig.cache.match_prefix(RadixKey(b)).full_kv_node
+    assert other.slots is not None and is_tombstoned(other.comp)  # full KV kept on the device
+    rig.check()
