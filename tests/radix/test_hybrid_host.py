@@ -137,3 +137,35 @@ def test_a_load_short_of_swa_slots_tombstones_instead_of_evicting_full_kv() -> N
     other = rig.cache.match_prefix(RadixKey(b)).full_kv_node
     assert other.slots is not None and is_tombstoned(other.comp)  # full KV kept on the device
     rig.check()
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "words"),
+    [
+        ({"host_state_slots": 0}, ValueError, "host_state_slots"),
+        ({"host_state_slots": 1.5}, TypeError, "host_state_slots"),
+        ({"host_states": "pool"}, TypeError, "host_states must be a MambaPoolHost"),
+    ],
+)
+def test_bad_host_state_settings_raise_naming_them(settings, error, words) -> None:
+    with pytest.raises(error, match=words):
+        HybridHostRig("FSL", **settings)
+
+
+def test_bad_load_back_arguments_raise_before_any_change() -> None:
+    rig = HybridHostRig("FSL", load_back_threshold=0)
+    rig.put([1, 2, 3, 4])
+    rig.evict_all()
+    node = rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).last_host_node
+    before = (rig.cache.stats(), rig.pools.allocator.available_size())
+    for args, error in [
+        (("node", 4), TypeError),
+        ((node, -1), ValueError),
+        ((node, 4, -2), ValueError),
+        ((node, "4"), TypeError),
+    ]:
+        with pytest.raises(error):
+            rig.cache.init_load_back(*args)
+    assert (rig.cache.stats(), rig.pools.allocator.available_size()) == before
+    assert node.slots is None
+    rig.check()
