@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from hicache.engine import CacheSpec, Engine, EngineConfig, build_engine
-from hicache.model import TinyTransformer
-from hicache.radix import CheckpointPolicy
 from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 from tests.engine.test_engine_hybrid import (
     ANSWER,
@@ -18,19 +15,14 @@ from tests.engine.test_engine_hybrid import (
     assert_pools_whole,
     engine,
     serve,
+    to_host,
 )
-from tests.model.hybrid_harness import hybrid_config, random_prompt
+from tests.model.hybrid_harness import random_prompt
 
 CASES = [
     (p, a, ps) for p in ("FSL", "FSLFSL", "FL", "FS") for a in ("mha", "mla") for ps in (1, 16)
 ]
 IDS = [f"{p}-{a}-page{ps}" for p, a, ps in CASES]
-
-
-def to_host(eng: Engine) -> None:
-    """Land every backup, then evict the whole device tier (backed-up nodes stay, host-only)."""
-    eng.cache.drain_transfers()
-    eng.cache.evict(eng.cache.evictable_size())
 
 
 @pytest.mark.parametrize(("pattern", "attention", "page"), CASES, ids=IDS)
@@ -65,25 +57,4 @@ def test_host_copy_keeps_swa_kv_the_device_tombstoned() -> None:
     second = serve(eng, history + [1, 2, 3], 4)
     assert second.host_hit == FIRST + ANSWER - 1
     assert_equals_cold(eng, second)
-    assert_pools_whole(eng)
-
-
-def test_every_tokens_checkpoints_come_back_from_the_host() -> None:
-    """Chunk-end checkpoints (every 16 tokens) are backed up with their nodes: a request
-    sharing only the first 32 tokens of a long prompt evicted to the host resumes there."""
-    model = TinyTransformer(hybrid_config("FSL", "mha"))
-    spec = CacheSpec(
-        kind="hiradix",
-        device_tokens=512,
-        max_context_len=256,
-        max_requests=4,
-        checkpoint=CheckpointPolicy(every_tokens=16),
-    )
-    eng = build_engine(model, spec, EngineConfig(record_logits=True, max_prefill_tokens=16))
-    doc = random_prompt(model.cfg, 60, 12)
-    serve(eng, doc, 2)
-    to_host(eng)
-    other = serve(eng, doc[:32] + random_prompt(model.cfg, 10, 13), 3)
-    assert (other.device_hit, other.host_hit) == (0, 32)
-    assert_equals_cold(eng, other)
     assert_pools_whole(eng)
