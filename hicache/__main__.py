@@ -87,7 +87,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
         "--layers-pattern",
         help="one letter per layer: F full attention, S sliding window (16 tokens), L linear "
         "recurrent, e.g. FSLFSL; sets --layers (if given, it must agree). With S or L the "
-        "bench runs device-only: host/storage tiers for hybrid models are not built yet",
+        "host and storage tiers carry the SWA KV and recurrent states",
     )
     choices: dict[str, tuple[str, list[str], str]] = {  # flag: (field, choices, help)
         "dtype": ("dtype", ["float32", "bfloat16", "float16"], "KV and model dtype"),

@@ -67,6 +67,7 @@ def rows(s: CacheStats) -> Iterator[Row]:
     yield from _host_rows(s)
     yield from _transfer_rows(s)
     yield from _storage_rows(s)
+    yield from _component_rows(s)
 
 
 _EVICTED = "Tokens evicted, by tier"
@@ -103,6 +104,41 @@ def _host_rows(s: CacheStats) -> Iterator[Row]:
     pend = "Nodes awaiting a transfer ack"
     yield "transfer_pending_nodes", GAUGE, pend, {"direction": "d2h"}, h.pending_writes
     yield "transfer_pending_nodes", GAUGE, pend, {"direction": "h2d"}, h.pending_loads
+
+
+def _component_rows(s: CacheStats) -> Iterator[Row]:
+    """A hybrid model's recurrent states and SWA tombstones (``HybridCacheStats``)."""
+    c = getattr(s, "components", None)
+    if c is None:
+        return
+    held, events = "Recurrent states held, by tier", "Recurrent states by what happened to them"
+    yield "recurrent_states", GAUGE, held, {"tier": "device"}, c.states_held
+    hits = "Matches served from a recurrent state, by the tier it was in"
+    yield "recurrent_state_hits", COUNTER, hits, {"tier": "device"}, c.state_hits
+    for event, value in (("stored", c.states_stored), ("evicted", c.states_evicted)):
+        yield "recurrent_state_events", COUNTER, events, {"tier": "device", "event": event}, value
+    swa = "SWA KV tokens freed (tombstoned) outside every window"
+    yield "swa_tombstoned_tokens", GAUGE, swa + ", now", {}, c.swa_tombstoned_tokens
+    yield "swa_tombstones", COUNTER, swa + ", ever", {}, c.swa_tombstoned_total
+    h = getattr(s, "host_components", None)
+    if h is None:
+        return
+    host = {"tier": "host"}
+    yield "recurrent_states", GAUGE, held, host, h.host_states_held
+    yield (
+        "recurrent_state_capacity",
+        GAUGE,
+        "Recurrent state slots, by tier",
+        host,
+        h.host_state_capacity,
+    )
+    yield "recurrent_state_hits", COUNTER, hits, host, h.states_loaded
+    for event, value in (
+        ("backed_up", h.states_backed_up),
+        ("loaded", h.states_loaded),
+        ("evicted", h.host_states_evicted),
+    ):
+        yield "recurrent_state_events", COUNTER, events, {**host, "event": event}, value
 
 
 def _transfer_rows(s: CacheStats) -> Iterator[Row]:

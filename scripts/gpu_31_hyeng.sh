@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 31, engine brick: a hybrid model's second turn served from a device hit equals the same
-# request computed cold, on CUDA (fp32), for FSL/FSLFSL x MHA/MLA x pages 1/16.
+# Issue 31, engine: a hybrid model's second turn served from a device hit, and from a host hit
+# (the first turn evicted to the host tier), equals the same request computed cold, on CUDA
+# (fp32), for FSL/FSLFSL x MHA/MLA x pages 1/16.
 # Run in the repo root: OUT=/some/dir bash scripts/gpu_31_hyeng.sh  (well under a minute)
 set -euo pipefail
 OUT=${OUT:-/tmp}
@@ -12,33 +13,43 @@ from hicache.model import ModelConfig, TinyTransformer
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 print(f"device {DEV}")
-print(f"{'pattern':8} {'attn':4} {'page':>4} {'hit':>4} {'max |diff|':>11} ok")
+print(f"{'tier':7} {'pattern':8} {'attn':4} {'page':>4} {'hit':>4} {'max |diff|':>11} ok")
 bad = 0
-for pattern in ("FSL", "FSLFSL"):
-    for attention in ("mha", "mla"):
-        for page in (1, 16):
-            heads = {"num_kv_heads": 1} if attention == "mla" else {}
-            cfg = ModelConfig(num_layers=len(pattern), layer_pattern=pattern, attention=attention,
-                              sliding_window=8, linear_state_size=4, **heads)
-            model = TinyTransformer(cfg, DEV)
-            spec = CacheSpec(device_tokens=512, page_size=page, max_context_len=256, max_requests=4)
+for kind, pattern, attention, page in [
+    (k, p, a, ps)
+    for k in ("radix", "hiradix")
+    for p in ("FSL", "FSLFSL")
+    for a in ("mha", "mla")
+    for ps in (1, 16)
+]:
+    heads = {"num_kv_heads": 1} if attention == "mla" else {}
+    cfg = ModelConfig(num_layers=len(pattern), layer_pattern=pattern, attention=attention,
+                      sliding_window=8, linear_state_size=4, **heads)
+    model = TinyTransformer(cfg, DEV)
+    spec = CacheSpec(kind=kind, device_tokens=512, page_size=page, max_context_len=256,
+                     max_requests=4)
 
-            def serve(eng, prompt, new):
-                req = eng.submit(prompt, new)
-                eng.run()
-                return req
+    def serve(eng, prompt, new):
+        req = eng.submit(prompt, new)
+        eng.run()
+        return req
 
-            gen = torch.Generator().manual_seed(1)
-            eng = build_engine(model, spec, EngineConfig(record_logits=True))
-            first = serve(eng, torch.randint(0, cfg.vocab_size, (40,), generator=gen).tolist(), 9)
-            more = torch.randint(0, cfg.vocab_size, (20,), generator=gen).tolist()
-            prompt = first.origin_input_ids + first.output_ids + more
-            warm = serve(eng, prompt, 5)
-            cold = serve(build_engine(model, spec, EngineConfig(record_logits=True)), prompt, 5)
-            diff = (torch.stack(warm.logits) - torch.stack(cold.logits)).abs().max().item()
-            ok = warm.device_hit == 48 and diff <= 1e-4 and warm.output_ids == cold.output_ids
-            bad += not ok
-            print(f"{pattern:8} {attention:4} {page:>4} {warm.device_hit:>4} {diff:>11.2e} {ok}")
+    gen = torch.Generator().manual_seed(1)
+    eng = build_engine(model, spec, EngineConfig(record_logits=True))
+    first = serve(eng, torch.randint(0, cfg.vocab_size, (40,), generator=gen).tolist(), 9)
+    more = torch.randint(0, cfg.vocab_size, (20,), generator=gen).tolist()
+    if kind == "hiradix":  # the first turn to the host tier
+        eng.cache.drain_transfers()
+        eng.cache.evict(eng.cache.evictable_size())
+    prompt = first.origin_input_ids + first.output_ids + more
+    warm = serve(eng, prompt, 5)
+    cold = serve(build_engine(model, spec, EngineConfig(record_logits=True)), prompt, 5)
+    diff = (torch.stack(warm.logits) - torch.stack(cold.logits)).abs().max().item()
+    hit = warm.device_hit + warm.host_hit
+    ok = hit == 48 and diff <= 1e-4 and warm.output_ids == cold.output_ids
+    ok = ok and (warm.host_hit == 48) == (kind == "hiradix")
+    bad += not ok
+    print(f"{kind:7} {pattern:8} {attention:4} {page:>4} {hit:>4} {diff:>11.2e} {ok}")
 print("ALL OK" if not bad else f"{bad} FAILED")
 raise SystemExit(1 if bad else 0)
 PY

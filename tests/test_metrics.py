@@ -130,3 +130,35 @@ def _scrape_names(cache) -> set[str]:
     registry = prometheus_client.CollectorRegistry()
     PrometheusExporter(cache, registry)
     return {name for name, _ in _scrape(registry)}
+
+
+def test_a_hybrid_cache_exports_its_states_and_tombstones_by_tier() -> None:
+    from tests.radix.hybrid_host_rig import HybridHostRig
+
+    rig = HybridHostRig("FSL", load_back_threshold=0)
+    ids = [1, 2, 3, 4]
+    rig.put(ids)
+    rig.put([9, 9, 9, 9])
+    rig.evict_all()
+    m = rig.cache.match_prefix(RadixKey(ids))
+    rig.cache.init_load_back(m.last_host_node, m.host_hit_length)
+    rig.cache.match_prefix(RadixKey(ids))  # a device hit on the restored state
+    registry = prometheus_client.CollectorRegistry()
+    PrometheusExporter(rig.cache, registry)
+    got = _scrape(registry)
+
+    def at(name: str, **labels: str) -> float:
+        return got[(f"hicache_{name}", tuple(sorted(labels.items())))]
+
+    assert at("recurrent_states", tier="device") == 1
+    assert at("recurrent_states", tier="host") == 2
+    assert (
+        at("recurrent_state_capacity", tier="host")
+        == rig.cache.stats().host_components.host_state_capacity
+    )
+    assert at("recurrent_state_hits_total", tier="host") == 1
+    assert at("recurrent_state_hits_total", tier="device") == 1
+    assert at("recurrent_state_events_total", tier="host", event="backed_up") == 2
+    assert at("recurrent_state_events_total", tier="device", event="evicted") == 2
+    assert at("recurrent_state_events_total", tier="device", event="stored") == 3
+    assert at("swa_tombstoned_tokens") == 0 and at("swa_tombstones_total") == 0

@@ -34,7 +34,7 @@ from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters, TransferStats
 from hicache.controller.transfer_indices import wait_for_compute
 from hicache.devices import new_stream, stream_scope
-from hicache.pools import HostPool, SlotAllocator
+from hicache.pools import HostPool, KVPool, SlotAllocator
 from hicache.pools.backup_staging import controller_staging
 
 
@@ -48,8 +48,7 @@ class HiCacheController:
     mem_pool_host : ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` built on that device pool;
         a ``HybridKVPoolHost`` on a composite one (with ``verify="off"`` only).
     page_size : slots per page; must equal the allocator's and the host pool's.
-    load_cache_event : optional object with a ``set()`` method (e.g. ``threading.Event``); it is
-        set each time ``start_loading`` issues a batch, to wake a thread waiting for loads.
+    load_cache_event : an optional ``threading.Event`` (any ``set()``), set per issued load batch.
     write_policy, io_backend, layers_ahead : see :class:`ControllerConfig` (``io_backend``
         ``"auto"`` by default; the radix cache acts on ``write_policy``; how the direct ops
         avoid a sync: ``issue.load_op``, :meth:`start_writing`).
@@ -58,7 +57,8 @@ class HiCacheController:
 
     Attributes
     ----------
-    mem_pool_device, mem_pool_host : the two KV pools.
+    mem_pool_device, mem_pool_host, geometry : the two KV pools; the device pool's geometry
+        (None for a composite pool: each inner pool has its own).
     layer_done_counter : :class:`LayerDoneCounter` over ``mem_pool_host.layer_num``, registered
         on the device pool (``get_*_buffer(l)`` waits for layer ``l`` of the consumer batch).
     write_queue, load_queue : ``list[CacheOperation]`` queued but not yet issued.
@@ -69,11 +69,10 @@ class HiCacheController:
     integrity : the :class:`PageIntegrity` checksum store, or None when ``verify="off"``.
     staging : the write stream's ``BackupStaging`` (kernel backups through the copy engines),
         or None (CPU, direct, ``HICACHE_BACKUP_STAGING_MB=0``, a ``HybridKVPoolHost``).
-    counters : the :class:`~hicache.controller.stats.TransferCounters`; :meth:`stats` reads them.
+    counters : the :class:`~hicache.controller.stats.TransferCounters` (:meth:`stats`).
 
     Raises ``ValueError`` / ``TypeError`` on bad settings (``ControllerConfig``), a ``page_size``
-    or host pool geometry (named) that disagrees with the device pool, an allocator without a
-    device pool, or a ``load_cache_event`` without ``set()``.
+    or host pool geometry (named) not the device pool's, no device pool, a bad ``load_cache_event``.
     """
 
     def __init__(
@@ -100,6 +99,7 @@ class HiCacheController:
             device_pool, mem_pool_host, verify, verify_sample_period
         )
         self.mem_pool_device, self.mem_pool_host = device_pool, mem_pool_host
+        self.geometry = device_pool.geometry if isinstance(device_pool, KVPool) else None
         self.device, self.layer_num = device_pool.device, mem_pool_host.layer_num
         self.write_stream = new_stream(self.device)
         self.staging = controller_staging(mem_pool_host, io_backend)  # used on write_stream only

@@ -31,7 +31,8 @@ class ComponentStats:
 
     states_held : nodes holding a state now (gauge); states_stored, states_evicted : states
         the tree took and gave back (counters; an unusable state given back at once counts
-        in neither). swa_tombstoned_tokens : tokens whose SWA KV is freed now (gauge);
+        in neither). state_hits : matches whose usable prefix ends at a state (counter).
+    swa_tombstoned_tokens : tokens whose SWA KV is freed now (gauge);
         swa_tombstoned_total : tokens ever tombstoned (counter).
     """
 
@@ -40,6 +41,7 @@ class ComponentStats:
     states_evicted: int
     swa_tombstoned_tokens: int
     swa_tombstoned_total: int
+    state_hits: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class ComponentLedger:
         self.config, self.state_pool, self.events = config, state_pool, events
         self._free_swa = getattr(allocator, "free_swa", None)
         self.state_lru: dict[TreeNode, None] = {}  # nodes holding a state, oldest use first
-        self.states_stored = self.states_evicted = 0
+        self.states_stored = self.states_evicted = self.state_hits = 0
         self.swa_tombstoned_tokens = self.swa_tombstoned_total = 0
 
     def stats(self) -> ComponentStats:
@@ -92,6 +94,7 @@ class ComponentLedger:
             self.states_evicted,
             self.swa_tombstoned_tokens,
             self.swa_tombstoned_total,
+            self.state_hits,
         )
 
     # ---- states ------------------------------------------------------------------------------
@@ -115,6 +118,7 @@ class ComponentLedger:
     def touch(self, node: TreeNode) -> None:
         """``node``'s state was matched: the newest in the LRU."""
         if node in self.state_lru:
+            self.state_hits += 1
             del self.state_lru[node]
             self.state_lru[node] = None
 

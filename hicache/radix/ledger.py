@@ -30,8 +30,7 @@ _CPU = torch.device("cpu")
 
 
 class Ledger:
-    """Accounting over ``tree``; evicted device slots go back to ``allocator`` (None: a pure
-    index, nothing is freed).
+    """Accounting over ``tree``; evicted device slots go back to ``allocator`` (None: none).
 
     Attributes
     ----------
@@ -40,11 +39,11 @@ class Ledger:
     evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
         by the ledger (tests corrupt them to exercise ``check_invariants``).
     evicted_tokens : device tokens ``evict_leaf`` has freed (a counter, never reset).
-    evictions : the duration of each eviction pass (``evict``, and the cache's own ``evict``
-        that calls ``evict_leaf``), a histogram.
+    evictions : a histogram of each eviction pass's duration (``evict``, the cache's own).
     owners : the ``SlotOwners`` of the device slots nodes hold.
     lower : the tier below the device, or None.
     events : where the device tier's KV events go, or None (events off).
+    watch : told of each dropped device copy and deleted node (``tier.NodeWatch``), or None.
     """
 
     def __init__(
@@ -59,13 +58,11 @@ class Ledger:
         self.tree, self.allocator, self.device, self.owners = tree, allocator, device, owners
         self.events = events
         self.leaves = LeafSet(policy)
-        self.evictable_tokens = 0
-        self.protected_tokens = 0
-        self.evicted_tokens = 0
+        self.evictable_tokens = self.protected_tokens = self.evicted_tokens = 0
         self.evictions = DurationHistogram()
         self.lower: LowerTier | None = None
         self._lower_leaves: LeafSet | None = None
-        self.watch: NodeWatch | None = None  # a hybrid model's components, told of drops
+        self.watch: NodeWatch | None = None
 
     def attach(self, lower: LowerTier) -> None:
         """Put ``lower`` below the device (before the first node is added)."""
@@ -251,10 +248,8 @@ class Ledger:
         return evicted
 
     def _evict_plain(self, num_tokens: int, freed: list[Slots]) -> int:
-        """``evict_leaf`` in a loop, inlined for a tree with neither a lower tier nor events:
-        each popped leaf is deleted, and its parent (which had this child, so was no member of
-        ``leaves``) is re-filed only if it became an evictable leaf (``is_evictable_leaf`` with
-        no lower tier). Sizes are settled once at the end."""
+        """``evict_leaf`` in a loop for a tree without a lower tier or events: a popped leaf is
+        deleted and its parent re-filed only if it became an evictable leaf; sizes settled once."""
         evicted, root = 0, self.tree.root
         pop, add, unlink = self.leaves.pop, self.leaves.add, self.tree.unlink_leaf
         while evicted < num_tokens and (node := pop()) is not None:
@@ -275,8 +270,8 @@ class Ledger:
         return evicted
 
     def free(self, slots: list[Slots]) -> None:
-        """Give device ``slots`` (no longer any node's) back to the allocator, as CPU indices:
-        the allocator's bookkeeping is on the CPU, so a free never asks the device."""
+        """Give device ``slots`` (no node's now) back to the allocator as CPU indices (its
+        bookkeeping is on the CPU: a free never asks the device)."""
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)

@@ -137,7 +137,8 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         return state_of(node.comp)
 
     def _matched(self, path: list[TreeNode], result: HybridMatchResult) -> None:
-        self.host_components.touch(result.last_host_node)
+        if result.host_hit_length:
+            self.host_components.touch(result.last_host_node)
         if path:
             self.host_tier.backup_path(path[-1])
 
@@ -156,6 +157,9 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
             raise TypeError(
                 f"last_host_node must be a TreeNode, got {type(last_host_node).__name__}"
             )
+        check_int("host_hit_length", host_hit_length, minimum=0)
+        if mem_quota is not None:
+            check_int("mem_quota", mem_quota, minimum=0)
         path = [] if last_host_node is self.root else self.tree.path_to_root(last_host_node)[::-1]
         on_device = next((i for i, n in enumerate(path) if n.slots is None), len(path))
         end = usable_end(path[:on_device], self.hybrid)
@@ -166,7 +170,15 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         if self.hybrid.recurrent and host_state_of(last_host_node.comp) is None:
             return empty, usable
         chain = path[on_device:]
-        device, node = super().init_load_back(last_host_node, host_hit_length, mem_quota)
+        above = path[on_device - 1] if on_device else None
+        if above is not None:  # its window (the gap's SWA KV) stays while SWA room is made
+            self.inc_lock_ref(above)
+        try:
+            self._swa_room(sum(len(n.key) for n in chain))
+            device, node = super().init_load_back(last_host_node, host_hit_length, mem_quota)
+        finally:
+            if above is not None:
+                self.dec_lock_ref(above)
         if not device.numel():
             return empty, usable
         self.host_components.loaded(chain)
@@ -176,6 +188,13 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         if not gap:
             return device, node
         return torch.cat([concat_slots(gap, device.device), device]), node
+
+    def _swa_room(self, tokens: int) -> None:
+        """Tombstone nodes outside every live window until the SWA pool can take ``tokens``
+        (a no-op without a separate SWA pool): a load takes SWA slots with its full ones."""
+        free = getattr(self.token_to_kv_pool_allocator, "swa_available_size", None)
+        if free is not None and tokens > free():
+            self.evict_swa(tokens - free())
 
     def _usable_after_load(self, node: TreeNode) -> bool:
         """Whether the loaded ``node`` ends a usable prefix: its window intact and, for a

@@ -117,11 +117,20 @@ def test_state_pool_pressure_evicts_states_then_recomputes() -> None:
     assert_pools_whole(eng)
 
 
-def test_every_tokens_checkpoints_chunked_prefill() -> None:
+def to_host(eng: Engine) -> None:
+    """Land every backup, then evict the whole device tier (backed-up nodes stay, host-only)."""
+    eng.cache.drain_transfers()
+    eng.cache.evict(eng.cache.evictable_size())
+
+
+@pytest.mark.parametrize("kind", ["radix", "hiradix"])
+def test_every_tokens_checkpoints_chunked_prefill(kind: str) -> None:
     """``CheckpointPolicy(every_tokens=16)`` with 16-token chunks: a request sharing only the
-    first 32 tokens of a long prompt resumes there, equal to cold."""
+    first 32 tokens of a long prompt resumes there, equal to cold; with the host tier, from
+    the host (the checkpoints were backed up with their nodes, then the device evicted)."""
     model = TinyTransformer(hybrid_config("FSL", "mha"))
     spec = CacheSpec(
+        kind=kind,
         device_tokens=512,
         max_context_len=256,
         max_requests=4,
@@ -130,8 +139,12 @@ def test_every_tokens_checkpoints_chunked_prefill() -> None:
     eng = build_engine(model, spec, EngineConfig(record_logits=True, max_prefill_tokens=16))
     doc = random_prompt(model.cfg, 60, 12)
     serve(eng, doc, 2)
+    if kind == "hiradix":
+        to_host(eng)
     other = serve(eng, doc[:32] + random_prompt(model.cfg, 10, 13), 3)
-    assert other.device_hit == 32
+    assert other.device_hit + other.host_hit == 32 and other.host_hit == (
+        32 if kind == "hiradix" else 0
+    )
     assert_equals_cold(eng, other)
     assert_pools_whole(eng)
 

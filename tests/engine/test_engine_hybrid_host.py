@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from hicache.engine import Engine
 from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 from tests.engine.test_engine_hybrid import (
     ANSWER,
@@ -16,6 +15,7 @@ from tests.engine.test_engine_hybrid import (
     assert_pools_whole,
     engine,
     serve,
+    to_host,
 )
 from tests.model.hybrid_harness import random_prompt
 
@@ -23,12 +23,6 @@ CASES = [
     (p, a, ps) for p in ("FSL", "FSLFSL", "FL", "FS") for a in ("mha", "mla") for ps in (1, 16)
 ]
 IDS = [f"{p}-{a}-page{ps}" for p, a, ps in CASES]
-
-
-def to_host(eng: Engine) -> None:
-    """Land every backup, then evict the whole device tier (backed-up nodes stay, host-only)."""
-    eng.cache.drain_transfers()
-    eng.cache.evict(eng.cache.evictable_size())
 
 
 @pytest.mark.parametrize(("pattern", "attention", "page"), CASES, ids=IDS)

@@ -157,3 +157,12 @@ def test_size_from_host_size_gb() -> None:
     p = device_pool()
     host = MambaPoolHost(p, host_size_gb=10.5 * p.cache_params.mamba_cache_per_req / 1e9)
     assert host.size == 10
+
+
+def test_int32_slots_are_accepted_as_by_mamba_pool() -> None:
+    src = device_pool()
+    host = host_pool(src)
+    assert host.alloc(2) is not None
+    host.backup_from_device(src, idx(6, 1).int(), idx(2, 1).int())
+    assert torch.equal(host.page_bytes(2), reference_bytes(src, 6))
+    assert torch.equal(host.page_bytes(1), reference_bytes(src, 1))

@@ -22,6 +22,7 @@ class HybridHostRig:
         page_size: int = 1,
         pages: int = 64,
         state_slots: int = 8,
+        swa_pages: int | None = None,
         **settings: object,
     ) -> None:
         self.cfg = ModelConfig(
@@ -29,7 +30,10 @@ class HybridHostRig:
         )
         self.pattern, self.page_size = pattern, page_size
         size = pages * page_size
-        self.pools = make_model_pools(self.cfg, size, page_size, "cpu", 4, state_slots=state_slots)
+        swa = None if swa_pages is None else swa_pages * page_size
+        self.pools = make_model_pools(
+            self.cfg, size, page_size, "cpu", 4, swa_size=swa, state_slots=state_slots
+        )
         hybrid = HybridConfig(
             window if "S" in pattern else None, "L" in pattern, CheckpointPolicy()
         )
@@ -46,16 +50,26 @@ class HybridHostRig:
     def state_pool(self):
         return self.cache.components.state_pool
 
+    def has_state_room(self) -> bool:
+        return self.state_pool is None or self.state_pool.available_size() > 0
+
     def attention_layers(self) -> list[int]:
         return [i for i, kind in enumerate(self.pattern) if kind in "FS"]
 
-    def write_kv(self, slots: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Random keys at ``slots`` of every attention layer; returns them by layer."""
+    def write_kv(
+        self, slots: torch.Tensor, codes: list[float] | None = None
+    ) -> dict[int, torch.Tensor]:
+        """Keys at ``slots`` of every attention layer, random or each token's ``codes`` value
+        (plus its layer) everywhere; returns them by layer."""
         kv = self.pools.kv
         written = {}
         for layer in self.attention_layers():
-            shape = kv.get_key_buffer(layer)[0].shape
-            k = torch.randn((len(slots), *shape), generator=self.gen).to(self.cfg.dtype)
+            shape = (len(slots), *kv.get_key_buffer(layer)[0].shape)
+            if codes is None:
+                k = torch.randn(shape, generator=self.gen).to(self.cfg.dtype)
+            else:
+                k = (torch.tensor(codes) + layer).view(-1, *[1] * (len(shape) - 1)).expand(shape)
+                k = k.to(self.cfg.dtype).contiguous()
             kv.set_kv_buffer(layer, slots, k, k)
             written[layer] = k
         return written
@@ -66,18 +80,23 @@ class HybridHostRig:
             slots = kv.translate_loc_from_full_to_swa(slots)
         return kv.get_key_buffer(layer)[slots]
 
-    def put(self, ids: list[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor], float]:
-        """Insert ``ids`` with fresh slots holding random KV and a state of a random value
-        (a model with linear layers); returns the slots, the KV and the state value."""
+    def put(
+        self, ids: list[int], codes: list[float] | None = None
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor], float]:
+        """Insert ``ids`` with fresh slots holding random KV (or ``codes``, one per token, and
+        the last code as the state's value) and a state of a random value (a model with linear
+        layers); returns the slots, the KV and the state value."""
         slots = self.pools.allocator.alloc(len(ids))
         assert slots is not None
-        kv = self.write_kv(slots)
-        value, state = float(torch.rand((), generator=self.gen)) + 1.0, None
+        kv = self.write_kv(slots, codes)
+        value = float(torch.rand((), generator=self.gen)) + 1.0 if codes is None else codes[-1]
+        state = None
         if self.cache.hybrid.recurrent:
             state = int(self.state_pool.alloc(1)[0])
             for t in self.state_pool.mamba_cache.tensors():
                 t[:, state] = value
-        self.cache.insert(RadixKey(ids), slots, state=state)
+        present = self.cache.insert(RadixKey(ids), slots, state=state)
+        self.pools.allocator.free(slots[:present])  # the duplicates
         self.cache.check_hicache_events()
         return slots, kv, value
 

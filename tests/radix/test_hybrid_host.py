@@ -112,3 +112,64 @@ def test_settings_a_hybrid_host_tier_does_not_take() -> None:
         HybridHostRig("FSL", config=HiCacheConfig(storage=exclusive))
     with pytest.raises(ValueError, match="a backend by name"):
         HybridHostRig("FSL", config=HiCacheConfig(storage=StorageConfig(backend=MemoryStorage())))
+
+
+def test_events_name_the_component_and_the_medium() -> None:
+    rig = HybridHostRig("FSL", page_size=4, enable_kv_events=True, load_back_threshold=0)
+    rig.put(list(range(1, 9)))
+    stored = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert ("BlockStored", "mamba", "GPU") in stored
+    assert ("BlockStored", "mamba", "CPU_PINNED") in stored
+    assert ("BlockStored", "full", "CPU_PINNED") in stored
+    rig.evict_all()
+    gone = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert gone == {("BlockRemoved", "full", "GPU"), ("BlockRemoved", "mamba", "GPU")}
+    rig.cache.evict_host(8)  # the node leaves the tree: its host KV and host state go
+    gone = {(type(e).__name__, e.component, e.medium) for e in rig.cache.take_events()}
+    assert gone == {("BlockRemoved", "full", "CPU_PINNED"), ("BlockRemoved", "mamba", "CPU_PINNED")}
+
+
+def test_a_load_short_of_swa_slots_tombstones_instead_of_evicting_full_kv() -> None:
+    rig = HybridHostRig("FS", swa_pages=8, load_back_threshold=0)
+    a, b = [1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12]
+    rig.put(a)
+    rig.evict_all()
+    rig.put(b)  # the SWA pool (8) is full now
+    assert rig.pools.allocator.swa_available_size() == 0
+    _, slots, _ = _load(rig, a)
+    assert slots.numel() == 4
+    other = rig.cache.match_prefix(RadixKey(b)).full_kv_node
+    assert other.slots is not None and is_tombstoned(other.comp)  # full KV kept on the device
+    rig.check()
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "words"),
+    [
+        ({"host_state_slots": 0}, ValueError, "host_state_slots"),
+        ({"host_state_slots": 1.5}, TypeError, "host_state_slots"),
+        ({"host_states": "pool"}, TypeError, "host_states must be a MambaPoolHost"),
+    ],
+)
+def test_bad_host_state_settings_raise_naming_them(settings, error, words) -> None:
+    with pytest.raises(error, match=words):
+        HybridHostRig("FSL", **settings)
+
+
+def test_bad_load_back_arguments_raise_before_any_change() -> None:
+    rig = HybridHostRig("FSL", load_back_threshold=0)
+    rig.put([1, 2, 3, 4])
+    rig.evict_all()
+    node = rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).last_host_node
+    before = (rig.cache.stats(), rig.pools.allocator.available_size())
+    for args, error in [
+        (("node", 4), TypeError),
+        ((node, -1), ValueError),
+        ((node, 4, -2), ValueError),
+        ((node, "4"), TypeError),
+    ]:
+        with pytest.raises(error):
+            rig.cache.init_load_back(*args)
+    assert (rig.cache.stats(), rig.pools.allocator.available_size()) == before
+    assert node.slots is None
+    rig.check()
