@@ -139,6 +139,8 @@ def _component_rows(s: CacheStats) -> Iterator[Row]:
         ("evicted", h.host_states_evicted),
     ):
         yield "recurrent_state_events", COUNTER, events, {**host, "event": event}, value
+    for event, value in (("stored", h.states_stored), ("loaded", h.states_fetched)):
+        yield "recurrent_state_events", COUNTER, events, {"tier": "storage", "event": event}, value
 
 
 def _transfer_rows(s: CacheStats) -> Iterator[Row]:

@@ -11,6 +11,7 @@ import torch
 
 from hicache.backends import MemoryStorage, StorageConfig
 from hicache.backends.composite_pages import CompositePageIO, StatePageIO, page_io_of
+from hicache.metric_rows import rows
 from hicache.radix import HiCacheConfig, RadixKey
 from hicache.radix.components import host_state_of, host_swa_gone, is_tombstoned
 from tests.radix.hybrid_host_rig import HybridHostRig
@@ -51,6 +52,16 @@ def _load(rig: HybridHostRig, ids: list[int]) -> tuple[Any, torch.Tensor, Any]:
     return match, slots, node
 
 
+def _storage_state_events(rig: HybridHostRig) -> dict[str, float]:
+    """The ``recurrent_state_events`` metric samples of the storage tier, by event."""
+    samples = rows(rig.cache.stats())
+    return {
+        labels["event"]: value
+        for name, _, _, labels, value in samples
+        if name == "recurrent_state_events" and labels.get("tier") == "storage"
+    }
+
+
 @pytest.mark.parametrize("pattern", ["FSL", "FL", "FS", "SL"])
 @pytest.mark.parametrize(("page_size", "layout"), [(1, "layer_first"), (4, "page_first")])
 def test_storage_round_trip_restores_kv_and_state(
@@ -77,7 +88,8 @@ def test_storage_round_trip_restores_kv_and_state(
     if recurrent:
         state = reader.cache.device_state(node)
         assert state is not None and reader.state_value(state) == pytest.approx(value, rel=1e-2)
-        assert reader.cache.stats().host_components.states_fetched == 1
+        assert _storage_state_events(reader) == {"stored": 0, "loaded": 1}
+        assert _storage_state_events(writer) == {"stored": 1, "loaded": 0}
     reader.check()
     writer.cache.close()
     reader.cache.close()
