@@ -102,7 +102,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="check the whole cache after each replay (slow; memory several times the tree's)",
     )
     add_metrics_flags(p)
-    _add_hybrid(p.add_argument_group("hybrid model (hicache.replay.hybrid)"))
+    _add_hybrid(p)
     g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
     g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
     g.add_argument("--generate-only", action="store_true", help="write it, do not replay")
@@ -118,7 +118,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=type(default), help=f"{help_} (default: {default})")
 
 
-def _add_hybrid(g: argparse._ArgumentGroup) -> None:
+def _add_hybrid(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hybrid model (hicache.replay.hybrid)")
     g.add_argument(
         "--layers-pattern",
         help="one of F (full attention), S (sliding window), L (linear recurrent) per layer, "
