@@ -14,8 +14,8 @@ Each iteration (as ``hicache.engine``'s, without a model):
    and slots for every token the request will hold (evicting when short).
    Prefilling one request at a time costs the same modelled time as batching prompts (the cost
    is linear in tokens) and makes every request see all earlier prompts in the cache.
-   A hybrid model (``HybridRadixCache``) as the engine: a chunk ends at the match's branch
-   point (``mamba_branching_seqlen``) when it is ahead, ``cache_unfinished_req`` follows every
+   A hybrid model (``HybridRadixCache``) as the engine: a chunk ends where the checkpoint
+   policy takes a state (``CheckpointPolicy.chunk_tokens``), ``cache_unfinished_req`` follows every
    chunk (where ``CheckpointPolicy.every_tokens`` and ``at_branch`` take states; full
    attention: once, at the prompt's end, the same tree), and a free state slot is made before
    each ``cache_*_req`` (``SlotBudget.state_room``).
@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hicache.engine.memory import SlotBudget
-from hicache.radix import HybridRadixCache, RadixKey
+from hicache.radix import CheckpointPolicy, HybridRadixCache, RadixKey
 from hicache.replay.cost import CostModel
 from hicache.replay.live import LiveRequest, Record
 from hicache.replay.states import StateTracker
@@ -73,8 +73,10 @@ class Replayer:
         self.token_bytes, self.state_bytes = token_bytes, state_bytes
         cache = stack.cache
         self.hybrid = isinstance(cache, HybridRadixCache)
-        recurrent = isinstance(cache, HybridRadixCache) and cache.hybrid.recurrent
-        self.states = StateTracker(cache) if recurrent else None
+        self.policy: CheckpointPolicy | None = None  # a recurrent model's
+        if isinstance(cache, HybridRadixCache) and cache.hybrid.recurrent:
+            self.policy = cache.hybrid.checkpoint
+        self.states = None if self.policy is None else StateTracker(cache)
         self.storage = stack.cache.stats().storage is not None
         self.on_record: Callable[[Record], None] | None = None
         self.now = 0.0
@@ -160,13 +162,14 @@ class Replayer:
                 self.prefilling = None
         return done, self.max_prefill_tokens - left, loaded, read
 
-    @staticmethod
-    def _chunk(req: LiveRequest, limit: int) -> int:
-        """Tokens of ``req``'s next chunk: at most ``limit``, ending at its branch point if it
-        is ahead (the engine's ``Scheduler._chunk``)."""
+    def _chunk(self, req: LiveRequest, limit: int) -> int:
+        """Tokens of ``req``'s next chunk: at most ``limit``, ending where a recurrent
+        model's checkpoint policy takes a state (the engine's ``Scheduler._chunk``)."""
         n = min(limit, req.to_compute)
-        branch, done = req.mamba_branching_seqlen, req.trace.input_length - req.to_compute
-        return n if branch is None or done >= branch else min(n, branch - done)
+        if self.policy is None:
+            return n
+        done = req.trace.input_length - req.to_compute
+        return self.policy.chunk_tokens(done, n, req.mamba_branching_seqlen)
 
     def _decode_only_steps(self, batch: list[LiveRequest]) -> int:
         """How many decode-only iterations pass before the next event."""
