@@ -1,11 +1,12 @@
 """The model ``hicache bench`` runs and the flags of a hybrid one: ``--layers-pattern``,
 ``--state-slots`` and ``--checkpoint`` (how many recurrent states a model with ``L`` layers
 may keep, and where it takes them), ``--state-bytes`` (what one state stands for in the
-report); and whether the pools fit in memory."""
+report); and whether the pools fit in memory. Each function takes ``cfg``, a
+``bench.config.BenchConfig`` (typed ``Any``: that module imports this one)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import torch
@@ -17,9 +18,6 @@ from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import CheckpointPolicy
 
-if TYPE_CHECKING:
-    from hicache.bench.config import BenchConfig
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 QWEN3_NEXT_STATE_BYTES = 77_266_944
 """Qwen3-Next-80B-A3B's ``MambaStateParams.mamba_cache_per_req`` (36 GDN layers: conv 8192 x 3
@@ -27,7 +25,7 @@ bf16, state 32 x 128 x 128 fp32; README's pool table): ``--state-bytes``'s defau
 CHECKPOINT_FORMS = "finish, branch, every:N, or several joined by +, e.g. finish+branch"
 
 
-def model_config(cfg: BenchConfig) -> ModelConfig:
+def model_config(cfg: Any) -> ModelConfig:
     """The model of ``cfg``: its geometry, dtype, seed and ``--layers-pattern``."""
     return ModelConfig(
         vocab_size=cfg.vocab,
@@ -43,7 +41,7 @@ def model_config(cfg: BenchConfig) -> ModelConfig:
     )
 
 
-def keeps_states(cfg: BenchConfig) -> bool:
+def keeps_states(cfg: Any) -> bool:
     """Whether ``cfg``'s model has ``L`` layers (its cache keeps recurrent states)."""
     return bool(model_config(cfg).layers_of("L"))
 
@@ -76,7 +74,7 @@ def spell_checkpoint(policy: CheckpointPolicy) -> str:
     return "+".join(str(name) for name, on in parts if on) or "none"
 
 
-def check_state_flags(cfg: BenchConfig) -> None:
+def check_state_flags(cfg: Any) -> None:
     """``--state-bytes`` a positive int; ``--state-slots`` and ``--checkpoint`` only for a model
     with ``L`` layers, at least ``2 * max_requests`` slots and ``every:N`` a page multiple."""
     check_count("state_bytes", cfg.state_bytes, minimum=1)
@@ -101,7 +99,7 @@ def check_state_flags(cfg: BenchConfig) -> None:
         )
 
 
-def state_settings(cfg: BenchConfig) -> dict[str, Any]:
+def state_settings(cfg: Any) -> dict[str, Any]:
     """``CacheSpec``'s ``state_slots`` and ``checkpoint`` from the flags (the spec's defaults
     for those not given)."""
     settings: dict[str, Any] = {"state_slots": cfg.state_slots}
@@ -117,7 +115,7 @@ def state_plan(spec: CacheSpec) -> dict[str, Any]:
     return {"state_slots": slots, "checkpoint": spell_checkpoint(spec.checkpoint)}
 
 
-def check_memory(cfg: BenchConfig) -> None:
+def check_memory(cfg: Any) -> None:
     """``ValueError`` when the device pool does not fit in free device memory (RAM on CPU)
     or the host pool does not fit in the RAM left."""
     per_token = model_config(cfg).kv_bytes_per_token  # all ranks' pools: MLA's are whole
