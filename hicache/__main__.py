@@ -105,8 +105,38 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     add_log_level(p)
     add_metrics_flags(p)
     add_kv_events(p)
+    _state_options(p)
     _storage_options(p)
     _sglang_options(p)
+
+
+def _state_options(p: argparse.ArgumentParser) -> None:
+    """The recurrent states of a model with L layers (bench/model_flags.py)."""
+    from hicache.bench.model_flags import CHECKPOINT_FORMS, QWEN3_NEXT_STATE_BYTES
+
+    g = p.add_argument_group(
+        "recurrent states (a --layers-pattern with L layers)",
+        "where the cache keeps the linear layers' state and how many; the report counts them "
+        "at the end and at peak, on the device and the host",
+    )
+    g.add_argument(
+        "--state-slots",
+        type=int,
+        help="device state slots, R = --max-running + 1 rows' own and the checkpoints: >= 2R "
+        "(default R + max(R, --device-tokens / 64): 133 on the CPU preset)",
+    )
+    g.add_argument(
+        "--checkpoint",
+        help=f"where a state is taken: {CHECKPOINT_FORMS} (finish: each request's end; branch: "
+        "where a prompt leaves the cached prefix; every:N: a prefill chunk end past a multiple "
+        "of N tokens, N a multiple of --page-size) (default finish+branch)",
+    )
+    g.add_argument(
+        "--state-bytes",
+        type=int,
+        help="bytes one state stands for in the report (default "
+        f"{QWEN3_NEXT_STATE_BYTES:,}: Qwen3-Next-80B-A3B's 36 GDN layers)",
+    )
 
 
 def _storage_options(p: argparse.ArgumentParser) -> None:

@@ -7,22 +7,21 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import psutil
 import torch
 
 from hicache.backends import StorageConfig
 from hicache.backends.config import PREFETCH_POLICIES
+from hicache.bench import model_flags
 from hicache.bench.checks import check_count, check_device, check_layers_pattern, flag
+from hicache.bench.model_flags import DTYPES, QWEN3_NEXT_STATE_BYTES
 from hicache.bench.presets import CPU_DEFAULTS, CUDA_DEFAULTS
 from hicache.engine import CacheSpec, EngineConfig
 from hicache.engine.config import check_real
 from hicache.kv_events import KVEventsConfig
 from hicache.metrics import check_endpoint
 from hicache.model import ModelConfig
-from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import HiCacheConfig
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ARRIVALS = ("uniform", "poisson")
 STORAGE_BACKENDS = ("file", "mooncake")  # ``memory`` cannot outlive the process
 # Storage objects are pages: one token per object would be one file (or Mooncake key) each.
@@ -48,7 +47,10 @@ class BenchConfig:
     ``metrics_port``: serve Prometheus metrics on ``metrics_host`` during each run (one rank);
     ``kv_events``/``kv_events_replay``: publish KV events there (``KVEventsConfig``).
     ``layers_pattern``: one of ``F``/``S``/``L`` per layer (``ModelConfig.layer_pattern``; None:
-    every layer ``F``); a hybrid one (``S`` or ``L``) runs with every tier, ``--storage`` too."""
+    every layer ``F``); a hybrid one (``S`` or ``L``) runs with every tier, ``--storage``
+    too. With ``L`` layers, ``state_slots`` and ``checkpoint`` (``model_flags.parse_checkpoint``;
+    None: the ``CacheSpec`` defaults) say how many recurrent states the device keeps and where
+    it takes them; the report counts them at ``state_bytes`` each (``bench.model_flags``)."""
 
     users: int
     rounds: int
@@ -90,6 +92,9 @@ class BenchConfig:
     kv_events: str | None = None
     kv_events_replay: str | None = None
     layers_pattern: str | None = None
+    state_slots: int | None = None
+    checkpoint: str | None = None
+    state_bytes: int = QWEN3_NEXT_STATE_BYTES
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -109,6 +114,7 @@ class BenchConfig:
             raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         check_device(self.device)
         check_layers_pattern(self.layers_pattern, self.layers)
+        model_flags.check_state_flags(self)
         self._check_storage()
         self._check_tp()
         if self.metrics_port is not None:
@@ -151,19 +157,13 @@ class BenchConfig:
     def max_context_len(self) -> int:
         return self.system_len + self.rounds * (self.prompt_len + self.answer_len) + 1
 
+    @property
+    def max_requests(self) -> int:
+        """Rows of the request pool: ``max_running`` and one more for admission."""
+        return self.max_running + 1
+
     def model_config(self) -> ModelConfig:
-        return ModelConfig(
-            vocab_size=self.vocab,
-            num_layers=self.layers,
-            num_heads=self.heads,
-            num_kv_heads=self.kv_heads,
-            head_dim=self.head_dim,
-            intermediate_size=self.intermediate,
-            attention=self.attention,
-            dtype=DTYPES[self.dtype],
-            seed=self.seed,
-            layer_pattern=self.layers_pattern or "",
-        )
+        return model_flags.model_config(self)
 
     @property
     def hybrid(self) -> bool:
@@ -236,7 +236,7 @@ class BenchConfig:
             device_tokens=tokens,
             page_size=self.page_size,
             max_context_len=self.max_context_len,
-            max_requests=self.max_running + 1,
+            max_requests=self.max_requests,
             eviction_policy=self.eviction_policy,
             hicache=HiCacheConfig(
                 hicache_ratio=self.host_ratio,
@@ -247,6 +247,7 @@ class BenchConfig:
                 storage=storage,
             ),
             kv_events=kv_events,
+            **model_flags.state_settings(self),
         )
 
     def engine_config(self) -> EngineConfig:
@@ -256,23 +257,8 @@ class BenchConfig:
         return asdict(self)
 
     def check_memory(self) -> None:
-        """``ValueError`` when the device pool does not fit in free device memory (RAM on CPU)
-        or the host pool does not fit in the RAM left."""
-        per_token = self.model_config().kv_bytes_per_token  # all ranks' pools: MLA's are whole
-        per_token *= self.tp if self.attention == "mla" else 1
-        tokens = self.cache_spec("hiradix").device_tokens
-        device_bytes = tokens * per_token
-        host_bytes = host_slots(tokens, self.host_ratio, 0, self.page_size, per_token) * per_token
-        host_bytes = 0 if self.hybrid else host_bytes  # a hybrid model runs device-only
-        cuda = self.device.startswith("cuda")
-        ram = psutil.virtual_memory().available
-        free = torch.cuda.mem_get_info(self.device)[0] if cuda else ram
-        if device_bytes > free:
-            raise ValueError(
-                f"--device-tokens {tokens}: the device pool needs "
-                f"{device_bytes / 1e9:.1f} GB, {self.device} has {free / 1e9:.1f} GB"
-            )
-        check_ram(host_bytes if cuda else host_bytes + device_bytes)
+        """``ValueError`` when the pools do not fit in memory (``model_flags.check_memory``)."""
+        model_flags.check_memory(self)
 
 
 _POSITIVE = (

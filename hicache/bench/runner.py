@@ -15,9 +15,11 @@ from typing import Any, TextIO
 import torch
 
 from hicache.bench.config import BenchConfig
+from hicache.bench.model_flags import keeps_states, state_plan
 from hicache.bench.plot import plot_rounds
 from hicache.bench.progress import ProgressBar
 from hicache.bench.report import format_gain, format_table, per_round, summarize
+from hicache.bench.states import StatePeaks, format_states
 from hicache.bench.tp_run import run_tp, tp_line
 from hicache.bench.workload import ChatWorkload, drive
 from hicache.engine import Engine, build_engine
@@ -49,8 +51,10 @@ def measure(
 ) -> dict[str, Any]:
     """Run the workload once through ``engine`` (its requests salted with ``cache_salt``),
     then drain its transfers; the summary counts only this run's transfers and storage
-    traffic, and the per-round series."""
+    traffic, the recurrent states held (a model with ``L`` layers: ``bench.states``, seen after
+    every step), and the per-round series."""
     before = engine.cache.stats()
+    peaks = StatePeaks(before) if keeps_states(cfg) else None
     bar = ProgressBar(cfg.users * cfg.rounds, label) if progress else None
 
     def tick(record: Any) -> None:
@@ -58,12 +62,16 @@ def measure(
             bar.update(note=f"round {record.round + 1}/{cfg.rounds}")
 
     with serving(engine.cache, cfg.metrics_port, cfg.metrics_host, {"run": label}):
-        records, wall = drive(engine, ChatWorkload(cfg), tick, cache_salt)
+        observe = None if peaks is None else lambda: peaks.observe(engine.cache.stats())
+        records, wall = drive(engine, ChatWorkload(cfg), tick, cache_salt, observe)
         if bar is not None:
             bar.close()
         engine.cache.drain_transfers()  # the last batches land: their busy time counts
     engine.cache.check_invariants()
-    summary = summarize(records, wall, engine.cache.stats(), before)
+    stats = engine.cache.stats()
+    summary = summarize(records, wall, stats, before)
+    if peaks is not None:
+        summary |= peaks.summary(stats)
     return {"summary": summary, "rounds": per_round(records, cfg.rounds)}
 
 
@@ -106,6 +114,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, out: TextIO | None = None
     )
     out.write(headline(cfg, results["device"]) + "\n\n" + format_table(summaries) + "\n\n")
     out.write(format_gain(summaries["device-only"], summaries["host-tier"]) + "\n")
+    if keeps_states(cfg):
+        out.write(format_states(results["state_plan"], summaries, cfg.state_bytes) + "\n")
     out.write(
         "".join(
             f"note: {m}: {s['rejected']} request(s) rejected, e.g. {s['first_error']}\n"
@@ -141,6 +151,8 @@ def run_modes(cfg: BenchConfig, progress: bool, group: Any = None) -> dict[str, 
     model = TinyTransformer(cfg.model_config(), cfg.device, TPShard.of(group))
     warm_up(model, cfg)
     results: dict[str, Any] = {"config": cfg.to_dict(), "device": device_name(cfg.device)}
+    if keeps_states(cfg):
+        results["state_plan"] = state_plan(cfg.cache_spec("radix"))
     events = make_sink(cfg.events_config())  # one stream: each run's cache clears it first
     try:
         for label, kind in MODES.items():

@@ -83,8 +83,10 @@ def drive(
     workload: ChatWorkload,
     on_record: Callable[[Record], None] | None = None,
     cache_salt: str | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> tuple[list[Record], float]:
-    """Run the whole workload through ``engine``; returns the records and the wall time (s).
+    """Run the whole workload through ``engine``, calling ``on_step`` after each of its steps;
+    returns the records and the wall time (s).
 
     A user's next turn arrives the moment its previous answer is complete (closed loop); a
     rejected turn ends that user's conversation. Every request carries ``cache_salt``. Under TP
@@ -110,6 +112,8 @@ def drive(
             time.sleep(max(0.0, arrivals[0][0] - clock.local()))
             continue
         finished = engine.step()
+        if on_step is not None:
+            on_step()
         done_at = clock() if finished else now
         for req in finished:
             user, rnd = inflight.pop(req)

@@ -53,6 +53,8 @@ class Scheduler:
         self.prefetching: set[Request] = set()  # waiting on their storage prefetch
         self.prefetch_events = 0  # prefetches started or finished (the stall check reads it)
         self._arrived: list[Request] = []  # waiting, not yet asked about storage
+        hybrid = getattr(cache, "hybrid", None)  # a hybrid cache's components
+        self._policy = hybrid.checkpoint if hybrid is not None and hybrid.recurrent else None
 
     def submit(self, req: Request) -> None:
         reason = self.budget.never_fits(req)
@@ -107,13 +109,12 @@ class Scheduler:
     def retire(self, req: Request) -> None:
         self.active.remove(req)
 
-    @staticmethod
-    def _chunk(req: Request, limit: int) -> Work:
-        """At most ``limit`` tokens, ending at the request's branch point if it is ahead (the
-        chunk's ``cache_unfinished_req`` then checkpoints the recurrent state there)."""
-        branch = req.mamba_branching_seqlen
-        if branch is not None and req.kv_len < branch:
-            limit = min(limit, branch - req.kv_len)
+    def _chunk(self, req: Request, limit: int) -> Work:
+        """At most ``limit`` tokens; for a model with linear layers, ending where the cache's
+        checkpoint policy takes a state (``CheckpointPolicy.chunk_tokens``: the branch point,
+        multiples of ``every_tokens``), which the chunk's ``cache_unfinished_req`` does."""
+        if self._policy is not None:
+            limit = self._policy.chunk_tokens(req.kv_len, limit, req.mamba_branching_seqlen)
         return Work(req, req.next_input_ids[:limit])
 
     @staticmethod

@@ -93,7 +93,8 @@ class CheckpointPolicy:
     ----------
     at_finish : ``cache_finished_req`` checkpoints the request's end (when it is page-aligned).
     every_tokens : None, or N (a positive multiple of the page size): ``cache_unfinished_req``
-        checkpoints a chunk end that passed a multiple of N since the request's last one.
+        checkpoints a chunk end that passed a multiple of N since the request's last one, and
+        a scheduler ends prefill chunks at multiples of N (``chunk_tokens``).
     at_branch : ``match_prefix`` reports ``mamba_branching_seqlen`` (the full-KV match's end,
         when past the state's), and ``cache_unfinished_req`` checkpoints a chunk that ends there.
 
@@ -107,6 +108,18 @@ class CheckpointPolicy:
     at_finish: bool = True
     every_tokens: int | None = None
     at_branch: bool = False
+
+    def chunk_tokens(self, done: int, limit: int, branch: int | None) -> int:
+        """Tokens of a request's next prefill chunk, ``done`` tokens in: at most ``limit``,
+        ending where this policy takes a state (``cache_unfinished_req`` checkpoints a chunk
+        end): at ``branch`` (the match's ``mamba_branching_seqlen``) when it is ahead, and at
+        the next multiple of ``every_tokens``."""
+        n = limit
+        if branch is not None and done < branch:
+            n = min(n, branch - done)
+        if self.every_tokens is not None:
+            n = min(n, self.every_tokens - done % self.every_tokens)
+        return n
 
     def __post_init__(self) -> None:
         for name in ("at_finish", "at_branch"):

@@ -27,6 +27,7 @@ from hicache.replay.runner import ReplayRun, replay
 from hicache.replay.sweep import (
     describe_bandwidth,
     grid_points,
+    has_states,
     parse_sweep,
     sweep_configs,
     sweep_cost,
@@ -114,12 +115,23 @@ def _tiers(cfg: ReplayConfig) -> str:
     return f"{host}, storage {cfg.storage} {cap} ({cfg.storage_tiering})"
 
 
+def _model(cfg: ReplayConfig) -> str:
+    """``"; model FSL (window 128), states at finish+branch, 74 MB each"`` ('' if plain)."""
+    if not cfg.hybrid:
+        return ""
+    window = f" (window {cfg.window})" if "S" in (cfg.layers_pattern or "") else ""
+    states = ""
+    if "L" in (cfg.layers_pattern or ""):
+        states = f", states at {cfg.checkpoint}, {cfg.state_bytes / 1e6:,.1f} MB each"
+    return f"; model {cfg.layers_pattern}{window}{states}"
+
+
 def _headline(path: str, trace: Trace, cfg: ReplayConfig) -> str:
     skipped = f", {trace.skipped} bad line(s) skipped" if trace.skipped else ""
     return (
         f"hicache replay {path}: {len(trace.requests):,} requests{skipped}; device "
         f"{cfg.device_slots:,} tokens, {_tiers(cfg)}, page {cfg.page_size}, {cfg.device} "
-        f"({cfg.token_bytes} B/token)"
+        f"({cfg.token_bytes} B/token){_model(cfg)}"
     )
 
 
@@ -168,7 +180,8 @@ def _sweep(
     cost = sweep_cost(configs)
     out.write(_headline(args.trace, trace, base) + f"\nsweep {grid} ({len(points)} replays)\n")
     out.write(f"bandwidth {describe_bandwidth(cost)}, the same for every point\n")
-    out.write(sweep_header(grid) + "\n")
+    states = has_states(configs)
+    out.write(sweep_header(grid, states) + "\n")
     summaries = []
     for point, cfg in zip(points, configs, strict=True):
         label = " ".join(f"{k}={v}" for k, v in point.items())
@@ -182,7 +195,7 @@ def _sweep(
                 **summary,
             }
         )
-        out.write(sweep_row(point, cfg, summary) + "\n")
+        out.write(sweep_row(point, cfg, summary, states) + "\n")
         if run.interrupted:
             break
     path = _write(out_dir, "sweep.json", {**meta, "sweep": grid, "runs": summaries})

@@ -14,6 +14,12 @@ from hicache.controller import TIERINGS
 from hicache.engine.config import check_real
 from hicache.metrics import check_endpoint
 from hicache.radix import HiCacheConfig, RadixCacheConfig
+from hicache.replay.hybrid import (
+    DEFAULT_STATE_MODEL,
+    build_hybrid_stack,
+    check_hybrid,
+    state_bytes_of,
+)
 from hicache.replay.trace import BLOCK_TOKENS
 from hicache.stack import KVStack, build_kv_stack
 
@@ -49,7 +55,13 @@ class ReplayConfig:
     model's compute; ``h2d_gbps``/``d2h_gbps`` its transfer bandwidth (None: measured on these
     pools before the replay, ``cost.measure_bandwidth``), ``storage_gbps`` its storage read
     bandwidth. ``metrics_port``: serve the replayed cache's Prometheus metrics on
-    ``metrics_host`` at this port while it runs (None: no server)."""
+    ``metrics_host`` at this port while it runs (None: no server).
+
+    A hybrid model (``hicache.replay.hybrid``): ``layers_pattern`` one of ``F``/``S``/``L`` per
+    layer (None: full attention), ``window`` the ``S`` layers' ``W``, ``state_slots`` the
+    device's recurrent-state slots with ``L`` layers (None: the engine's default),
+    ``checkpoint`` the policy (``parse_checkpoint``), ``state_bytes`` the bytes of one state
+    of the modelled model."""
 
     device_tokens: int = 1 << 20
     host_ratio: float = 4.0
@@ -78,6 +90,11 @@ class ReplayConfig:
     tiering: str = "inclusive"
     storage_tiering: str = "inclusive"
     storage_gbps: float = STORAGE_GBPS
+    layers_pattern: str | None = None
+    window: int = 128
+    state_slots: int | None = None
+    checkpoint: str = "finish+branch"
+    state_bytes: int = state_bytes_of(DEFAULT_STATE_MODEL)
 
     def __post_init__(self) -> None:
         for name in ("device_tokens", "page_size", "max_running", "max_prefill_tokens"):
@@ -98,6 +115,7 @@ class ReplayConfig:
         if self.metrics_port is not None:
             check_endpoint(self.metrics_port, self.metrics_host)
         RadixCacheConfig(self.page_size, self.eviction_policy)
+        check_hybrid(self)
         self.hicache()
 
     def _check_tiers(self) -> None:
@@ -122,10 +140,36 @@ class ReplayConfig:
         geometry = GEOMETRY["cuda" if device.startswith("cuda") else "cpu"]
         names = {f.name for f in fields(cls)}
         given = {k: v for k, v in args.items() if k in names and v is not None}
+        pattern = given.get("layers_pattern")
+        if isinstance(pattern, str) and pattern and "layers" not in given:
+            given["layers"] = len(pattern)  # the pattern sets the layer count
+        if isinstance(given.get("state_bytes"), str):
+            given["state_bytes"] = state_bytes_of(given["state_bytes"])
         return cls(**{**geometry, **given, "device": device})
 
     def with_(self, **changes: Any) -> ReplayConfig:
         return replace(self, **changes)
+
+    def full_attention(self) -> ReplayConfig:
+        """This config with every attention layer ``F`` and no other layer (the bandwidth
+        probe's: a copy's cost per byte does not depend on the layer kind)."""
+        layers = self.layers if self.layers_pattern is None else self.attention_layers
+        return replace(self, layers=layers, layers_pattern=None, state_slots=None)
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether ``layers_pattern`` has ``S`` or ``L`` layers."""
+        return bool(set(self.layers_pattern or "") - {"F"})
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with KV (``F`` and ``S``)."""
+        return self.layers - (self.layers_pattern or "").count("L")
+
+    @property
+    def max_requests(self) -> int:
+        """Rows of the request table: ``max_running`` and one spare."""
+        return self.max_running + 1
 
     @property
     def device_slots(self) -> int:
@@ -138,8 +182,10 @@ class ReplayConfig:
 
     @property
     def token_bytes(self) -> int:
-        """KV bytes of one token over all layers (K and V)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * DTYPES[self.dtype].itemsize
+        """KV bytes of one token over all attention layers (K and V)."""
+        return (
+            2 * self.attention_layers * self.kv_heads * self.head_dim * DTYPES[self.dtype].itemsize
+        )
 
     @property
     def storage_page_bytes(self) -> int:
@@ -191,13 +237,16 @@ class ReplayConfig:
         ``storage_root`` (required with ``storage='file'``; the caller removes it)."""
         if self.storage == "file" and storage_root is None:
             raise ValueError("storage='file' needs a directory: pass storage_root")
+        if self.hybrid:
+            cfg = self if size is None else self.with_(device_tokens=size)
+            return build_hybrid_stack(cfg, max_context_len, kv_events)
         return build_kv_stack(
             layer_num=self.layers,
             head_num=self.kv_heads,
             head_dim=self.head_dim,
             dtype=DTYPES[self.dtype],
             size=self.device_slots if size is None else size,
-            max_requests=self.max_running + 1,
+            max_requests=self.max_requests,
             max_context_len=max_context_len,
             page_size=self.page_size,
             device=self.device,

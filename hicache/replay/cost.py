@@ -7,7 +7,9 @@ iteration takes ``max(compute, load bytes / h2d bandwidth + storage bytes / stor
 bandwidth)``: a page from storage is read to the host first, then loaded like a host hit.
 The h2d bandwidth is the flag when given, else measured once on the replay's own pools
 (``measure_bandwidth``: real backups and load-backs through a small cache of the same
-geometry and backend). The storage bandwidth is
+geometry and backend; for a hybrid model, of its attention layers). A host hit of a model with
+linear layers loads its recurrent state too: ``ReplayConfig.state_bytes`` more at the h2d
+bandwidth (``Replayer.step``). The storage bandwidth is
 the flag (``ReplayConfig.storage_gbps``: a documented figure, not measured, as the replay's
 store is not the deployment's).
 """
@@ -55,7 +57,7 @@ def measure_bandwidth(cfg: ReplayConfig) -> tuple[float, float]:
     times, through a fresh cache's public calls; bytes and busy time from ``cache.stats()``
     (the rounds after the warm-up)."""
     n = _PROBE_TOKENS - _PROBE_TOKENS % cfg.page_size or cfg.page_size
-    probe = cfg.with_(host_ratio=max(cfg.host_ratio, 2.0), **PROBE_TIERS)
+    probe = cfg.full_attention().with_(host_ratio=max(cfg.host_ratio, 2.0), **PROBE_TIERS)
     stack = probe.build_stack(n + 1, size=n)
     _round_trip(stack, n, 0)  # warm-up: kernel compiles, first touches
     before = stack.cache.stats().transfer

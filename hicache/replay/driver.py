@@ -14,7 +14,13 @@ Each iteration (as ``hicache.engine``'s, without a model):
    and slots for every token the request will hold (evicting when short).
    Prefilling one request at a time costs the same modelled time as batching prompts (the cost
    is linear in tokens) and makes every request see all earlier prompts in the cache.
-4. The clock advances by ``CostModel.step_seconds``; a request whose prompt finished gets its
+   A hybrid model (``HybridRadixCache``) as the engine: a chunk ends where the checkpoint
+   policy takes a state (``CheckpointPolicy.chunk_tokens``), ``cache_unfinished_req`` follows every
+   chunk (where ``CheckpointPolicy.every_tokens`` and ``at_branch`` take states; full
+   attention: once, at the prompt's end, the same tree), and a free state slot is made before
+   each ``cache_*_req`` (``SlotBudget.state_room``).
+4. The clock advances by ``CostModel.step_seconds``, a host hit's state load
+   (``state_bytes``) charged on top of its KV; a request whose prompt finished gets its
    first token then; one whose last token was generated is finished (``cache_finished_req``;
    its decode slots are freed, see ``LiveRequest``).
 
@@ -41,9 +47,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hicache.engine.memory import SlotBudget
-from hicache.radix import RadixKey
+from hicache.radix import CheckpointPolicy, HybridRadixCache, RadixKey
 from hicache.replay.cost import CostModel
 from hicache.replay.live import LiveRequest, Record
+from hicache.replay.states import StateTracker
 from hicache.stack import KVStack
 
 
@@ -58,11 +65,18 @@ class Replayer:
         max_running: int,
         max_prefill_tokens: int,
         token_bytes: int,
+        state_bytes: int = 0,
     ) -> None:
         self.stack, self.cache, self.cost = stack, stack.cache, cost
         self.budget = SlotBudget(stack.cache, stack.allocator, stack.req_to_token_pool)
         self.max_running, self.max_prefill_tokens = max_running, max_prefill_tokens
-        self.token_bytes = token_bytes
+        self.token_bytes, self.state_bytes = token_bytes, state_bytes
+        cache = stack.cache
+        self.hybrid = isinstance(cache, HybridRadixCache)
+        self.policy: CheckpointPolicy | None = None  # a recurrent model's
+        if isinstance(cache, HybridRadixCache) and cache.hybrid.recurrent:
+            self.policy = cache.hybrid.checkpoint
+        self.states = None if self.policy is None else StateTracker(cache)
         self.storage = stack.cache.stats().storage is not None
         self.on_record: Callable[[Record], None] | None = None
         self.now = 0.0
@@ -94,7 +108,9 @@ class Replayer:
         prefilled, tokens, loaded, read = self._prefill()
         steps = 1 if tokens or not batch else self._decode_only_steps(batch)
         tb = self.token_bytes
-        dt = self.cost.step_seconds(tokens, bool(batch), loaded * tb, read * tb)
+        states = 0 if self.states is None else self.states.take_loaded()
+        load = loaded * tb + states * self.state_bytes
+        dt = self.cost.step_seconds(tokens, bool(batch), load, read * tb)
         self.now += dt if steps == 1 else steps * self.cost.decode_step_s
         for req in prefilled:
             req.first_token_s = self.now
@@ -104,6 +120,8 @@ class Replayer:
             r for r in prefilled if r.decode_left == 0
         ]:
             self._finish(req)
+        if self.states is not None:
+            self.states.sample()
 
     @property
     def running(self) -> int:
@@ -131,16 +149,27 @@ class Replayer:
                 loaded += self.prefilling.host_hit + self.prefilling.storage_hit
                 read += self.prefilling.storage_hit
             req = self.prefilling
-            n = min(left, req.to_compute)
+            n = self._chunk(req, left)
             req.to_compute -= n
             left -= n
-            if req.to_compute == 0:
-                req.kv_len = req.trace.input_length
+            if self.hybrid or req.to_compute == 0:
+                req.kv_len = req.trace.input_length - req.to_compute
+                self.budget.state_room(finished=False)
                 self.cache.cache_unfinished_req(req)
+            if req.to_compute == 0:
                 self.decoding.append(req)
                 done.append(req)
                 self.prefilling = None
         return done, self.max_prefill_tokens - left, loaded, read
+
+    def _chunk(self, req: LiveRequest, limit: int) -> int:
+        """Tokens of ``req``'s next chunk: at most ``limit``, ending where a recurrent
+        model's checkpoint policy takes a state (the engine's ``Scheduler._chunk``)."""
+        n = min(limit, req.to_compute)
+        if self.policy is None:
+            return n
+        done = req.trace.input_length - req.to_compute
+        return self.policy.chunk_tokens(done, n, req.mamba_branching_seqlen)
 
     def _decode_only_steps(self, batch: list[LiveRequest]) -> int:
         """How many decode-only iterations pass before the next event."""
@@ -192,6 +221,7 @@ class Replayer:
         req.device_hit, req.host_hit = m.device_prefix_len, loaded - req.storage_hit
         req.to_compute = req.trace.input_length - len(prefix)
         req.decode_left = max(req.trace.output_length - 1, 0)
+        req.mamba_branching_seqlen = getattr(m, "mamba_branching_seqlen", None)
         return True
 
     def _prefetch(self, rid: str, key: RadixKey) -> int:
@@ -215,6 +245,7 @@ class Replayer:
         start = self.budget.round_up(req.trace.input_length)
         table = self.stack.req_to_token_pool.req_to_token
         decode = table[row, start : req.kv_capacity].to(torch.int64)
+        self.budget.state_room(finished=True)
         self.cache.cache_finished_req(req)
         if len(decode):
             self.stack.allocator.free(decode)

@@ -72,6 +72,7 @@ class LiveRequest:
     host_hit: int = 0
     storage_hit: int = 0  # tokens a storage prefetch added and admission loaded back
     prefetched: bool = False  # storage was asked (once per request)
+    mamba_branching_seqlen: int | None = None  # a hybrid match's branch point (a chunk ends there)
     admitted_s: float | None = None
     first_token_s: float | None = None
     _tokens: np.ndarray | None = None

@@ -62,6 +62,8 @@ class MemoryFigures:
 
 
 def _kv_bytes(pool: Any) -> int:
+    if pool is None:  # a model of linear layers only
+        return 0
     sizes = pool.get_kv_size_bytes()  # (K, V) for MHA pools, one int for MLA
     return int(sum(sizes)) if isinstance(sizes, tuple) else int(sizes)
 
@@ -70,7 +72,9 @@ def _host_bytes(stack: KVStack) -> int:
     controller = getattr(stack.cache, "cache_controller", None)
     if controller is None:
         return 0
-    return sum(int(part.nbytes) for part in controller.mem_pool_host.host_parts)
+    host = controller.mem_pool_host
+    parts = getattr(host, "host_parts", None)  # a hybrid model's: one pool per kind of layer
+    return int(host.size * host.slot_bytes) if parts is None else sum(int(p.nbytes) for p in parts)
 
 
 def _base(array: np.ndarray) -> np.ndarray:

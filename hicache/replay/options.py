@@ -11,6 +11,7 @@ from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
 from hicache.replay.config import DTYPES, GEOMETRY, STORAGES, ReplayConfig
 from hicache.replay.generate import PRESETS, GenerateSpec
+from hicache.replay.hybrid import CHECKPOINT_HELP, DEFAULT_STATE_MODEL, STATE_MODELS
 from hicache.replay.trace import BLOCK_TOKENS
 
 _INTS = {
@@ -101,6 +102,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="check the whole cache after each replay (slow; memory several times the tree's)",
     )
     add_metrics_flags(p)
+    _add_hybrid(p)
     g = p.add_argument_group("synthetic trace (hicache.replay.generate)")
     g.add_argument("--generate", metavar="OUT", help="write a generated trace to OUT, replay it")
     g.add_argument("--generate-only", action="store_true", help="write it, do not replay")
@@ -114,3 +116,27 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default = getattr(spec, name)
         flag = f"--{name.replace('_', '-')}"
         g.add_argument(flag, type=type(default), help=f"{help_} (default: {default})")
+
+
+def _add_hybrid(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hybrid model (hicache.replay.hybrid)")
+    g.add_argument(
+        "--layers-pattern",
+        help="one of F (full attention), S (sliding window), L (linear recurrent) per layer, "
+        "e.g. FSL; sets --layers (default: full attention)",
+    )
+    g.add_argument("--window", type=int, help="keys an S layer sees" + _default("window"))
+    g.add_argument(
+        "--state-slots",
+        type=int,
+        help="device recurrent-state slots, rows included (default: the engine's, "
+        "max-running + 1 plus one per 64 device tokens)",
+    )
+    g.add_argument(
+        "--checkpoint", help=f"where states are taken: {CHECKPOINT_HELP}" + _default("checkpoint")
+    )
+    g.add_argument(
+        "--state-bytes",
+        help="bytes of one recurrent state of the modelled model, or one of "
+        f"{sorted(STATE_MODELS)} (default: {DEFAULT_STATE_MODEL}, {_DEFAULTS.state_bytes:,})",
+    )

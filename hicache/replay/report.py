@@ -15,6 +15,7 @@ from hicache.bench.report import evicted_tokens, storage_figures, transfer_figur
 from hicache.replay.ideal import BLOCK_RULE, HIT_RULE
 from hicache.replay.load import format_load, load_figures
 from hicache.replay.runner import ReplayRun
+from hicache.replay.states import format_states
 
 MEASURED = (
     "tokens",
@@ -25,6 +26,8 @@ MEASURED = (
     "replay_wall_s",
     "replay_requests_per_s",
     "memory",
+    "states",
+    "kv_bytes",
 )
 MODELLED = ("ttft_ms", "makespan_s", "throughput", "load", "queueing_dominates")
 TIERS = ("device", "host", "storage", "computed")
@@ -85,6 +88,8 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
     """The run's figures as plain JSON-able values (None where there is no sample)."""
     tokens = _tokens(run)
     prompt, makespan = tokens["prompt"], run.modelled_s
+    cfg, tb = run.config, run.config.token_bytes
+    host_tokens = cfg.host_tokens if cfg.host_ratio else 0
     cost = run.cost
     load = load_figures(run.records, cost.prefill_tps, makespan)
     return {
@@ -123,6 +128,8 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
         "replay_wall_s": run.wall_s,
         "replay_requests_per_s": len(run.records) / run.wall_s if run.wall_s else 0.0,
         "memory": run.memory.to_dict() if run.memory is not None else None,
+        "states": run.states.to_dict() if run.states is not None else None,
+        "kv_bytes": {"device": cfg.device_slots * tb, "host": host_tokens * tb},
         "queueing_dominates": load["queueing_dominates"],
         "load": load,
         "measured": list(MEASURED),
@@ -198,6 +205,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  replay        {s['replay_wall_s']:.1f} s wall, "
         f"{s['replay_requests_per_s']:,.0f} requests/s",
         *_format_memory(s["memory"]),
+        *format_states(s["states"], s["kv_bytes"]["device"], s["kv_bytes"]["host"]),
         f"modelled (prefill {c['prefill_tps']:,.0f} tok/s, decode step {c['decode_step_ms']:g} ms, "
         f"loads at {c['h2d_gb_s']:.3g} GB/s, {c['bandwidth']}"
         + (f"; storage reads at {c['storage_gb_s']:.3g} GB/s, flag" if c["storage_gb_s"] else "")

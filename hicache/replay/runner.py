@@ -15,9 +15,11 @@ from hicache.radix.stats import CacheStats
 from hicache.replay.config import ReplayConfig
 from hicache.replay.cost import CostModel, measure_bandwidth
 from hicache.replay.driver import Replayer
+from hicache.replay.hybrid import state_slots
 from hicache.replay.ideal import block_ideal_hits, ideal_hits
 from hicache.replay.live import LiveRequest, Record
 from hicache.replay.memory import MemoryFigures, measure, rss_bytes
+from hicache.replay.states import StateFigures
 from hicache.replay.trace import Trace
 from hicache.stack import KVStack
 
@@ -26,7 +28,7 @@ from hicache.stack import KVStack
 class ReplayRun:
     """A finished (or interrupted) replay: its records, the cache's counters at the end
     (``stats``), the clock, what it held in RAM (``memory``); ``block_ideal``: each
-    request's block ideal (by rid)."""
+    request's block ideal (by rid); ``states``: a recurrent model's states (else None)."""
 
     config: ReplayConfig
     cost: CostModel
@@ -40,6 +42,7 @@ class ReplayRun:
     memory: MemoryFigures | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     block_ideal: list[int] = field(default_factory=list)
+    states: StateFigures | None = None
 
 
 def cost_model(cfg: ReplayConfig) -> CostModel:
@@ -119,6 +122,7 @@ def _run(
         max_running=cfg.max_running,
         max_prefill_tokens=cfg.max_prefill_tokens,
         token_bytes=cfg.token_bytes,
+        state_bytes=cfg.state_bytes,
     )
     requests = live_requests(trace, cfg.page_size)
     start, interrupted = time.perf_counter(), False
@@ -146,4 +150,7 @@ def _run(
         interrupted,
         block_ideal=block_ideal_hits(trace.requests, trace.block_tokens),
         memory=measure(stack, start_rss),
+        states=None
+        if driver.states is None
+        else driver.states.figures(cfg.state_bytes, state_slots(cfg)),
     )

@@ -2,11 +2,13 @@
 given, for hit rate per tier against capacity and tiering.
 
 Names are the flags' (``device-tokens``, ``host-ratio``, ``storage-capacity``, ``tiering``,
-``storage-tiering``; ``_`` may stand for ``-``). A comma-separated item with ``=`` starts a
-name, the items after it are more of its values: ``device-tokens=8192,16384,tiering=inclusive,
-exclusive`` is 2 x 2 replays. Numbers are sorted ascending, words keep their order; the grid
-runs in the order the names were given, the last name changing fastest, so rows that differ
-only by the last name (e.g. ``tiering``) are adjacent in the table.
+``storage-tiering``, and for hybrid models ``layers-pattern`` (it sets the layer count),
+``state-slots``, ``checkpoint``; ``_`` may stand for ``-``). A comma-separated item with
+``=`` starts a name, the items after it are more of its values:
+``device-tokens=8192,16384,tiering=inclusive,exclusive`` is 2 x 2 replays. Numbers are sorted
+ascending, words keep their order; the grid runs in the order the names were given, the last
+name changing fastest, so rows that differ only by the last name (e.g. ``tiering``) are
+adjacent in the table.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ SWEEPABLE: dict[str, tuple[str, Callable[[str], Any]]] = {  # flag: (ReplayConfi
     "storage-capacity": ("storage_capacity", int),
     "tiering": ("tiering", _word(TIERINGS)),
     "storage-tiering": ("storage_tiering", _word(TIERINGS)),
+    "layers-pattern": ("layers_pattern", str),
+    "state-slots": ("state_slots", int),
+    "checkpoint": ("checkpoint", str),
 }
 
 
@@ -87,7 +92,15 @@ def grid_points(grid: Grid) -> list[dict[str, Any]]:
 
 def sweep_configs(base: ReplayConfig, points: list[dict[str, Any]]) -> list[ReplayConfig]:
     """One validated config per point (all checked before any replay starts)."""
-    return [base.with_(**{SWEEPABLE[k][0]: v for k, v in point.items()}) for point in points]
+    return [base.with_(**_changes(point)) for point in points]
+
+
+def _changes(point: dict[str, Any]) -> dict[str, Any]:
+    """The ``ReplayConfig`` fields of ``point``; a layer pattern sets the layer count."""
+    changes = {SWEEPABLE[k][0]: v for k, v in point.items()}
+    if "layers_pattern" in changes:
+        changes["layers"] = len(changes["layers_pattern"])
+    return changes
 
 
 def total_capacity(cfg: ReplayConfig) -> int | None:
@@ -99,26 +112,49 @@ def total_capacity(cfg: ReplayConfig) -> int | None:
 
 
 COLUMNS = ("capacity", "device %", "host %", "storage %", "total %", "ideal %", "TTFT p50 ms")
+# with a recurrent model among the points: checkpoints taken, peak states held, their GB
+STATE_COLUMNS = ("checkpoints", "dev states", "host states", "state GB")
 
 
 def _cells(names: list[str], cells: list[str]) -> str:
-    """One table line: the swept names' cells, then ``COLUMNS``' (right-aligned)."""
-    widths = [max(len(n), 10) for n in names] + [max(len(c), 9) for c in COLUMNS]
+    """One table line: the swept names' cells, then ``COLUMNS``' and maybe ``STATE_COLUMNS``'
+    (right-aligned)."""
+    columns = COLUMNS + STATE_COLUMNS[: len(cells) - len(names) - len(COLUMNS)]
+    widths = [max(len(n), 10) for n in names] + [max(len(c), 9) for c in columns]
     return "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
 
 
-def sweep_header(grid: Grid) -> str:
-    return _cells(list(grid), [*grid, *COLUMNS])
+def sweep_header(grid: Grid, states: bool = False) -> str:
+    """The table's header; ``states``: with ``STATE_COLUMNS`` (``has_states``)."""
+    return _cells(list(grid), [*grid, *COLUMNS, *(STATE_COLUMNS if states else ())])
 
 
-def sweep_row(point: dict[str, Any], cfg: ReplayConfig, summary: dict[str, Any]) -> str:
+def has_states(configs: list[ReplayConfig]) -> bool:
+    """Whether a point's model has linear layers (the table gets ``STATE_COLUMNS``)."""
+    return any("L" in (c.layers_pattern or "") for c in configs)
+
+
+def _state_cells(summary: dict[str, Any]) -> list[str]:
+    """Checkpoints, peak states held on device and host, their GB at peak (``-``: none)."""
+    s = summary["states"]
+    if s is None:
+        return ["-"] * len(STATE_COLUMNS)
+    gb = (s["device"]["peak_bytes"] + s["host"]["peak_bytes"]) / 1e9
+    peaks = [s["device"]["held_peak"], s["host"]["held_peak"]]
+    return [f"{s['checkpoints']:,}", *(f"{p:,}" for p in peaks), f"{gb:,.2f}"]
+
+
+def sweep_row(
+    point: dict[str, Any], cfg: ReplayConfig, summary: dict[str, Any], states: bool = False
+) -> str:
     """One row of the sweep's table: the point, total capacity (tokens), hit rate per tier,
-    the reachable ideal, TTFT p50."""
+    the reachable ideal, TTFT p50; ``states``: then ``_state_cells``."""
     h, total, p50 = summary["hit_rate"], total_capacity(cfg), summary["ttft_ms"]["p50"]
     rates = [f"{h[k]:.1f}" for k in ("device", "host", "storage", "total", "ideal")]
     cap = f"{total:,}" if total is not None else "uncapped"
-    row = _cells(list(point), [*map(str, point.values()), cap, *rates, f"{p50 or 0:,.0f}"])
-    return row + (" (queue-bound)" if summary["queueing_dominates"] else "")
+    extra = _state_cells(summary) if states else []
+    cells = [*map(str, point.values()), cap, *rates, f"{p50 or 0:,.0f}", *extra]
+    return _cells(list(point), cells) + (" (queue-bound)" if summary["queueing_dominates"] else "")
 
 
 def sweep_cost(configs: list[ReplayConfig]) -> CostModel:

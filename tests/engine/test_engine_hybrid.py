@@ -125,7 +125,8 @@ def to_host(eng: Engine) -> None:
 
 @pytest.mark.parametrize("kind", ["radix", "hiradix"])
 def test_every_tokens_checkpoints_chunked_prefill(kind: str) -> None:
-    """``CheckpointPolicy(every_tokens=16)`` with 16-token chunks: a request sharing only the
+    """``CheckpointPolicy(every_tokens=16)``, the scheduler ending prefill chunks at multiples
+    of 16 (the chunk limit is larger): a request sharing only the
     first 32 tokens of a long prompt resumes there, equal to cold; with the host tier, from
     the host (the checkpoints were backed up with their nodes, then the device evicted)."""
     model = TinyTransformer(hybrid_config("FSL", "mha"))
@@ -136,7 +137,7 @@ def test_every_tokens_checkpoints_chunked_prefill(kind: str) -> None:
         max_requests=4,
         checkpoint=CheckpointPolicy(every_tokens=16),
     )
-    eng = build_engine(model, spec, EngineConfig(record_logits=True, max_prefill_tokens=16))
+    eng = build_engine(model, spec, EngineConfig(record_logits=True))  # chunks cut at 16s
     doc = random_prompt(model.cfg, 60, 12)
     serve(eng, doc, 2)
     if kind == "hiradix":

@@ -84,3 +84,15 @@ def test_at_branch_checkpoints_the_chunk_that_ends_at_the_branch() -> None:
 def test_every_tokens_must_be_a_page_multiple() -> None:
     with pytest.raises(ValueError, match="every_tokens=6 must be a multiple of page_size=4"):
         HybridRig(page_size=4, policy=CheckpointPolicy(every_tokens=6))
+
+
+def test_chunk_tokens_end_where_the_policy_takes_a_state() -> None:
+    plain = CheckpointPolicy()
+    assert plain.chunk_tokens(0, 100, None) == 100
+    assert plain.chunk_tokens(10, 100, 40) == 30  # the branch point ahead
+    assert plain.chunk_tokens(40, 100, 40) == 100  # passed: no cut
+    every = CheckpointPolicy(every_tokens=16)
+    assert every.chunk_tokens(0, 100, None) == 16
+    assert every.chunk_tokens(20, 100, None) == 12  # to 32
+    assert every.chunk_tokens(20, 5, None) == 5  # the limit first
+    assert every.chunk_tokens(20, 100, 25) == 5  # the branch point first
