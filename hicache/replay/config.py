@@ -239,7 +239,7 @@ class ReplayConfig:
             raise ValueError("storage='file' needs a directory: pass storage_root")
         if self.hybrid:
             cfg = self if size is None else self.with_(device_tokens=size)
-            return build_hybrid_stack(cfg, max_context_len, kv_events)
+            return build_hybrid_stack(cfg, max_context_len, kv_events, storage_root)
         return build_kv_stack(
             layer_num=self.layers,
             head_num=self.kv_heads,

@@ -87,10 +87,10 @@ def check_hybrid(cfg: Any) -> None:
         )
     if not cfg.hybrid:
         return
-    if cfg.storage != "none":
+    if cfg.storage != "none" and cfg.storage_tiering != "inclusive":
         raise ValueError(
-            f"--storage needs a full-attention model, got --layers-pattern {cfg.layers_pattern}: "
-            "the storage tier does not carry SWA KV or recurrent states yet"
+            f"--storage-tiering {cfg.storage_tiering}: a hybrid model's storage tier is "
+            "inclusive only"
         )
     if cfg.tiering != "inclusive":
         raise ValueError(f"--tiering {cfg.tiering}: a hybrid model's host tier is inclusive only")
@@ -117,9 +117,12 @@ def state_slots(cfg: Any) -> int:
     return default_state_slots(spec)
 
 
-def build_hybrid_stack(cfg: Any, max_context_len: int, kv_events: Any = None) -> KVStack:
-    """``cfg``'s hybrid pools and cache (module docstring) as a ``KVStack``; the SWA allocator
-    of an ``F`` + ``S`` model duck-types the allocator calls the replay makes."""
+def build_hybrid_stack(
+    cfg: Any, max_context_len: int, kv_events: Any = None, storage_root: str | None = None
+) -> KVStack:
+    """``cfg``'s hybrid pools and cache (module docstring) as a ``KVStack``, its file store
+    under ``storage_root``; the SWA allocator of an ``F`` + ``S`` model duck-types the
+    allocator calls the replay makes."""
     model = model_config(cfg)
     pools = make_model_pools(
         model,
@@ -134,7 +137,7 @@ def build_hybrid_stack(cfg: Any, max_context_len: int, kv_events: Any = None) ->
     hybrid = HybridConfig(window, bool(model.layers_of("L")), parse_checkpoint(cfg.checkpoint))
     sink = make_sink(kv_events)
     settings: dict[str, Any] = {"hybrid": hybrid, "eviction_policy": cfg.eviction_policy}
-    hicache = cfg.hicache()
+    hicache = cfg.hicache(storage_root)
     if hicache is not None:
         settings["config"] = hicache
     cls = HybridRadixCache if hicache is None else HybridHiRadixCache

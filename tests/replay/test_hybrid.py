@@ -96,3 +96,13 @@ def test_full_attention_by_pattern_is_the_plain_stack():
     run = _run("FF", **BIG)
     assert _hit(run) == IDEAL and run.states is None
     assert run.config.token_bytes == 2 * ReplayConfig(**BIG).token_bytes
+
+
+@pytest.mark.parametrize("storage", ["memory", "file"])
+def test_a_hybrid_model_hits_storage_when_the_host_is_too_small(storage):
+    """The small host tier of ``test_storage`` evicts what later turns need: they come back
+    from the storage tier, their states included."""
+    small = dict(device_tokens=4096, host_ratio=1.5, max_running=2, load_back_threshold=0)
+    run = _run("FSL", checkpoint="finish", storage=storage, **small, **FAST)
+    assert sum(r.storage_hit for r in run.records) > 0
+    assert run.stats.host_components.states_fetched > 0

@@ -59,7 +59,10 @@ def test_sweep_over_patterns_and_state_slots_has_state_columns(trace, tmp_path, 
     [
         (["--layers-pattern", "FXL"], "--layers-pattern must be one or more of the letters"),
         (["--layers-pattern", "FSL", "--layers", "2"], "--layers-pattern FSL has 3 letters"),
-        (["--layers-pattern", "FL", "--storage", "memory"], "--storage needs a full-attention"),
+        (
+            ["--layers-pattern", "FL", "--storage", "memory", "--storage-tiering", "exclusive"],
+            "--storage-tiering exclusive",
+        ),
         (["--layers-pattern", "FL", "--tiering", "exclusive"], "--tiering exclusive"),
         (["--layers-pattern", "FL", "--state-bytes", "0"], "--state-bytes must be a positive"),
         (["--layers-pattern", "FL", "--state-bytes", "big"], "--state-bytes must be a positive"),
