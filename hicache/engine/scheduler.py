@@ -112,9 +112,13 @@ class Scheduler:
     def _chunk(self, req: Request, limit: int) -> Work:
         """At most ``limit`` tokens; for a model with linear layers, ending where the cache's
         checkpoint policy takes a state (``CheckpointPolicy.chunk_tokens``: the branch point,
-        multiples of ``every_tokens``), which the chunk's ``cache_unfinished_req`` does."""
+        multiples of ``every_tokens``, the prompt's last page boundary), which the chunk's
+        ``cache_unfinished_req`` does."""
         if self._policy is not None:
-            limit = self._policy.chunk_tokens(req.kv_len, limit, req.mamba_branching_seqlen)
+            prompt, page = len(req.origin_input_ids), self.budget.page_size
+            finish_at = prompt - prompt % page if prompt % page else None
+            branch = req.mamba_branching_seqlen
+            limit = self._policy.chunk_tokens(req.kv_len, limit, branch, finish_at)
         return Work(req, req.next_input_ids[:limit])
 
     @staticmethod

@@ -91,7 +91,9 @@ class CheckpointPolicy:
 
     Attributes
     ----------
-    at_finish : ``cache_finished_req`` checkpoints the request's end (when it is page-aligned).
+    at_finish : ``cache_finished_req`` checkpoints the request's end when it is page-aligned;
+        else ``cache_unfinished_req`` checkpoints its prompt's last page boundary (a scheduler
+        ends a prefill chunk there: ``chunk_tokens``'s ``finish_at``).
     every_tokens : None, or N (a positive multiple of the page size): ``cache_unfinished_req``
         checkpoints a chunk end that passed a multiple of N since the request's last one, and
         a scheduler ends prefill chunks at multiples of N (``chunk_tokens``).
@@ -109,14 +111,18 @@ class CheckpointPolicy:
     every_tokens: int | None = None
     at_branch: bool = False
 
-    def chunk_tokens(self, done: int, limit: int, branch: int | None) -> int:
+    def chunk_tokens(
+        self, done: int, limit: int, branch: int | None, finish_at: int | None = None
+    ) -> int:
         """Tokens of a request's next prefill chunk, ``done`` tokens in: at most ``limit``,
         ending where this policy takes a state (``cache_unfinished_req`` checkpoints a chunk
-        end): at ``branch`` (the match's ``mamba_branching_seqlen``) when it is ahead, and at
-        the next multiple of ``every_tokens``."""
+        end): at ``branch`` (the match's ``mamba_branching_seqlen``) when it is ahead, at the
+        next multiple of ``every_tokens``, and under ``at_finish`` at ``finish_at`` (the
+        prompt's last page boundary, when the prompt does not end on one)."""
         n = limit
-        if branch is not None and done < branch:
-            n = min(n, branch - done)
+        for stop in (branch, finish_at if self.at_finish else None):
+            if stop is not None and done < stop:
+                n = min(n, stop - done)
         if self.every_tokens is not None:
             n = min(n, self.every_tokens - done % self.every_tokens)
         return n

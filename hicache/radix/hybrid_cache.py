@@ -165,8 +165,12 @@ class HybridRadixCache(RadixCache):
         key = self._revive(req)
         policy, aligned = self.hybrid.checkpoint, len(key)
         every = policy.every_tokens
-        want = (every is not None and aligned // every > req.cache_protected_len // every) or (
-            policy.at_branch and getattr(req, "mamba_branching_seqlen", None) == aligned
+        prompt = len(req.origin_input_ids)
+        boundary = prompt - prompt % self.page_size  # the prompt's last page boundary
+        want = (
+            (every is not None and aligned // every > req.cache_protected_len // every)
+            or (policy.at_branch and getattr(req, "mamba_branching_seqlen", None) == aligned)
+            or (policy.at_finish and boundary < prompt and aligned == boundary)
         )
         slot = self._checkpoint(req, key, want)
         super().cache_unfinished_req(req)

@@ -168,8 +168,9 @@ class Replayer:
         n = min(limit, req.to_compute)
         if self.policy is None:
             return n
-        done = req.trace.input_length - req.to_compute
-        return self.policy.chunk_tokens(done, n, req.mamba_branching_seqlen)
+        prompt, page = req.trace.input_length, self.budget.page_size
+        done, finish_at = prompt - req.to_compute, prompt - prompt % page if prompt % page else None
+        return self.policy.chunk_tokens(done, n, req.mamba_branching_seqlen, finish_at)
 
     def _decode_only_steps(self, batch: list[LiveRequest]) -> int:
         """How many decode-only iterations pass before the next event."""

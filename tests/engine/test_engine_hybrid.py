@@ -73,7 +73,9 @@ def test_multi_turn_device_hit_equals_cold(pattern: str, attention: str, page: i
     _, second = second_turn(eng, seed=1)
     assert second.device_hit == FIRST + ANSWER - 1  # resumed from the first turn's state
     assert_equals_cold(eng, second)
-    assert eng.cache.stats().components.states_held == (2 if page == 1 else 1)
+    # page 1: each turn's end; page 16: the first turn's end (48) and both prompts' last page
+    # boundaries (32, 64: their prompts, 40 and 69 tokens, end mid-page)
+    assert eng.cache.stats().components.states_held == (2 if page == 1 else 3)
     assert_pools_whole(eng)
 
 
@@ -167,3 +169,19 @@ def test_hybrid_misuse() -> None:
     assert type(plain.cache) is RadixCache
     with pytest.raises(TypeError, match="cache must be a HybridRadixCache"):
         Engine(model, plain.cache, plain.req_to_token_pool, plain.allocator)
+
+
+@pytest.mark.parametrize("kind", ["radix", "hiradix"])
+def test_a_turn_ending_mid_page_resumes_from_its_prompts_last_page_boundary(kind: str) -> None:
+    """Page 16, a first turn of 41 + 4 tokens (its end mid-page, no state there): the
+    scheduler ended its prefill at 32, the prompt's last page boundary, and the cache took a
+    state there, so the next turn resumes at 32 (from the host after the device is evicted)."""
+    eng = engine("FSL", "mha", 16, kind=kind)
+    cfg = eng.model.cfg
+    first = serve(eng, random_prompt(cfg, 41, 31), 4)
+    if kind == "hiradix":
+        to_host(eng)
+    second = serve(eng, first.origin_input_ids + first.output_ids + [5, 6, 7], 3)
+    assert second.device_hit + second.host_hit == 32
+    assert_equals_cold(eng, second)
+    assert_pools_whole(eng)

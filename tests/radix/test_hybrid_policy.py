@@ -96,3 +96,9 @@ def test_chunk_tokens_end_where_the_policy_takes_a_state() -> None:
     assert every.chunk_tokens(20, 100, None) == 12  # to 32
     assert every.chunk_tokens(20, 5, None) == 5  # the limit first
     assert every.chunk_tokens(20, 100, 25) == 5  # the branch point first
+
+
+def test_chunk_tokens_end_at_the_prompts_last_page_boundary_under_at_finish() -> None:
+    assert CheckpointPolicy().chunk_tokens(0, 100, None, finish_at=32) == 32
+    assert CheckpointPolicy().chunk_tokens(32, 100, None, finish_at=32) == 100  # passed
+    assert CheckpointPolicy(at_finish=False).chunk_tokens(0, 100, None, finish_at=32) == 100
