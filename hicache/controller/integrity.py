@@ -162,7 +162,7 @@ class PageIntegrity:
         the checksums recorded at its backup, or None when every page matches.
 
         Runs on the current stream (call on the load stream, after the load) and blocks the CPU
-        for one read of two integers per inner pool. Adds the number of differing pages (per
+        for one read (two integers per inner pool). Adds the number of differing pages (per
         inner pool) to ``failures``.
         """
         rows = self._rows(host_indices)
