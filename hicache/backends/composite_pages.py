@@ -8,8 +8,8 @@ these pools are presented in it; every backend (memory, file, mooncake) stores t
   pools in ``host_pools`` order (the full-attention pool first, then the SWA one), each pool's
   parts in its own order (K then V; MLA's latent), each part in that pool's ``PageIO`` bytes.
   It is a gathered copy (``zero_copy`` False): ``source`` concatenates, ``commit`` scatters.
-  Composite host pools run with ``verify="off"``, so their trailers carry ``NO_SUM``
-  (``attach_checksums`` refuses).
+  Its trailer carries the page's checksum row under ``verify`` (``PageIntegrity``'s store: a
+  block per inner pool), ``NO_SUM`` without.
 - ``StatePageIO`` (a ``MambaPoolHost``): one state per "page" of one slot (``page_size`` 1), its
   object the slot's flat row (``MambaPoolHost.page_bytes``), zero-copy. Host slots are the
   state pool's, ``1 .. size`` (``slot_limit`` is ``size + 1``); trailers carry ``NO_SUM``.
@@ -44,9 +44,6 @@ class CompositePageIO(PageIO):
         self._cuts = np.cumsum([0, *sizes]).tolist()  # object i of the page: [cuts[i], cuts[i+1])
         self._frame(1, self._cuts[-1], host_pool.page_size, host_pool.layout)
         self._size(host_pool.size, host_pool.layer_num)
-
-    def attach_checksums(self, store: torch.Tensor) -> None:
-        raise ValueError("a hybrid host pool's pages carry no checksums (it runs verify='off')")
 
     def source(self, slot: int) -> list[np.ndarray]:
         return [np.concatenate([obj for io in self.inner for obj in io.source(slot)])]

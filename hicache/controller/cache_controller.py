@@ -46,7 +46,7 @@ class HiCacheController:
     token_to_kv_pool_allocator : ``TokenToKVPoolAllocator`` (or ``SWATokenToKVPoolAllocator``)
         of the device pool; its ``get_kvcache()`` is the device pool (``mem_pool_device``).
     mem_pool_host : ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` built on that device pool;
-        a ``HybridKVPoolHost`` on a composite one (with ``verify="off"`` only).
+        a ``HybridKVPoolHost`` on a composite one.
     page_size : slots per page; must equal the allocator's and the host pool's.
     load_cache_event : an optional ``threading.Event`` (any ``set()``), set per issued load batch.
     write_policy, io_backend, layers_ahead : see :class:`ControllerConfig` (``io_backend``
@@ -87,7 +87,7 @@ class HiCacheController:
         verify_sample_period: int = 8,
         layers_ahead: int | None = None,
     ) -> None:
-        check_host_pool(mem_pool_host, verify)
+        check_host_pool(mem_pool_host)
         self.config = ControllerConfig(
             page_size, write_policy, io_backend, mem_pool_host.layout, layers_ahead
         )

@@ -80,19 +80,13 @@ def check_load_cache_event(event: Any) -> None:
         raise TypeError("load_cache_event must be None or have a set() method")
 
 
-def check_host_pool(host_pool: Any, verify: object) -> None:
+def check_host_pool(host_pool: Any) -> None:
     """``TypeError`` unless ``host_pool`` is a host KV pool (MHA, MLA, or a
-    ``HybridKVPoolHost``); ``ValueError`` for a ``HybridKVPoolHost`` unless ``verify`` is
-    ``"off"`` (page checksums of composite pools are not supported yet)."""
+    ``HybridKVPoolHost``)."""
     if not isinstance(host_pool, (HostKVPool, HybridKVPoolHost)):
         raise TypeError(
             f"mem_pool_host must be an MHATokenToKVPoolHost, MLATokenToKVPoolHost or "
             f"HybridKVPoolHost, got {type(host_pool).__name__}"
-        )
-    if isinstance(host_pool, HybridKVPoolHost) and verify != "off":
-        raise ValueError(
-            f"verify must be 'off' with a HybridKVPoolHost (page checksums of composite pools "
-            f"are not supported yet), got {verify!r}"
         )
 
 

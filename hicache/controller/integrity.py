@@ -11,6 +11,15 @@ of a free host page are stale and never read: the backup that fills a page overw
 entries, on the write stream right after the copy, and a page is loaded only from a node whose
 backup ack has been processed (a node being written is locked on the device).
 
+A hybrid model's pools (a composite device pool, a ``HybridKVPoolHost``): the store has the host
+pool's ``layer_num`` columns, one block per inner pool (its layers in its own order; the full one
+first), each checksummed over that pool's slots of the transfer (``inner_slots``: the SWA pool's
+through its mapping). A page holding a token without an SWA slot (tombstoned: it maps to 0, the
+padding slot) records ``NO_SUM`` for its SWA layers at backup and is not checked there at a load
+that maps a token to 0: its SWA bytes are the padding slot's, which the tree never serves. The
+full layers of every page, and the SWA layers of a live page, are checked. A page corrupt in
+both blocks counts once per block in ``failures``.
+
 Checksums (:mod:`hicache.kernels.checksum`) are taken over the device copy at both ends: the
 source of the backup and the destination of the load. A page of a transfer is ``page_size``
 consecutive entries of its (host, device) index pairs, in the order the tree stores them; its
@@ -26,12 +35,14 @@ overlaps its transfer (``benchmarks/bench_verify.py`` measures both).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from hicache.devices import is_cuda, pin_tensor, unpin_tensor
 from hicache.kernels.checksum import NO_SUM, record_page_checksums, verify_page_checksums
-from hicache.pools import DevicePool, HostKVPool, HostPool, KVPool
+from hicache.pools import DevicePool, HostKVPool, HostPool, HybridKVPoolHost, KVPool
 
 VERIFY_MODES = ("off", "sample", "all")
 RECORD_PROGRAMS = 256  # backups overlap the model: a bounded grid (about 1/4 of an H200's warps)
@@ -49,13 +60,24 @@ def check_verify(verify: object, sample_period: object) -> None:
         raise ValueError(f"verify_sample_period must be >= 1, got {sample_period}")
 
 
+@dataclass(frozen=True)
+class _Block:
+    """One inner pool's share of the store: its layers, its column block (a view of the store)
+    and whether a page holding its padding slot 0 goes unchecked (an SWA pool)."""
+
+    layers: Sequence[Sequence[torch.Tensor]]
+    store: torch.Tensor
+    skip_pad: bool
+
+
 class PageIntegrity:
     """Per-page, per-layer checksums of a host pool's pages, and the load-back check.
 
     Parameters
     ----------
-    device_pool : the device KV pool (``part_buffers``, ``page_size``, ``layer_num``, ``device``).
-    host_pool : its host pool (``size`` slots, whole pages).
+    device_pool : the device KV pool (``part_buffers``, ``page_size``, ``layer_num``, ``device``),
+        or a composite one (``inner_pools``, ``inner_slots``).
+    host_pool : its host pool (``size`` slots, whole pages; ``layer_num`` store columns).
     verify : ``"sample"`` or ``"all"`` (build none for ``"off"``: see :meth:`build`).
     sample_period : under ``"sample"``, one load-back in this many is verified.
 
@@ -65,18 +87,24 @@ class PageIntegrity:
     """
 
     def __init__(
-        self, device_pool: KVPool, host_pool: HostKVPool, verify: str, sample_period: int = 8
+        self, device_pool: DevicePool, host_pool: HostPool, verify: str, sample_period: int = 8
     ) -> None:
         check_verify(verify, sample_period)
         if verify == "off":
             raise ValueError("verify='off' keeps no checksums: use PageIntegrity.build")
         self.mode, self.sample_period = verify, sample_period
         self.page_size, self.device = device_pool.page_size, device_pool.device
-        self._layers = device_pool.part_buffers
         pages = host_pool.size // self.page_size
-        self._store = torch.zeros((pages, device_pool.layer_num), dtype=torch.int64)
+        self._store = torch.zeros((pages, host_pool.layer_num), dtype=torch.int64)
         pinned = is_cuda(self.device) and pin_tensor(self._store)
         self._unpin = weakref.finalize(self, unpin_tensor, self._store) if pinned else None
+        self._device_pool = device_pool
+        inner = [device_pool] if isinstance(device_pool, KVPool) else device_pool.inner_pools
+        self._blocks, start = [], 0
+        for i, pool in enumerate(inner):  # pools after the first: SWA, slot 0 its padding
+            block = self._store[:, start : start + pool.layer_num]
+            self._blocks.append(_Block(pool.part_buffers, block, skip_pad=i > 0))
+            start += pool.layer_num
         self._failures = 0
         self._load_backs = 0
 
@@ -84,12 +112,11 @@ class PageIntegrity:
     def build(
         cls, device_pool: DevicePool, host_pool: HostPool, verify: str, sample_period: int = 8
     ) -> PageIntegrity | None:
-        """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both; the
-        controller refuses any other mode for a composite pool first)."""
+        """A :class:`PageIntegrity`, or None for ``verify="off"`` (after validating both)."""
         check_verify(verify, sample_period)
         if verify == "off":
             return None
-        assert isinstance(device_pool, KVPool) and isinstance(host_pool, HostKVPool), "plain"
+        assert isinstance(host_pool, (HostKVPool, HybridKVPoolHost)), "a KV host pool"
         return cls(device_pool, host_pool, verify, sample_period)
 
     @property
@@ -107,17 +134,21 @@ class PageIntegrity:
         """Checksum the device source of a backup into the store (on the current stream: call
         on the write stream after the backup's copy, before its finish event).
 
-        ``host_indices``: int64 ``[n]`` CPU; ``device_indices``: int64 ``[n]`` on the device;
-        ``n`` a page multiple, token ``i`` going from ``device_indices[i]`` to ``host_indices[i]``.
+        ``host_indices``: int64 ``[n]`` CPU; ``device_indices``: int64 ``[n]`` on the device
+        (allocator slots); ``n`` a page multiple, token ``i`` going from ``device_indices[i]``
+        to ``host_indices[i]``.
         """
-        record_page_checksums(
-            self._layers,
-            device_indices,
-            self.page_size,
-            self._store,
-            self._rows(host_indices),
-            max_programs=RECORD_PROGRAMS,
-        )
+        rows = self._rows(host_indices)
+        for block, slots in zip(self._blocks, self._inner(device_indices), strict=True):
+            record_page_checksums(
+                block.layers,
+                slots,
+                self.page_size,
+                block.store,
+                rows,
+                max_programs=RECORD_PROGRAMS,
+                skip_pad=block.skip_pad,
+            )
 
     def select(self) -> bool:
         """Whether the next load-back is to be verified (counts the load-backs asked about)."""
@@ -131,27 +162,50 @@ class PageIntegrity:
         the checksums recorded at its backup, or None when every page matches.
 
         Runs on the current stream (call on the load stream, after the load) and blocks the CPU
-        for one read of two integers. Adds the number of differing pages to ``failures``.
+        for one read (two integers per inner pool). Adds the number of differing pages (per
+        inner pool) to ``failures``.
         """
         rows = self._rows(host_indices)
-        known = (self._store[rows, 0] != NO_SUM).nonzero().flatten()  # CPU: no device sync
-        if known.numel() < rows.numel():  # pages from storage without a checksum: unchecked
-            if known.numel() == 0:
-                return None
-            pages = device_indices.view(-1, self.page_size)
-            device_indices = pages[known.to(device_indices.device)].flatten()
-            rows = rows[known]
+        inner = self._inner(device_indices)
+        checked = [self._check(b, s, rows) for b, s in zip(self._blocks, inner, strict=True)]
+        launched = [(known, result) for known, result in checked if result is not None]
+        if not launched:
+            return None
+        results = torch.stack([result for _, result in launched]).tolist()
+        self._failures += sum(count for _, count in results)
+        bad = [
+            int(known[first])
+            for (known, _), (first, count) in zip(launched, results, strict=True)
+            if count
+        ]
+        return min(bad) * self.page_size if bad else None
+
+    def _check(
+        self, block: _Block, slots: torch.Tensor, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(the pages of rows with a checksum in block, verify_page_checksums of them)``;
+        None for the result when no page has one (pages from storage without a checksum, or
+        every page tombstoned at backup for an SWA block)."""
+        known = (block.store[rows, 0] != NO_SUM).nonzero().flatten()  # CPU: no device sync
+        if known.numel() == 0:
+            return known, None
+        if known.numel() < rows.numel():
+            slots = slots.view(-1, self.page_size)[known.to(slots.device)].flatten()
         result = verify_page_checksums(
-            self._layers,
-            device_indices,
+            block.layers,
+            slots,
             self.page_size,
-            self._store,
-            rows,
+            block.store,
+            rows[known],
             max_programs=VERIFY_PROGRAMS,
+            skip_pad=block.skip_pad,
         )
-        first, count = result.tolist()
-        self._failures += count
-        return int(known[first]) * self.page_size if count else None
+        return known, result
+
+    def _inner(self, device_indices: torch.Tensor) -> list[torch.Tensor]:
+        """Each inner pool's slots of allocator slots ``device_indices`` (a plain pool's: them)."""
+        pool = self._device_pool
+        return [device_indices] if isinstance(pool, KVPool) else pool.inner_slots(device_indices)
 
     def _rows(self, host_indices: torch.Tensor) -> torch.Tensor:
         """int64 ``[pages]`` CPU: the host page of each page of ``host_indices``."""

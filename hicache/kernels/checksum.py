@@ -19,6 +19,9 @@ Ops (all validate first, naming the argument; nothing is written on bad input):
 ``page_checksums`` returns int64 ``[pages, layers]``; ``record_page_checksums`` writes them into
 ``store[rows[p], l]``; ``verify_page_checksums`` compares with ``store[rows[p], l]`` and returns
 int64 ``[2]``: the first page that differs in any layer (``pages`` when none) and how many differ.
+``store`` may be a column block of a wider table (rows strided, columns contiguous). With
+``skip_pad=True`` a page holding slot 0 (a padding slot: a tombstoned SWA token's) records
+``NO_SUM`` and is never reported: its bytes are no token's.
 
 Backends: a Triton kernel when the buffers are on CUDA (a persistent grid of at most
 ``max_programs`` programs, one (page, layer) work item at a time; it reads the layers through a
@@ -120,10 +123,11 @@ def _check_store(geo: PageGeometry, store: object, rows: object, pages: int) -> 
         or store.dim() != 2
         or store.shape[1] != geo.layers
         or not store.is_cpu
-        or not store.is_contiguous()
+        or (store.stride(1) != 1 and geo.layers > 1)
+        or store.stride(0) < geo.layers
     ):
         raise ValueError(
-            f"store must be a contiguous int64 CPU tensor [rows, {geo.layers}], got "
+            f"store must be an int64 CPU tensor [rows, {geo.layers}] with contiguous rows, got "
             f"{store.dtype} {tuple(store.shape)} on {store.device}"
         )
     if geo.device.type == "cuda" and not store.is_pinned():
@@ -156,14 +160,20 @@ def launch_checksums(
     rows: torch.Tensor,
     flags: torch.Tensor | None,
     max_programs: int,
+    skip_pad: bool = False,
 ) -> None:
     """:func:`hicache.kernels.checksum_launch.launch_checksums`, imported on the first launch
     (it imports Triton, which ``import hicache`` must not)."""
     from hicache.kernels import checksum_launch
 
     checksum_launch.launch_checksums(
-        geo, layers, indices, page_size, store, rows, flags, max_programs
+        geo, layers, indices, page_size, store, rows, flags, max_programs, skip_pad
     )
+
+
+def _padded(indices: torch.Tensor, page_size: int) -> torch.Tensor:
+    """bool ``[pages]``: which pages of ``indices`` hold slot 0."""
+    return (indices.view(-1, page_size) == 0).any(1)
 
 
 def page_checksums(
@@ -204,9 +214,10 @@ def record_page_checksums(
     *,
     backend: str | None = None,
     max_programs: int = DEFAULT_PROGRAMS,
+    skip_pad: bool = False,
 ) -> None:
     """Write page ``p``'s checksums into ``store[rows[p], :]`` (asynchronous on CUDA: on the
-    current stream).
+    current stream); with ``skip_pad``, ``NO_SUM`` for a page holding slot 0.
 
     ``store`` : int64 ``[R, layers]`` CPU tensor, pinned when the layers are on CUDA.
     ``rows`` : int64 ``[pages]`` CPU tensor in ``[0, R)``; with a repeated row, which page's
@@ -216,9 +227,12 @@ def record_page_checksums(
     pages = _check_indices(geo, indices, page_size)
     _check_store(geo, store, rows, pages)
     if _backend(geo, backend, max_programs) == "reference":
-        store[rows] = reference_checksums(geo, layers, indices, page_size).to(store.device)
+        sums = reference_checksums(geo, layers, indices, page_size)
+        if skip_pad:
+            sums[_padded(indices, page_size)] = NO_SUM
+        store[rows] = sums.to(store.device)
     else:
-        launch_checksums(geo, layers, indices, page_size, store, rows, None, max_programs)
+        launch_checksums(geo, layers, indices, page_size, store, rows, None, max_programs, skip_pad)
 
 
 def verify_page_checksums(
@@ -230,9 +244,11 @@ def verify_page_checksums(
     *,
     backend: str | None = None,
     max_programs: int = DEFAULT_PROGRAMS,
+    skip_pad: bool = False,
 ) -> torch.Tensor:
     """int64 ``[2]`` on the layers' device: (first page whose checksum differs from
-    ``store[rows[p], :]`` in some layer, or ``pages`` when none; how many pages differ).
+    ``store[rows[p], :]`` in some layer, or ``pages`` when none; how many pages differ; with
+    ``skip_pad``, a page holding slot 0 never differs).
     Asynchronous on CUDA (current stream); ``store``/``rows`` as :func:`record_page_checksums`."""
     geo = _check_layers(layers)
     pages = _check_indices(geo, indices, page_size)
@@ -240,9 +256,13 @@ def verify_page_checksums(
     if _backend(geo, backend, max_programs) == "reference":
         expected = store[rows].to(geo.device)
         bad = (reference_checksums(geo, layers, indices, page_size) != expected).any(1)
+        if skip_pad:
+            bad &= ~_padded(indices, page_size)
     else:
         flags = torch.zeros(pages * geo.layers, dtype=torch.int8, device=geo.device)
-        launch_checksums(geo, layers, indices, page_size, store, rows, flags, max_programs)
+        launch_checksums(
+            geo, layers, indices, page_size, store, rows, flags, max_programs, skip_pad
+        )
         bad = flags.view(pages, geo.layers).any(1)
     count = bad.sum()
     first = bad.to(torch.int8).argmax() if pages else count

@@ -34,6 +34,7 @@ def checksum_kernel(
     table_ptr,
     flags_ptr,
     store_addr,
+    store_stride,
     n_pages,
     num_layers,
     num_slots,
@@ -46,9 +47,12 @@ def checksum_kernel(
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
     VERIFY: tl.constexpr,
+    SKIP_PAD: tl.constexpr,
 ):
     """Work item ``w`` is (page ``w // num_layers``, layer ``w % num_layers``); records its
-    checksum at ``store[rows[page], layer]`` or, with VERIFY, writes ``flags[w] = differs``.
+    checksum at ``store[rows[page], layer]`` (row stride ``store_stride``) or, with VERIFY,
+    writes ``flags[w] = differs``. With SKIP_PAD a page holding slot 0 records ``NO_SUM`` (-1) and
+    is never flagged.
 
     Tile rows are (part, position) pairs ``r = kv * PAGE + t``, so K and V of a small page load
     together; columns are words of an item.
@@ -61,6 +65,7 @@ def checksum_kernel(
         layer = w - page * num_layers
         acc1 = tl.zeros([ROWS, COLS], dtype=tl.int64)
         acc2 = tl.zeros([ROWS, COLS], dtype=tl.int64)
+        pads = 0
         for r0 in range(0, NUM_KV * PAGE, ROWS):
             r = r0 + r_in
             live = r < NUM_KV * PAGE
@@ -68,6 +73,7 @@ def checksum_kernel(
             slot = tl.load(slots_ptr + page * PAGE + (r - kv * PAGE), mask=live, other=0)
             base = tl.load(table_ptr + kv * num_layers + layer, mask=live, other=0)
             s_ok = live & (slot >= 0) & (slot < num_slots)
+            pads += tl.sum((live & (slot == 0)).to(tl.int32))
             row = (base + tl.where(s_ok, slot, 0) * ITEM_BYTES).to(tl.pointer_type(WORD_TY))
             for j0 in range(0, WORDS, COLS):
                 j = j0 + j_in
@@ -80,8 +86,13 @@ def checksum_kernel(
                 acc1 += tl.where(ok, h1, 0).to(tl.int64)
                 acc2 += tl.where(ok, h2, 0).to(tl.int64)
         value = tl.sum(acc1) % 4294967296 + (tl.sum(acc2) % 2147483648) * 4294967296
-        target = store + tl.load(rows_ptr + page) * num_layers + layer
+        target = store + tl.load(rows_ptr + page) * store_stride + layer
         if VERIFY:
-            tl.store(flags_ptr + w, (value != tl.load(target)).to(tl.int8))
+            differs = value != tl.load(target)
+            if SKIP_PAD:
+                differs = differs & (pads == 0)
+            tl.store(flags_ptr + w, differs.to(tl.int8))
         else:
+            if SKIP_PAD:
+                value = tl.where(pads > 0, -1, value)
             tl.store(target, value)

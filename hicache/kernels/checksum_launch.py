@@ -39,10 +39,12 @@ def launch_checksums(
     rows: torch.Tensor,
     flags: torch.Tensor | None,
     max_programs: int,
+    skip_pad: bool = False,
 ) -> None:
     """Checksum ``indices``' pages into ``store[rows[p], :]``, or with ``flags`` (int8
-    ``[pages * layers]`` on the device) set ``flags[p * layers + l]`` where they differ from it.
-    Inputs validated by :mod:`hicache.kernels.checksum`."""
+    ``[pages * layers]`` on the device) set ``flags[p * layers + l]`` where they differ from it;
+    ``skip_pad``: a page holding slot 0 records ``NO_SUM`` and is never flagged. Inputs
+    validated by :mod:`hicache.kernels.checksum` (``store`` rows may be strided)."""
     assert geo.device.type == "cuda" or env.ENV.triton_interpret, (
         "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
     )
@@ -63,6 +65,7 @@ def launch_checksums(
             _table(layers, geo.device),
             rows_dev if flags is None else flags,
             store.data_ptr(),
+            store.stride(0),
             pages,
             geo.layers,
             geo.slots,
@@ -75,5 +78,6 @@ def launch_checksums(
             ROWS=tile_rows,
             COLS=cols,
             VERIFY=flags is not None,
+            SKIP_PAD=skip_pad,
             num_warps=max(1, min(8, tile_rows * cols // 256)),
         )

@@ -158,7 +158,7 @@ def test_misuse(tmp_path: Path) -> None:
     host_pool = rig.cache.cache_controller.mem_pool_host
     pages = page_io_of(host_pool)
     assert isinstance(pages, CompositePageIO) and pages.parts == 1
-    with pytest.raises(ValueError, match="no checksums"):
+    with pytest.raises(ValueError, match="one row per host page"):
         pages.attach_checksums(torch.zeros((1, 1), dtype=torch.int64))
     states = page_io_of(rig.cache.host_components.host_states)
     assert isinstance(states, StatePageIO) and states.page_size == 1
