@@ -51,6 +51,7 @@ class HostComponentStats:
     host_states_held : nodes whose host copy holds a state now (gauge); states_backed_up,
     states_loaded, host_states_evicted : states copied to the host, copied back to the device,
     and freed from the host by its LRU (counters). host_state_capacity : host state slots.
+    state_integrity_failures : host states found corrupt before a load-back (``verify``).
     states_stored, states_fetched : states written to the storage tier and read back from it
     into the host (counters; 0 without a storage tier).
     """
@@ -62,6 +63,7 @@ class HostComponentStats:
     host_state_capacity: int
     states_stored: int = 0
     states_fetched: int = 0
+    state_integrity_failures: int = 0
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from hicache.radix.slots import concat_slots
 from hicache.tiers.hiradix_cache import HiRadixCache
 from hicache.tiers.host.host_checks import check_host_components
 from hicache.tiers.host.host_components import HostComponents
+from hicache.tiers.host.state_sums import StateSums
 from hicache.tiers.storage.storage_build import storage_from_keywords
 
 
@@ -122,7 +123,15 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
             ratio = self.hi_config.hicache_ratio
             slots = host_state_slots or max(1, math.ceil(ratio * pool.size))
             host_states = MambaPoolHost(pool, size=slots)
-        self.host_components = HostComponents(self.components, host_states, self.ledger.events)
+        verify, period = self.hi_config.verify, self.hi_config.verify_sample_period
+        sums = (
+            None
+            if host_states is None or verify == "off"
+            else StateSums(host_states, verify, period)
+        )
+        self.host_components = HostComponents(
+            self.components, host_states, self.ledger.events, sums
+        )
         self.ledger.watch = self.host_components
         if storage is not None:
             self.hi_config = dataclasses.replace(self.hi_config, storage=storage)

@@ -173,3 +173,32 @@ def test_bad_load_back_arguments_raise_before_any_change() -> None:
     assert (rig.cache.stats(), rig.pools.allocator.available_size()) == before
     assert node.slots is None
     rig.check()
+
+
+@pytest.mark.parametrize("verify", ["all", "sample"])
+def test_a_corrupt_host_state_is_never_served(verify: str) -> None:
+    rig = HybridHostRig("FSL", verify=verify, load_back_threshold=0)
+    ids = [1, 2, 3, 4]
+    rig.put(ids)
+    rig.evict_all()
+    node = rig.cache.match_prefix(RadixKey(ids)).last_host_node
+    row = rig.cache.host_components.host_states.page_bytes(host_state_of(node.comp))
+    row[0] ^= 0xFF  # one flipped byte while the state sits in host memory
+    match, slots, last = _load(rig, ids)
+    assert match.host_hit_length == 4 and slots.numel() == 0 and last is rig.cache.root
+    stats = rig.cache.stats().host_components
+    assert stats.state_integrity_failures == 1 and stats.states_loaded == 0
+    assert host_state_of(node.comp) is None and rig.cache.device_state(node) is None
+    rig.check()
+
+
+def test_a_clean_host_state_passes_verify() -> None:
+    rig = HybridHostRig("FSL", verify="all", load_back_threshold=0)
+    _, _, value = rig.put([1, 2, 3, 4])
+    rig.evict_all()
+    _, slots, node = _load(rig, [1, 2, 3, 4])
+    state = rig.cache.device_state(node)
+    assert slots.numel() == 4 and state is not None
+    assert rig.state_value(state) == pytest.approx(value, rel=1e-2)
+    assert rig.cache.stats().host_components.state_integrity_failures == 0
+    rig.check()

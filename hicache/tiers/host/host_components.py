@@ -38,6 +38,7 @@ from hicache.radix.components import MAMBA, NodeComponents, host_state_of, is_to
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.page_hash import node_hashes
+from hicache.tiers.host.state_sums import StateSums
 
 _CPU = torch.device("cpu")
 
@@ -54,12 +55,18 @@ class HostComponents:
     components : the device side's ``ComponentLedger`` (device states, tombstones).
     host_states : the ``MambaPoolHost`` of host states, or None (no linear layers).
     events : where KV events go, or None.
+    sums : the host states' checksums (``StateSums``, verify on), or None.
     """
 
     def __init__(
-        self, components: ComponentLedger, host_states: Any, events: NodeEvents | None
+        self,
+        components: ComponentLedger,
+        host_states: Any,
+        events: NodeEvents | None,
+        sums: StateSums | None = None,
     ) -> None:
         self.components, self.host_states, self.events = components, host_states, events
+        self.sums = sums
         self.host_lru: dict[TreeNode, None] = {}  # nodes whose host copy holds a state
         self.states_backed_up = self.states_loaded = self.host_states_evicted = 0
         self.busy: Callable[[TreeNode], bool] = _never  # a storage write reads its host state
@@ -73,6 +80,7 @@ class HostComponents:
             self.states_loaded,
             self.host_states_evicted,
             capacity,
+            state_integrity_failures=0 if self.sums is None else self.sums.failures,
         )
 
     # ---- NodeWatch -----------------------------------------------------------------------------
@@ -116,6 +124,9 @@ class HostComponents:
             return False
         state = _slot(comp.state)
         self._copies[host] = pool.backup_from_device(self.components.state_pool, state, _slot(host))
+        if self.sums is not None:  # verify on: wait for the copy, then take its checksum
+            self._copies.pop(host).synchronize()
+            self.sums.record(host)
         self.adopt_state(node, host)
         self.states_backed_up += 1
         return True
@@ -140,6 +151,8 @@ class HostComponents:
         assert node.comp.host_state is None, "adopt_state: the node has a host state"
         node.comp.host_state = slot
         self.host_lru[node] = None
+        if self.sums is not None and slot not in self._copies:  # a storage read filled it
+            self.sums.record(slot)
         if self.events is not None:
             self.events.sink.publish(self.events.stored_events(node, HOST, MAMBA)[-1])
 
@@ -158,6 +171,9 @@ class HostComponents:
         if state_of(comp) is not None:
             return True
         if comp is None or comp.host_state is None or node.slots is None:
+            return False
+        if self.sums is not None and not self.sums.intact(comp.host_state):
+            self._free_host_state(node)  # corrupt: never served
             return False
         device_pool = self.components.state_pool
         if not device_pool.available_size():
@@ -202,6 +218,8 @@ class HostComponents:
             node.comp.host_state = None
         self.host_lru.clear()
         self._copies.clear()
+        if self.sums is not None:
+            self.sums.clear()
         if self.host_states is not None:
             self.host_states.clear()
 
@@ -220,6 +238,8 @@ class HostComponents:
         slot, comp.host_state = comp.host_state, None
         del self.host_lru[node]
         self._copies.pop(slot, None)
+        if self.sums is not None:
+            self.sums.forget(slot)
         self.host_states.free(_slot(slot))
         if self.events is not None:
             hashes = node_hashes(node, self.events.page_size)[-1:]
