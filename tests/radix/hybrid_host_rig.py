@@ -3,6 +3,8 @@ KV and state contents a test writes and reads back."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hicache.model import ModelConfig
@@ -99,6 +101,15 @@ class HybridHostRig:
         self.pools.allocator.free(slots[:present])  # the duplicates
         self.cache.check_hicache_events()
         return slots, kv, value
+
+    def load(self, ids: list[int]) -> tuple[Any, torch.Tensor, Any]:
+        """Match ``ids``, load their host part back and let it land: (match, slots, node)."""
+        cache = self.cache
+        match = cache.match_prefix(RadixKey(ids))
+        slots, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
+        cache.consume_load_batch(cache.ready_to_load_host_cache())
+        cache.drain_transfers()
+        return match, slots, node
 
     def state_value(self, slot: int) -> float:
         return float(next(iter(self.state_pool.mamba_cache.tensors()))[:, slot].flatten()[0])

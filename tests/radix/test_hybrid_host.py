@@ -13,16 +13,6 @@ from tests.radix.hybrid_host_rig import HybridHostRig
 PATTERNS = ["FSL", "FL", "FS", "SL"]
 
 
-def _load(rig: HybridHostRig, ids: list[int]):
-    """match, then load the host part back and let it land; (match, slots, node)."""
-    cache = rig.cache
-    match = cache.match_prefix(RadixKey(ids))
-    slots, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
-    cache.consume_load_batch(cache.ready_to_load_host_cache())
-    cache.drain_transfers()
-    return match, slots, node
-
-
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_host_hit_restores_kv_and_state(pattern: str, page_size: int) -> None:
@@ -34,7 +24,7 @@ def test_host_hit_restores_kv_and_state(pattern: str, page_size: int) -> None:
     assert (match.device_prefix_len, match.host_hit_length) == (0, len(ids))
     for layer in rig.attention_layers():  # poison what the load will overwrite
         rig.pools.kv.get_key_buffer(layer).fill_(-7)
-    _, slots, node = _load(rig, ids)
+    _, slots, node = rig.load(ids)
     assert slots.numel() == len(ids) and node is match.last_host_node
     for layer, keys in kv.items():
         torch.testing.assert_close(rig.read_keys(layer, slots), keys, rtol=0, atol=0)
@@ -70,7 +60,7 @@ def test_a_node_tombstoned_before_its_backup_comes_back_tombstoned() -> None:
     assert upper.slots is None and upper.comp.host_swa_gone
     match = rig.cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6, 7, 8]))
     assert match.host_hit_length == 8  # the window (4) lies in the lower node
-    _, slots, node = _load(rig, [1, 2, 3, 4, 5, 6, 7, 8])
+    _, slots, node = rig.load([1, 2, 3, 4, 5, 6, 7, 8])
     assert slots.numel() == 8 and is_tombstoned(upper.comp) and not is_tombstoned(node.comp)
     assert rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).device_prefix_len == 0
     rig.check()
@@ -97,7 +87,7 @@ def test_load_back_returns_the_device_gap_between_usable_prefix_and_chain() -> N
     rig.cache.drain_transfers()
     rig.cache.evict(2)  # only the leaf 5..6 leaves the device
     assert lower.slots is None
-    match, slots, node = _load(rig, [1, 2, 3, 4, 5, 6])
+    match, slots, node = rig.load([1, 2, 3, 4, 5, 6])
     assert match.device_prefix_len == 2 and match.host_hit_length == 4
     assert node is lower and slots.numel() == 4
     assert torch.equal(slots[:2], torch.as_tensor(lower.parent.slots))
@@ -136,7 +126,7 @@ def test_a_load_short_of_swa_slots_tombstones_instead_of_evicting_full_kv() -> N
     rig.evict_all()
     rig.put(b)  # the SWA pool (8) is full now
     assert rig.pools.allocator.swa_available_size() == 0
-    _, slots, _ = _load(rig, a)
+    _, slots, _ = rig.load(a)
     assert slots.numel() == 4
     other = rig.cache.match_prefix(RadixKey(b)).full_kv_node
     assert other.slots is not None and is_tombstoned(other.comp)  # full KV kept on the device
@@ -184,7 +174,7 @@ def test_a_corrupt_host_state_is_never_served(verify: str) -> None:
     node = rig.cache.match_prefix(RadixKey(ids)).last_host_node
     row = rig.cache.host_components.host_states.page_bytes(host_state_of(node.comp))
     row[0] ^= 0xFF  # one flipped byte while the state sits in host memory
-    match, slots, last = _load(rig, ids)
+    match, slots, last = rig.load(ids)
     assert match.host_hit_length == 4 and slots.numel() == 0 and last is rig.cache.root
     stats = rig.cache.stats().host_components
     assert stats.state_integrity_failures == 1 and stats.states_loaded == 0
@@ -196,7 +186,7 @@ def test_a_clean_host_state_passes_verify() -> None:
     rig = HybridHostRig("FSL", verify="all", load_back_threshold=0)
     _, _, value = rig.put([1, 2, 3, 4])
     rig.evict_all()
-    _, slots, node = _load(rig, [1, 2, 3, 4])
+    _, slots, node = rig.load([1, 2, 3, 4])
     state = rig.cache.device_state(node)
     assert slots.numel() == 4 and state is not None
     assert rig.state_value(state) == pytest.approx(value, rel=1e-2)

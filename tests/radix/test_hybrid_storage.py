@@ -43,15 +43,6 @@ def _poison(rig: HybridHostRig) -> None:
             tensor.fill_(-7)
 
 
-def _load(rig: HybridHostRig, ids: list[int]) -> tuple[Any, torch.Tensor, Any]:
-    cache = rig.cache
-    match = cache.match_prefix(RadixKey(ids))
-    slots, node = cache.init_load_back(match.last_host_node, match.host_hit_length)
-    cache.consume_load_batch(cache.ready_to_load_host_cache())
-    cache.drain_transfers()
-    return match, slots, node
-
-
 def _storage_state_events(rig: HybridHostRig) -> dict[str, float]:
     """The ``recurrent_state_events`` metric samples of the storage tier, by event."""
     samples = rows(rig.cache.stats())
@@ -81,7 +72,7 @@ def test_storage_round_trip_restores_kv_and_state(
     host_node = reader.cache.match_prefix(RadixKey(ids)).last_host_node
     assert not host_swa_gone(host_node.comp)
     assert (host_state_of(host_node.comp) is not None) == recurrent
-    match, slots, node = _load(reader, ids)
+    match, slots, node = reader.load(ids)
     assert match.host_hit_length == len(ids) and slots.numel() == len(ids)
     for layer, keys in kv.items():
         torch.testing.assert_close(reader.read_keys(layer, slots), keys, rtol=0, atol=0)

@@ -2,37 +2,20 @@
 
 import pytest
 
-from hicache.replay import GenerateSpec, Trace, generate_trace
 from hicache.replay.config import ReplayConfig
 from hicache.replay.report import summarize
 from hicache.replay.runner import replay
+from tests.replay.chat import FAST, TURNS, B, N, chat_trace
 
-B = 512
-N, TURNS = 6, 3
 # Turn r's ideal hit is turn r-1's whole prompt; turn 0's, the shared system prompt (not the
 # first session's).
 IDEAL = (N - 1) * B + sum(N * (B + (r - 1) * 2 * B + B) for r in range(1, TURNS))
-FAST = {"h2d_gbps": 10.0, "d2h_gbps": 10.0}
 BIG = {"device_tokens": 1 << 16, "host_ratio": 0.0, **FAST}
-
-
-def _trace():
-    spec = GenerateSpec(
-        sessions=N,
-        turns=TURNS,
-        system_prompts=1,
-        system_tokens=B,
-        turn_tokens=B,
-        output_tokens=B,
-        session_rate=1.0,
-        turn_gap_s=30.0,
-    )
-    return Trace(tuple(generate_trace(spec)), B)
 
 
 def _run(pattern, **cfg):
     kw = {"layers": len(pattern), "layers_pattern": pattern, **cfg}
-    return replay(_trace(), ReplayConfig(**kw))
+    return replay(chat_trace(), ReplayConfig(**kw))
 
 
 def _hit(run):

@@ -2,30 +2,14 @@
 
 import pytest
 
-from hicache.replay import GenerateSpec, Trace, TraceRequest, generate_trace
+from hicache.replay import Trace, TraceRequest
 from hicache.replay.config import ReplayConfig
 from hicache.replay.runner import replay
+from tests.replay.chat import FAST, TURNS, B, N, chat_trace
 
-B = 512
-N, TURNS = 6, 3
 # Turn r re-sends turn r-1's prompt (system + r-1 turns and answers + its user turn);
 # turn 0 shares the system prompt with every earlier session.
 IDEAL = (N - 1) * B + sum(N * (B + (r - 1) * 2 * B + B) for r in range(1, TURNS))
-FAST = {"h2d_gbps": 10.0, "d2h_gbps": 10.0}  # skip the bandwidth probe where it is not tested
-
-
-def _trace(**spec):
-    base = dict(
-        sessions=N,
-        turns=TURNS,
-        system_prompts=1,
-        system_tokens=B,
-        turn_tokens=B,
-        output_tokens=B,
-        session_rate=1.0,
-        turn_gap_s=30.0,
-    )
-    return Trace(tuple(generate_trace(GenerateSpec(**{**base, **spec}))), B)
 
 
 def _hits(run):
@@ -35,20 +19,20 @@ def _hits(run):
 
 @pytest.mark.parametrize("page", [16, 64, 512])
 def test_capacity_above_the_working_set_reaches_the_ideal_exactly(page):
-    run = replay(_trace(), ReplayConfig(device_tokens=1 << 16, page_size=page, **FAST))
+    run = replay(chat_trace(), ReplayConfig(device_tokens=1 << 16, page_size=page, **FAST))
     assert run.ideal_total == IDEAL
     assert _hits(run) == (IDEAL, 0)
     assert run.stats.device.evicted_tokens == 0 and len(run.records) == N * TURNS
 
 
 def test_concurrent_arrivals_still_see_every_earlier_prompt():
-    run = replay(_trace(session_rate=0.0, turn_gap_s=0.0), ReplayConfig(max_running=8, **FAST))
+    run = replay(chat_trace(session_rate=0.0, turn_gap_s=0.0), ReplayConfig(max_running=8, **FAST))
     assert sum(_hits(run)) == run.ideal_total > 0
 
 
 def test_host_tier_serves_what_the_small_device_tier_evicted():
     cfg = ReplayConfig(device_tokens=4096, host_ratio=64, max_running=2, load_back_threshold=0)
-    run = replay(_trace(), cfg)
+    run = replay(chat_trace(), cfg)
     device, host = _hits(run)
     assert run.stats.device.evicted_tokens > 0 and host > 0
     assert device + host == IDEAL
@@ -59,13 +43,13 @@ def test_host_tier_serves_what_the_small_device_tier_evicted():
 
 def test_without_a_host_tier_the_evicted_prefixes_are_recomputed():
     small = ReplayConfig(device_tokens=4096, host_ratio=0, max_running=2, **FAST)
-    device, host = _hits(replay(_trace(), small))
+    device, host = _hits(replay(chat_trace(), small))
     assert host == 0 and 0 < device < IDEAL
 
 
 def test_same_trace_same_records():
     cfg = ReplayConfig(device_tokens=4096, host_ratio=8, max_running=3, **FAST)
-    first, second = replay(_trace(docs=3), cfg), replay(_trace(docs=3), cfg)
+    first, second = replay(chat_trace(docs=3), cfg), replay(chat_trace(docs=3), cfg)
     assert first.records == second.records and first.modelled_s == second.modelled_s
 
 
@@ -92,7 +76,7 @@ def test_ctrl_c_keeps_what_was_measured():
         if len(seen) == 3:
             raise KeyboardInterrupt
 
-    run = replay(_trace(), ReplayConfig(**FAST), on_record=stop_after_three)
+    run = replay(chat_trace(), ReplayConfig(**FAST), on_record=stop_after_three)
     assert run.interrupted and len(run.records) == 3 and run.total_requests == N * TURNS
 
 

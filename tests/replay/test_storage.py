@@ -5,29 +5,13 @@ import os
 
 import pytest
 
-from hicache.replay import GenerateSpec, Trace, generate_trace
 from hicache.replay import runner as runner_module
 from hicache.replay.config import ReplayConfig
 from hicache.replay.runner import replay
+from tests.replay.chat import FAST, chat_trace
 
-B = 512
-FAST = {"h2d_gbps": 10.0, "d2h_gbps": 10.0}
 # 4096 device tokens, a host only 1.5x that: the host evicts what later turns need.
 SMALL = dict(device_tokens=4096, host_ratio=1.5, max_running=2, load_back_threshold=0, **FAST)
-
-
-def _trace():
-    spec = GenerateSpec(
-        sessions=6,
-        turns=3,
-        system_prompts=1,
-        system_tokens=B,
-        turn_tokens=B,
-        output_tokens=B,
-        session_rate=1.0,
-        turn_gap_s=30.0,
-    )
-    return Trace(tuple(generate_trace(spec)), B)
 
 
 def _hits(run):
@@ -41,7 +25,7 @@ def _hits(run):
 
 @pytest.mark.parametrize("backend", ["memory", "file"])
 def test_storage_serves_what_the_small_host_evicted(backend):
-    trace = _trace()
+    trace = chat_trace()
     without = replay(trace, ReplayConfig(**SMALL))
     run = replay(trace, ReplayConfig(**SMALL, storage=backend))
     device, host, storage = _hits(run)
@@ -58,12 +42,12 @@ def test_storage_serves_what_the_small_host_evicted(backend):
 
 def test_same_trace_same_storage_hits():
     cfg = ReplayConfig(**SMALL, storage="memory", storage_capacity=8192)
-    first, second = replay(_trace(), cfg), replay(_trace(), cfg)
+    first, second = replay(chat_trace(), cfg), replay(chat_trace(), cfg)
     assert first.records == second.records and first.modelled_s == second.modelled_s
 
 
 def test_capacity_caps_the_store_and_its_hits():
-    trace = _trace()
+    trace = chat_trace()
     uncapped = replay(trace, ReplayConfig(**SMALL, storage="memory"))
     cfg = ReplayConfig(**SMALL, storage="memory", storage_capacity=4096)
     capped = replay(trace, cfg)
@@ -82,12 +66,12 @@ def test_the_file_store_lives_in_a_temporary_directory_removed_at_the_end(monkey
         return made[-1]
 
     monkeypatch.setattr(runner_module.tempfile, "TemporaryDirectory", recording)
-    run = replay(_trace(), ReplayConfig(**SMALL, storage="file", storage_capacity=1 << 20))
+    run = replay(chat_trace(), ReplayConfig(**SMALL, storage="file", storage_capacity=1 << 20))
     assert _hits(run)[2] > 0 and len(made) == 1 and not os.path.exists(made[0].name)
 
 
 def test_storage_reads_take_modelled_time_at_the_storage_bandwidth():
-    trace = _trace()
+    trace = chat_trace()
     fast = replay(trace, ReplayConfig(**SMALL, storage="memory", storage_gbps=1e3))
     slow = replay(trace, ReplayConfig(**SMALL, storage="memory", storage_gbps=1e-4))
     assert _hits(fast) == _hits(slow) and _hits(fast)[2] > 0
@@ -102,7 +86,7 @@ def test_tiering_settings_reach_the_cache_and_the_replay_stays_exact(tiering):
     assert hicache is not None and hicache.storage is not None
     assert hicache.tiering == tiering and hicache.storage.tiering == tiering
     assert hicache.storage.prefetch_policy == "wait_complete"
-    run = replay(_trace(), cfg)
+    run = replay(chat_trace(), cfg)
     assert sum(_hits(run)) <= run.ideal_total and not any(r.error for r in run.records)
 
 
