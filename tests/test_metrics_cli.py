@@ -16,7 +16,7 @@ from hicache.model import TinyTransformer, TPShard
 from hicache.replay.config import ReplayConfig
 from hicache.replay.runner import replay
 from tests.engine.helpers import TINY
-from tests.replay.test_replay import FAST, _trace
+from tests.replay.chat import FAST, chat_trace
 
 pytest.importorskip("prometheus_client")
 URL = re.compile(r"metrics: (http://\S+/metrics) \((.*)\)")
@@ -63,7 +63,7 @@ def test_replay_serves_the_replayed_cache_while_it_runs(capsys) -> None:  # type
             scraped.append(_scrape(found.group(1)))
 
     cfg = ReplayConfig(device_tokens=2048, page_size=16, metrics_port=0, **FAST)
-    replay(_trace(), cfg, on_record)
+    replay(chat_trace(), cfg, on_record)
     assert scraped and "hicache_match_calls_total" in scraped[0]
     assert 'hicache_transfer_duration_seconds_bucket{direction="h2d"' in scraped[0]
 
