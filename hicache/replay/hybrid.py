@@ -19,11 +19,12 @@ from typing import Any, cast
 import torch
 
 from hicache.bench.checks import check_layers_pattern
+from hicache.bench.model_flags import parse_checkpoint
 from hicache.engine.hybrid import default_state_slots
 from hicache.kv_events import make_sink
 from hicache.model import ModelConfig, make_model_pools
 from hicache.pools import MambaStateParams
-from hicache.radix import CheckpointPolicy, HybridConfig, HybridRadixCache
+from hicache.radix import HybridConfig, HybridRadixCache
 from hicache.stack import KVStack
 from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 
@@ -35,7 +36,6 @@ STATE_MODELS = {  # name: one request's recurrent state (README, the pools' tabl
     ),
 }
 DEFAULT_STATE_MODEL = "qwen3-next-80b"
-CHECKPOINT_HELP = "finish, branch, every:N, joined by + (e.g. finish+every:4096)"
 
 
 def state_bytes_of(value: int | str) -> int:
@@ -50,23 +50,6 @@ def state_bytes_of(value: int | str) -> int:
         f"--state-bytes must be a positive byte count or one of {sorted(STATE_MODELS)}, "
         f"got {value!r}"
     )
-
-
-def parse_checkpoint(text: str) -> CheckpointPolicy:
-    """``--checkpoint``: ``finish``, ``branch``, ``every:N`` joined by ``+`` (each at most
-    once) as a ``CheckpointPolicy``; ``ValueError`` naming the flag otherwise."""
-    bad = ValueError(f"--checkpoint must be {CHECKPOINT_HELP}; got {text!r}")
-    parts = text.split("+") if isinstance(text, str) else []
-    if not parts or len(set(p.partition(":")[0] for p in parts)) != len(parts):
-        raise bad
-    every = None
-    for part in parts:
-        name, _, n = part.partition(":")
-        if name == "every" and n.isdigit() and int(n) > 0:
-            every = int(n)
-        elif part not in ("finish", "branch"):
-            raise bad
-    return CheckpointPolicy("finish" in parts, every, "branch" in parts)
 
 
 def check_hybrid(cfg: Any) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from hicache.bench.model_flags import CHECKPOINT_FORMS
 from hicache.controller import TIERINGS, WRITE_POLICIES
 from hicache.metrics import add_metrics_flags
 from hicache.pools import IO_BACKENDS, LAYOUTS
 from hicache.radix import EVICTION_POLICIES
 from hicache.replay.config import DTYPES, GEOMETRY, STORAGES, ReplayConfig
 from hicache.replay.generate import PRESETS, GenerateSpec
-from hicache.replay.hybrid import CHECKPOINT_HELP, DEFAULT_STATE_MODEL, STATE_MODELS
+from hicache.replay.hybrid import DEFAULT_STATE_MODEL, STATE_MODELS
 from hicache.replay.trace import BLOCK_TOKENS
 
 _INTS = {
@@ -133,7 +134,7 @@ def _add_hybrid(p: argparse.ArgumentParser) -> None:
         "max-running + 1 plus one per 64 device tokens)",
     )
     g.add_argument(
-        "--checkpoint", help=f"where states are taken: {CHECKPOINT_HELP}" + _default("checkpoint")
+        "--checkpoint", help=f"where states are taken: {CHECKPOINT_FORMS}" + _default("checkpoint")
     )
     g.add_argument(
         "--state-bytes",
