@@ -48,9 +48,9 @@ def keeps_states(cfg: Any) -> bool:
 
 def parse_checkpoint(text: Any) -> CheckpointPolicy:
     """The ``CheckpointPolicy`` of a ``--checkpoint`` value: ``finish`` (at each request's end),
-    ``branch`` (where a prompt leaves the cached prefix), ``every:N`` (each multiple of ``N``
-    tokens, where the scheduler ends a prefill chunk), or several joined by ``+``; ``TypeError`` unless a str,
-    ``ValueError`` naming the flag for anything else."""
+    ``branch`` (where a prompt leaves the cached prefix), ``every:N`` (each multiple of
+    ``N`` tokens, where the scheduler ends a prefill chunk), or several joined by ``+``;
+    ``TypeError`` unless a str, ``ValueError`` naming the flag for anything else."""
     if not isinstance(text, str):
         raise TypeError(f"--checkpoint must be a str, got {type(text).__name__}")
     parts = text.split("+")
