@@ -223,6 +223,8 @@ class Engine(ThreadBound):
         return self.model(batch, self.kv_pool, False, self.states)
 
     def _advance(self, work: list[Work], tokens: list[int], logits: torch.Tensor) -> list[Request]:
+        if self.budget.hybrid is not None:  # before any request of the step finishes
+            self.budget.hybrid.track([(w.req, len(w.input_ids)) for w in work])
         finished = []
         for w, token, row in zip(work, tokens, logits, strict=True):
             req = w.req

@@ -53,7 +53,9 @@ class CacheSpec:
         plus the cached checkpoints; at least ``2 * max_requests`` (each request's own and the
         one it resumed from); default ``default_state_slots`` (``max_requests`` plus one
         checkpoint per ``TOKENS_PER_STATE`` device tokens, at least ``max_requests`` of them).
-        Each slot costs ``MambaStateParams.mamba_cache_per_req`` bytes of device memory.
+        Each slot costs ``MambaStateParams.mamba_cache_per_req`` bytes of device memory. With
+        decode tracking (``page_size > 1`` and ``checkpoint.at_finish``) the engine adds two
+        track slots per request row (``hicache.engine.hybrid.tracks_decode``).
     checkpoint : when a hybrid model's cache keeps a recurrent state (``CheckpointPolicy``;
         default: at each request's end and at branch points, as SGLang's Mamba radix cache:
         the scheduler ends a prompt chunk at a match's ``mamba_branching_seqlen``).

@@ -16,10 +16,18 @@ with ``S`` or ``L`` layers), served by a ``HybridRadixCache`` on the device tier
   ``CheckpointPolicy`` says; ``state_room`` frees one by the state LRU first when none is
   free. On CUDA the cache reads each checkpoint's slot with ``.item()`` (one host sync per
   checkpoint: at most one per finished request under the default policy).
+- Decode tracking (``tracks_decode``: pages over one token and ``at_finish``): a request ends
+  mid-page, and the tree keeps only its whole pages, so the state at its end is useless. Each
+  row gets SGLang's two ping-pong track slots (``enable_mamba_extra_buffer``), and after every
+  forward that leaves a request's tokens on a page boundary past its prompt's end the row's
+  state is copied into its next track slot (``HybridMemory.track``); ``cache_finished_req``
+  checkpoints the last tracked state at the request's last page boundary. Cost: two more state
+  slots per request row, and one state copy per request every ``page_size`` tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +35,12 @@ import torch
 
 from hicache.kv_events import make_sink
 from hicache.model import TinyTransformer, make_model_pools
-from hicache.pools import HybridReqToTokenPool, SWATokenToKVPoolAllocator, restore_states
+from hicache.pools import (
+    HybridReqToTokenPool,
+    SWATokenToKVPoolAllocator,
+    restore_states,
+    track_states,
+)
 from hicache.radix import CheckpointPolicy, HybridConfig, HybridRadixCache
 from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 
@@ -40,6 +53,7 @@ def hybrid_config(model: TinyTransformer, checkpoint: CheckpointPolicy) -> Hybri
     return HybridConfig(window, bool(cfg.layers_of("L")), checkpoint)
 
 
+TRACK_SLOTS = 2  # a row's ping-pong track slots (``HybridReqToTokenPool``, no speculation)
 TOKENS_PER_STATE = 64
 """Device tokens per default checkpoint slot: a useful state ends a cached node, and a node of
 chat or agent traffic spans a turn (tens to thousands of tokens), so one state per 64 tokens
@@ -55,12 +69,20 @@ def default_state_slots(spec: Any) -> int:
     return spec.max_requests + checkpoints
 
 
+def tracks_decode(model: TinyTransformer, spec: Any) -> bool:
+    """Whether the engine tracks ``model``'s states at page boundaries during decode (module
+    docstring): it has ``L`` layers, ``spec.page_size > 1`` and ``spec.checkpoint.at_finish``."""
+    return bool(model.cfg.layers_of("L")) and spec.page_size > 1 and spec.checkpoint.at_finish
+
+
 def build_hybrid_parts(
     model: TinyTransformer, spec: Any, tp_group: Any
 ) -> tuple[HybridRadixCache, Any, Any]:
     """Fresh ``make_model_pools`` pools for ``model`` (its shard), sized by ``spec`` (a
     ``CacheSpec``), and a ``HybridRadixCache`` over them: the cache, its request pool and its
     allocator."""
+    track = tracks_decode(model, spec)
+    slots = default_state_slots(spec) if spec.state_slots is None else spec.state_slots
     pools = make_model_pools(
         model.cfg,
         spec.device_tokens,
@@ -68,9 +90,10 @@ def build_hybrid_parts(
         model.device,
         spec.max_requests,
         swa_size=spec.swa_tokens,
-        state_slots=default_state_slots(spec) if spec.state_slots is None else spec.state_slots,
+        state_slots=slots + TRACK_SLOTS * spec.max_requests if track else slots,
         shard=model.shard,
         max_context_len=spec.max_context_len,
+        enable_mamba_extra_buffer=track,
     )
     settings: dict[str, Any] = {
         "hybrid": hybrid_config(model, spec.checkpoint),
@@ -95,25 +118,58 @@ class HybridMemory:
             req_to_token_pool if isinstance(req_to_token_pool, HybridReqToTokenPool) else None
         )
         self.swa = allocator if isinstance(allocator, SWATokenToKVPoolAllocator) else None
+        self.tracking = self.states is not None and self.states.enable_mamba_extra_buffer
 
     def alloc_row(self) -> list[int] | None:
-        """One request row with its zeroed state slot; None, with nothing taken, when rows or
-        state slots (after evicting one state) run out."""
+        """One request row with its zeroed state slot (and track slots when tracking); None,
+        with nothing taken, when rows or state slots (after evicting states) run out."""
         assert self.states is not None
         self.state_room()
-        return self.states.alloc(1, [SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None)])
+        held = SimpleNamespace(req_pool_idx=None, mamba_pool_idx=None)
+        if self.tracking:
+            held.mamba_ping_pong_track_buffer = None
+        return self.states.alloc(1, [held])
 
     def state_room(self, finished: bool | None = None) -> None:
-        """Evict one recurrent state (LRU) when the state pool has no free slot and a slot is
-        wanted: for a row (``finished`` None) or for the checkpoint the policy takes in
+        """Evict recurrent states (LRU) until the slots wanted are free: a row's (``finished``
+        None: its state and track slots) or the checkpoint the policy takes in
         ``cache_finished_req`` (``finished``) or ``cache_unfinished_req``."""
-        if self.states is None or self.states.mamba_pool.available_size():
+        if self.states is None:
             return
         policy = self.cache.hybrid.checkpoint
-        if finished is None or (
-            policy.at_finish if finished else policy.every_tokens is not None or policy.at_branch
-        ):
-            self.cache.evict_states(1)
+        if finished is None:
+            want = 1 + (TRACK_SLOTS if self.tracking else 0)
+        elif policy.at_finish if finished else policy.every_tokens is not None or policy.at_branch:
+            want = 1
+        else:
+            return
+        short = want - self.states.mamba_pool.available_size()
+        if short > 0:
+            self.cache.evict_states(short)
+
+    def track(self, work: Sequence[tuple[Any, int]]) -> None:
+        """Before a forward's results are applied: for each ``(request, tokens it computed)``
+        whose tokens then end on a page boundary, at or past its prompt's end, copy its row's
+        state into its next track slot (module docstring); a no-op unless tracking."""
+        if not self.tracking:
+            return
+        assert self.states is not None
+        page = self.cache.page_size
+        due = [
+            (req, end)
+            for req, n in work
+            if (end := req.kv_len + n) % page == 0 and end >= len(req.origin_input_ids)
+        ]
+        if not due:
+            return
+        track_states(
+            self.states, [r.req_pool_idx for r, _ in due], [r.mamba_next_track_idx for r, _ in due]
+        )
+        for req, end in due:
+            req.mamba_last_track_seqlen = end
+            req.mamba_next_track_idx = self.states.get_mamba_ping_pong_other_idx(
+                req.mamba_next_track_idx
+            )
 
     def restore(self, state: int | None, row: int) -> None:
         """Copy the state slot ``state`` (after the request's prefix: the match's

@@ -74,6 +74,9 @@ class Request:
     mamba_branching_seqlen : the branch point its admission match reported (the end of the
         longest cached prefix without a recurrent state, ``HybridMatchResult``), or None; the
         scheduler ends a prompt chunk there so the cache checkpoints the state at that node.
+    mamba_next_track_idx, mamba_last_track_seqlen : SGLang's decode tracking (a row with
+        track slots, ``HybridMemory.track``): the track slot the next page boundary's state
+        goes to, and the tokens the last tracked state follows (None: none tracked).
     logits : fp32 ``[vocab]`` next-token logits of each generated token, on the model device
         (kept only when the engine records them).
     arrival, first_token_time, finish_time : ``time.perf_counter()`` stamps (seconds).
@@ -101,6 +104,8 @@ class Request:
     cache_salt: str | None = None
     computed: int = 0
     mamba_branching_seqlen: int | None = None
+    mamba_next_track_idx: int = 0
+    mamba_last_track_seqlen: int | None = None
     logits: list[torch.Tensor] = field(default_factory=list)
     arrival: float = 0.0
     first_token_time: float | None = None

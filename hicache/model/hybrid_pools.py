@@ -82,6 +82,7 @@ def make_model_pools(
     state_slots: int | None = None,
     shard: TPShard | None = None,
     max_context_len: int | None = None,
+    enable_mamba_extra_buffer: bool = False,
 ) -> ModelPools:
     """Fresh pools for ``cfg``'s layer pattern (module docstring), as ``shard`` holds them.
 
@@ -92,6 +93,8 @@ def make_model_pools(
     swa_size : token slots of the SWA pool (default ``size``); used with ``F`` and ``S`` layers.
     state_slots : ``MambaPool`` slots (default ``rows``), for requests and checkpoints.
     max_context_len : the longest request a row holds (default ``size``), rounded up to pages.
+    enable_mamba_extra_buffer : give each row of a model with ``L`` layers its two ping-pong
+        track slots besides its state (``HybridReqToTokenPool``), ``state_slots`` included.
     """
     row_len = size if max_context_len is None else -(-max_context_len // page_size) * page_size
     states = None
@@ -102,6 +105,7 @@ def make_model_pools(
             max_context_len=row_len,
             device=device,
             cache_params=state_params(cfg, shard),
+            enable_mamba_extra_buffer=enable_mamba_extra_buffer,
         )
     swa = size if swa_size is None else swa_size
     kv = _kv_pool(cfg, size, swa, page_size, device, shard, states)

@@ -25,7 +25,13 @@ from hicache.pools.mla_pool import MLATokenToKVPool, MLATokenToKVPoolHost
 from hicache.pools.nsa_pool import NSATokenToKVPool
 from hicache.pools.protocols import DevicePool, HostPool, SlotAllocator
 from hicache.pools.req_to_token import ReqToTokenPool
-from hicache.pools.state_checkpoint import checkpoint_states, release_states, restore_states
+from hicache.pools.state_checkpoint import (
+    checkpoint_states,
+    checkpoint_tracked,
+    release_states,
+    restore_states,
+    track_states,
+)
 from hicache.pools.swa_allocator import SWATokenToKVPoolAllocator
 from hicache.pools.swa_pool import SWAKVPool
 
@@ -62,6 +68,8 @@ __all__ = [
     "check_pair",
     "host_pool_class",
     "checkpoint_states",
+    "checkpoint_tracked",
     "release_states",
     "restore_states",
+    "track_states",
 ]

@@ -237,6 +237,22 @@ class HybridReqToTokenPool(ReqToTokenPool):
             raise ValueError(f"row {row} is not an allocated row")
         return self._row_slots[row][0]
 
+    def track_slot(self, row: int, idx: int) -> int:
+        """Track slot ``idx`` of live row ``row`` (read on the host, no device sync).
+        ``ValueError`` without the extra buffer, for a row not allocated, an ``idx`` out of
+        range or a track slot already released."""
+        if not self.enable_mamba_extra_buffer:
+            raise ValueError("track_slot needs enable_mamba_extra_buffer")
+        if not self.is_allocated(check_int("row", row)):
+            raise ValueError(f"row {row} is not an allocated row")
+        size = self.mamba_ping_pong_track_buffer_size
+        if check_int("idx", idx) >= size:
+            raise ValueError(f"idx must be in [0, {size}), got {idx}")
+        slot = self._row_slots[row][1 + idx]
+        if slot is None:
+            raise ValueError(f"row {row}'s track slot {idx} was released")
+        return slot
+
     def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
         """The other track index (``1 - idx``) with two track slots, ``idx`` itself with one."""
         size = self.mamba_ping_pong_track_buffer_size

@@ -27,6 +27,27 @@ def checkpoint_states(req_pool: HybridReqToTokenPool, rows: Sequence[int]) -> to
     return req_pool.mamba_pool.fork_from(slots)
 
 
+def track_states(
+    req_pool: HybridReqToTokenPool, rows: Sequence[int], track_idx: Sequence[int]
+) -> None:
+    """Copy live rows ``rows``' states into their track slots ``track_idx`` (one index per row,
+    ``HybridReqToTokenPool.track_slot``): SGLang's decode tracking with the extra buffer.
+    Checks precede the copy."""
+    if len(track_idx) != len(rows):
+        raise ValueError(f"track_idx must hold one index per row ({len(rows)}), got {track_idx}")
+    slots = [req_pool.track_slot(row, idx) for row, idx in zip(rows, track_idx, strict=True)]
+    dst = torch.tensor(slots, dtype=torch.int64, device=req_pool.mamba_pool.device)
+    req_pool.mamba_pool.copy_from(_row_slots(req_pool, rows), dst)
+
+
+def checkpoint_tracked(req_pool: HybridReqToTokenPool, row: int, idx: int) -> torch.Tensor | None:
+    """A new state slot holding a copy of live row ``row``'s track slot ``idx`` (as
+    :func:`checkpoint_states`, from the state :func:`track_states` kept there)."""
+    slot = req_pool.track_slot(row, idx)
+    src = torch.tensor([slot], dtype=torch.int64, device=req_pool.mamba_pool.device)
+    return req_pool.mamba_pool.fork_from(src)
+
+
 def restore_states(
     req_pool: HybridReqToTokenPool, checkpoints: torch.Tensor, rows: Sequence[int]
 ) -> None:

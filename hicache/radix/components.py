@@ -91,9 +91,11 @@ class CheckpointPolicy:
 
     Attributes
     ----------
-    at_finish : ``cache_finished_req`` checkpoints the request's end when it is page-aligned;
-        else ``cache_unfinished_req`` checkpoints its prompt's last page boundary (a scheduler
-        ends a prefill chunk there: ``chunk_tokens``'s ``finish_at``).
+    at_finish : ``cache_finished_req`` checkpoints the request's end when it is page-aligned,
+        else its last page boundary from the state the engine tracked there during decode
+        (the request pool's extra buffer); ``cache_unfinished_req`` checkpoints the prompt's
+        last page boundary (a scheduler ends a prefill chunk there: ``chunk_tokens``'s
+        ``finish_at``).
     every_tokens : None, or N (a positive multiple of the page size): ``cache_unfinished_req``
         checkpoints a chunk end that passed a multiple of N since the request's last one, and
         a scheduler ends prefill chunks at multiples of N (``chunk_tokens``).

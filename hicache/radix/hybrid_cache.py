@@ -9,7 +9,8 @@ Protocol beside ``radix.req``'s: after ``match_prefix``, the engine locks ``last
 and restores ``state_slot`` into the request's state slot (``restore_states``); the request
 reads SWA KV from ``swa_window_start`` on. ``cache_*_req`` checkpoint the request's state as
 ``HybridConfig.checkpoint`` says (``checkpoint_states`` of its row), only where the state is
-exactly at a page-aligned end (``req.kv_len`` a page multiple).
+exactly at a page-aligned end (``req.kv_len`` a page multiple), or, with the request pool's
+extra buffer, from the state the request last tracked at its key's end.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from hicache.checks import check_int
 from hicache.pools.hybrid_req_pool import HybridReqToTokenPool
-from hicache.pools.state_checkpoint import checkpoint_states
+from hicache.pools.state_checkpoint import checkpoint_states, checkpoint_tracked
 from hicache.radix.component_checks import check_components
 from hicache.radix.component_ledger import ComponentLedger, HybridCacheStats
 from hicache.radix.components import HybridConfig, is_tombstoned, state_of
@@ -247,14 +248,23 @@ class HybridRadixCache(RadixCache):
 
     def _checkpoint(self, req: Any, key: RadixKey, want: bool) -> int | None:
         """A copy of ``req``'s row state when ``want``, the model is recurrent, the state is at
-        the key's (page-aligned) end and that node has no state yet; else None."""
+        the key's (page-aligned) end and that node has no state yet; else None. With the
+        request pool's extra buffer, the state ``req`` last tracked (SGLang's
+        ``mamba_last_track_seqlen``, its track slot before ``mamba_next_track_idx``) serves a
+        key that ends there."""
         if not (want and self.hybrid.recurrent and not self.disable):
             return None
-        if not len(key) or len(key) != req.kv_len or self._state_at(key) is not None:
+        if not len(key) or self._state_at(key) is not None:
             return None
         pool = self.req_to_token_pool
         assert isinstance(pool, HybridReqToTokenPool)  # __init__ checks it for a recurrent model
-        slots = checkpoint_states(pool, [req.req_pool_idx])
+        if len(key) == req.kv_len:
+            slots = checkpoint_states(pool, [req.req_pool_idx])
+        elif pool.enable_mamba_extra_buffer and _tracked(req) == len(key):
+            idx = pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
+            slots = checkpoint_tracked(pool, req.req_pool_idx, idx)
+        else:
+            return None
         return None if slots is None else int(slots[0].item())
 
     def _state_at(self, key: RadixKey) -> int | None:
@@ -271,3 +281,9 @@ class HybridRadixCache(RadixCache):
             return
         ok = window_intact(path, len(path) - 1, self.hybrid.sliding_window)
         self.components.put_state(path[-1], slot, ok)
+
+
+def _tracked(req: Any) -> int | None:
+    """The tokens ``req``'s last tracked state follows (None: none; a request type without
+    decode tracking has no ``mamba_last_track_seqlen``)."""
+    return getattr(req, "mamba_last_track_seqlen", None)

@@ -185,3 +185,35 @@ def test_a_turn_ending_mid_page_resumes_from_its_prompts_last_page_boundary(kind
     assert second.device_hit + second.host_hit == 32
     assert_equals_cold(eng, second)
     assert_pools_whole(eng)
+
+
+@pytest.mark.parametrize("kind", ["radix", "hiradix"])
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_a_turn_ending_mid_page_resumes_from_the_state_tracked_in_decode(
+    kind: str, attention: str
+) -> None:
+    """Page 16, a first turn of 20 + 20 tokens: its KV ends at 39, mid-page, and the tree keeps
+    32 tokens. The engine tracked the state at 32 during decode (SGLang's extra buffer), so
+    the next turn resumes at 32, not at 16 (the prompt's last page boundary), equal to cold;
+    with the host tier, from the host. The track slots come back with every row."""
+    eng = engine("FSL", attention, 16, kind=kind)
+    assert eng.req_to_token_pool.enable_mamba_extra_buffer
+    first = serve(eng, random_prompt(eng.model.cfg, 20, 41), 20)
+    assert first.mamba_last_track_seqlen == 32
+    if kind == "hiradix":
+        to_host(eng)
+    second = serve(eng, first.origin_input_ids + first.output_ids + [5, 6, 7], 3)
+    assert second.device_hit + second.host_hit == 32
+    assert_equals_cold(eng, second)
+    assert_pools_whole(eng)
+
+
+def test_decode_tracking_is_off_where_it_cannot_help() -> None:
+    """Page 1 (every end is a page boundary) and a policy without ``at_finish``: no track
+    slots, no tracking."""
+    for eng in (
+        engine("FSL", "mha", 1),
+        engine("FSL", "mha", 16, checkpoint=CheckpointPolicy(at_finish=False, at_branch=True)),
+    ):
+        assert not eng.req_to_token_pool.enable_mamba_extra_buffer
+        assert serve(eng, list(range(3, 23)), 20).mamba_last_track_seqlen is None

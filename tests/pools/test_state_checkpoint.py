@@ -8,8 +8,10 @@ import torch
 from hicache.pools import (
     HybridReqToTokenPool,
     checkpoint_states,
+    checkpoint_tracked,
     release_states,
     restore_states,
+    track_states,
 )
 from tests.pools.mamba_helpers import FakeReq, params
 
@@ -73,3 +75,57 @@ def test_bad_rows_raise_before_any_copy() -> None:
     with pytest.raises(ValueError, match="released"):
         checkpoint_states(pool, rows)
     assert pool.mamba_pool.available_size() == 3
+
+
+def tracked_pool() -> tuple[HybridReqToTokenPool, int, FakeReq]:
+    pool = HybridReqToTokenPool(
+        size=2,
+        mamba_size=8,
+        max_context_len=8,
+        device="cpu",
+        cache_params=params(),
+        enable_mamba_extra_buffer=True,
+    )
+    req = FakeReq()
+    rows = pool.alloc(1, [req])
+    assert rows is not None
+    return pool, rows[0], req
+
+
+def random_state(pool: HybridReqToTokenPool, slot: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    for t in pool.mamba_pool.mamba_cache.tensors():
+        t[:, slot] = torch.randn(t[:, slot].shape, generator=gen).to(t.dtype)
+    return [t[:, slot].clone() for t in pool.mamba_pool.mamba_cache.tensors()]
+
+
+def test_track_states_copies_the_row_state_into_the_named_track_slot() -> None:
+    pool, row, _ = tracked_pool()
+    first, second = pool.track_slot(row, 0), pool.track_slot(row, 1)
+    poison = random_state(pool, second, seed=9)  # the other track slot must stay as it is
+    random_state(pool, first, seed=8)
+    want = random_state(pool, pool.state_slot(row), seed=7)
+    track_states(pool, [row], [0])
+    for t, w, p in zip(pool.mamba_pool.mamba_cache.tensors(), want, poison, strict=True):
+        assert torch.equal(t[:, first], w) and torch.equal(t[:, second], p)
+    ckpt = checkpoint_tracked(pool, row, 0)  # a new slot with the tracked state
+    assert ckpt is not None and int(ckpt) not in (first, second, pool.state_slot(row))
+    random_state(pool, first, seed=6)  # later tracking does not touch the checkpoint
+    for t, w in zip(pool.mamba_pool.mamba_cache.tensors(), want, strict=True):
+        assert torch.equal(t[:, int(ckpt)], w)
+
+
+def test_track_misuse_raises_before_any_copy() -> None:
+    pool, row, _ = tracked_pool()
+    before = [t.clone() for t in pool.mamba_pool.mamba_cache.tensors()]
+    with pytest.raises(ValueError, match="idx must be in"):
+        track_states(pool, [row], [2])
+    with pytest.raises(ValueError, match="track_idx must hold one index per row"):
+        track_states(pool, [row], [0, 1])
+    with pytest.raises(ValueError, match="row 1 is not an allocated row"):
+        checkpoint_tracked(pool, 1, 0)
+    for t, b in zip(pool.mamba_pool.mamba_cache.tensors(), before, strict=True):
+        assert torch.equal(t, b)
+    plain, rows = pool_with_rows(1)
+    with pytest.raises(ValueError, match="needs enable_mamba_extra_buffer"):
+        plain.track_slot(rows[0], 0)
