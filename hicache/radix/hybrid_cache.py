@@ -158,9 +158,11 @@ class HybridRadixCache(RadixCache):
     def cache_finished_req(self, req: Any) -> None:
         key = self._revive(req)
         slot = self._checkpoint(req, key, self.hybrid.checkpoint.at_finish)
-        super().cache_finished_req(req)
-        if slot is not None:
-            self._attach_state(key, slot)
+        try:
+            super().cache_finished_req(req)
+        finally:  # a failing host write raises after the insert: the state still goes on
+            if slot is not None:
+                self._attach_state(key, slot)
 
     def cache_unfinished_req(self, req: Any) -> None:
         key = self._revive(req)
@@ -174,9 +176,11 @@ class HybridRadixCache(RadixCache):
             or (policy.at_finish and boundary < prompt and aligned == boundary)
         )
         slot = self._checkpoint(req, key, want)
-        super().cache_unfinished_req(req)
-        if slot is not None:
-            self._attach_state(key, slot)
+        try:
+            super().cache_unfinished_req(req)
+        finally:  # as in cache_finished_req
+            if slot is not None:
+                self._attach_state(key, slot)
 
     # ---- whole tree --------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ Examples::
     python -m hicache.stress --ops 10000 --faults 0.02     # the README's run: minutes
     python -m hicache.stress --ops 2000 --seed 1 --only mla/direct --progress
     python -m hicache.stress --ops 5000 --faults 0.02 --device cuda --max-seconds 540
+    python -m hicache.stress --ops 2000 --layers-pattern FSL --window 4 --checkpoint finish
 
 After every op, what it changed is checked (slots, locks, sizes, bytes of new copies: see
 ``hicache.stress.tracker``); every ``--full-every`` ops and at the end of each scenario,
@@ -26,6 +27,7 @@ import torch
 
 from hicache.__main__ import HelpFormatter as DefaultsFormatter
 from hicache.__main__ import OneLineParser, add_log_level, plain, setup_logging
+from hicache.bench.model_flags import CHECKPOINT_FORMS, parse_checkpoint
 from hicache.bench.progress import ProgressBar
 from hicache.stress.config import StressConfig
 from hicache.stress.runner import Report, matrix, run
@@ -64,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="ops between full checks (each op's changes are always checked)",
     )
     p.add_argument("--device", default="cpu", help="device pool device: cpu or cuda")
+    p.add_argument(
+        "--layers-pattern",
+        default=None,
+        help="a hybrid model (HybridHiRadixCache), one letter a layer: F full attention, "
+        "S sliding window, L linear recurrence, e.g. FSL (default: full attention only)",
+    )
+    p.add_argument("--window", type=int, default=4, help="S layers' window in tokens")
+    p.add_argument(
+        "--checkpoint",
+        type=parse_checkpoint,
+        default="finish",
+        help=f"where L layers' states are taken: {CHECKPOINT_FORMS}",
+    )
     p.add_argument(
         "--only", default="", help="run scenarios whose label contains this (default: all)"
     )
@@ -113,14 +128,20 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[StressConfig
     problem = _bad_value(args)
     if problem is not None:
         p.error(problem)
-    base = StressConfig(
-        ops=args.ops,
-        seed=args.seed,
-        p_alloc_none=args.faults,
-        p_transfer_fail=args.faults,
-        full_every=args.full_every,
-        device=args.device,
-    )
+    try:
+        base = StressConfig(
+            ops=args.ops,
+            seed=args.seed,
+            p_alloc_none=args.faults,
+            p_transfer_fail=args.faults,
+            full_every=args.full_every,
+            device=args.device,
+            layers_pattern=args.layers_pattern,
+            window=args.window,
+            checkpoint=args.checkpoint,
+        )
+    except (TypeError, ValueError) as err:
+        p.error(f"argument --layers-pattern/--window/--checkpoint: {err}")
     try:
         configs = [c for c in matrix(base, args.page_sizes, args.full) if args.only in c.label()]
     except (TypeError, ValueError) as err:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from hicache.model import ModelConfig, make_model_pools
+from hicache.model.config import LAYER_KINDS
 from hicache.pools import (
     ROUTES,
     MHATokenToKVPool,
@@ -18,7 +20,9 @@ from hicache.pools import (
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
-from hicache.radix import HiCacheConfig
+from hicache.radix import CheckpointPolicy, HiCacheConfig, HybridConfig
+from hicache.tiers.hiradix_cache import HiRadixCache
+from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
 
 KINDS = ("mha", "mla")
 LAYERS, HEADS, HEAD_DIM = 2, 2, 8
@@ -49,6 +53,14 @@ class StressConfig:
         every this many ops (and at the end) everything is: ``check_invariants``, slot
         ownership from scratch and every cached token's KV bytes.
     device : where the device pool lives ("cpu" or "cuda").
+    layers_pattern : None (a full-attention model), or a hybrid model's layers, one letter each
+        as ``ModelConfig.layer_pattern`` (``hicache bench --layers-pattern``): ``F`` full
+        attention (at least one: the host tier keeps its KV), ``S`` sliding window, ``L``
+        linear recurrence (at least one ``S`` or ``L``). The run then drives a
+        ``HybridHiRadixCache`` (inclusive tiering only) over ``make_model_pools``' pools.
+    window : the ``S`` layers' sliding window in tokens.
+    checkpoint : where a model with ``L`` layers takes recurrent states (``every_tokens`` a
+        page multiple).
     """
 
     kind: str = "mha"
@@ -63,6 +75,9 @@ class StressConfig:
     p_transfer_fail: float = 0.0
     full_every: int = 1000
     device: str = "cpu"
+    layers_pattern: str | None = None
+    window: int = 4
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
 
     def __post_init__(self) -> None:
         if not isinstance(self.hicache, HiCacheConfig):
@@ -76,6 +91,29 @@ class StressConfig:
         for name in ("p_alloc_none", "p_transfer_fail"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layers_pattern is not None:
+            self._check_hybrid()
+
+    def _check_hybrid(self) -> None:
+        pattern = self.layers_pattern
+        if not isinstance(pattern, str):
+            raise TypeError(f"layers_pattern must be a str or None, got {type(pattern).__name__}")
+        if set(pattern) - set(LAYER_KINDS) or "F" not in pattern or not set(pattern) & set("SL"):
+            raise ValueError(
+                f"layers_pattern must use only {LAYER_KINDS!r}, with an F and an S or L, "
+                f"got {pattern!r}"
+            )
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        if not isinstance(self.checkpoint, CheckpointPolicy):
+            raise TypeError(
+                f"checkpoint must be a CheckpointPolicy, got {type(self.checkpoint).__name__}"
+            )
+        every = self.checkpoint.every_tokens
+        if every is not None and every % self.page_size:
+            raise ValueError(f"checkpoint every_tokens={every} must be a multiple of page_size")
+        if self.hicache.tiering != "inclusive":
+            raise ValueError("hicache.tiering must be 'inclusive' for a hybrid layers_pattern")
 
     @property
     def unit(self) -> int:
@@ -97,10 +135,20 @@ class StressConfig:
     def label(self) -> str:
         host = self.hicache
         tiering = "/exclusive" if host.tiering == "exclusive" else ""
-        return (
+        hybrid = "" if self.layers_pattern is None else f"{self.layers_pattern}/"
+        return hybrid + (
             f"{self.kind}/{host.io_backend}/{host.mem_layout}/p{self.page_size}/"
             f"{host.write_policy}/{self.eviction_policy}{tiering}"
         )
+
+    @property
+    def hybrid(self) -> HybridConfig | None:
+        """The hybrid cache's components (None for a full-attention model)."""
+        pattern = self.layers_pattern
+        if pattern is None:
+            return None
+        window = self.window if "S" in pattern else None
+        return HybridConfig(window, "L" in pattern, self.checkpoint)
 
     def with_(self, **changes: Any) -> StressConfig:
         return replace(self, **changes)
@@ -110,13 +158,35 @@ class StressConfig:
 class Stack:
     """The pools a scenario drives the cache over."""
 
-    allocator: TokenToKVPoolAllocator
+    allocator: Any  # TokenToKVPoolAllocator, or SWATokenToKVPoolAllocator (hybrid)
     device_pool: Any
-    req_pool: ReqToTokenPool
+    req_pool: ReqToTokenPool  # a HybridReqToTokenPool for a model with L layers
+
+    @property
+    def slot_allocator(self) -> TokenToKVPoolAllocator:
+        """The allocator of the full-attention slots (nodes' and requests' slots)."""
+        return getattr(self.allocator, "full_attn_allocator", self.allocator)
+
+
+def build_cache(cfg: StressConfig, stack: Stack, tp_group: Any = None) -> HiRadixCache:
+    """The cache under test: a ``HiRadixCache``, or a ``HybridHiRadixCache`` for a hybrid
+    ``layers_pattern``."""
+    settings: dict[str, Any] = {
+        "config": cfg.hicache,
+        "eviction_policy": cfg.eviction_policy,
+        "tp_group": tp_group,
+    }
+    args = (stack.req_pool, stack.allocator, cfg.page_size)
+    hybrid = cfg.hybrid
+    if hybrid is None:
+        return HiRadixCache(*args, **settings)
+    return HybridHiRadixCache(*args, hybrid=hybrid, **settings)
 
 
 def build_stack(cfg: StressConfig) -> Stack:
     size = cfg.pages * cfg.page_size
+    if cfg.layers_pattern is not None:
+        return _hybrid_stack(cfg, size)
     if cfg.kind == "mha":
         pool: Any = MHATokenToKVPool(
             size, cfg.page_size, torch.float32, HEADS, HEAD_DIM, LAYERS, cfg.device
@@ -128,3 +198,40 @@ def build_stack(cfg: StressConfig) -> Stack:
     allocator = TokenToKVPoolAllocator(size, cfg.page_size, cfg.device, kvcache=pool)
     req_pool = ReqToTokenPool(MAX_LIVE + 1, cfg.max_context + cfg.page_size, cfg.device)
     return Stack(allocator, pool, req_pool)
+
+
+STATE_CHECKPOINTS = 4  # state slots beyond the live requests': few, so states are evicted
+
+
+def _hybrid_stack(cfg: StressConfig, size: int) -> Stack:
+    """``make_model_pools``' pools of the hybrid model (tiny geometry); the SWA pool holds
+    3/4 of the full pool's tokens (at least the live requests' contexts), so the SWA side
+    runs short first."""
+    pattern = cfg.layers_pattern
+    assert pattern is not None
+    model = ModelConfig(
+        num_layers=len(pattern),
+        num_heads=HEADS,
+        num_kv_heads=HEADS,
+        head_dim=HEAD_DIM,
+        attention=cfg.kind,
+        kv_lora_rank=MLA_RANK,
+        qk_rope_head_dim=MLA_ROPE,
+        dtype=torch.float32 if cfg.kind == "mha" else torch.bfloat16,
+        layer_pattern=pattern,
+        sliding_window=cfg.window,
+        linear_state_size=4,
+    )
+    page, rows = cfg.page_size, MAX_LIVE + 1
+    swa = max(size * 3 // 4 // page * page, MAX_LIVE * (cfg.max_context + page))
+    pools = make_model_pools(
+        model,
+        size,
+        page,
+        cfg.device,
+        rows,
+        swa_size=min(swa, size),
+        state_slots=rows + STATE_CHECKPOINTS,
+        max_context_len=cfg.max_context + page,
+    )
+    return Stack(pools.allocator, pools.kv, pools.req_to_token)

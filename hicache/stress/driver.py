@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import torch
 
 from hicache.radix import RadixKey, Req
 from hicache.stress import checker
-from hicache.stress.config import MAX_LIVE, StressConfig, build_stack
+from hicache.stress.config import MAX_LIVE, StressConfig, build_cache, build_stack
 from hicache.stress.faults import STEP_FAULTS, Faults
 from hicache.stress.live import Live, start_request
+from hicache.stress.oracle import write_kv
 from hicache.stress.tracker import Tracker
 from hicache.stress.workload import SALTS, Turn, Workload
-from hicache.tiers.hiradix_cache import HiRadixCache
 
 
 class Driver:
@@ -37,15 +38,8 @@ class Driver:
     ) -> None:
         self.cfg, self.rng = cfg, random.Random(cfg.seed)
         self.stack = build_stack(cfg)
-        self.all_device = self.stack.allocator.free_slots()
-        self.cache = HiRadixCache(
-            self.stack.req_pool,
-            self.stack.allocator,
-            cfg.page_size,
-            config=cfg.hicache,
-            eviction_policy=cfg.eviction_policy,
-            tp_group=tp_group,
-        )
+        self.all_device = self.stack.slot_allocator.free_slots()
+        self.cache = build_cache(cfg, self.stack, tp_group)
         self.host_pool = self.cache.cache_controller.mem_pool_host
         self.all_host = self.host_pool.free_slots()
         self.pool = self.stack.device_pool
@@ -58,7 +52,7 @@ class Driver:
         self.violations: list[str] = []
         self.tracker = Tracker(
             self.cache,
-            self.stack.allocator,
+            self.stack.slot_allocator,
             self.host_pool,
             self.stack.req_pool,
             self.all_device,
@@ -104,7 +98,7 @@ class Driver:
             self.cache.consume_load_batch(producer)
         self._expect(checker.check_prefix(self.pool, prefix, turn.prompt, turn.conversation.salt))
         new = start_request(self.stack.req_pool, turn, prefix, node, slots, target)
-        new.compute(self.pool, self.rng.randint(len(prefix), target))
+        self._compute(new, self.rng.randint(len(prefix), target))
         self.live.append(new)
 
     def _match_and_load(self, turn: Turn) -> tuple[torch.Tensor, Any]:
@@ -128,9 +122,13 @@ class Driver:
             if self.rng.random() < 0.7:
                 self._completes(self.cache.cache_unfinished_req, live.req)
                 self.counts["cache_unfinished_req"] += 1
-            live.compute(self.pool, self.rng.randint(live.req.kv_len + 1, live.target))
+            self._compute(live, self.rng.randint(live.req.kv_len + 1, live.target))
             return
         self._finish(live, completed=True)
+
+    def _compute(self, live: Live, end: int) -> None:
+        """The model's forward over ``live``'s positions ``[kv_len, end)``."""
+        live.compute(partial(write_kv, self.pool), end)
 
     def abort(self) -> None:
         if self.idle("abort"):
@@ -194,10 +192,12 @@ class Driver:
         m = self.cache.match_prefix(RadixKey(prefix, tenant))
         self._expect(checker.namespace(checker.path_to(self.cache, m.last_host_node), tenant))
         loading, _ = checker.pending(self.cache.cache_controller)
-        self._expect(
-            checker.check_prefix(self.pool, m.device_indices, prefix, SALTS[tenant], loading)
-        )
+        self._expect(self._check_match(m, prefix, SALTS[tenant], loading))
         return m.last_device_node
+
+    def _check_match(self, m: Any, ids: list[int], salt: int, skip: torch.Tensor) -> list[str]:
+        """A peek's match: its device prefix holds ``ids``' KV (``skip``: still loading)."""
+        return checker.check_prefix(self.pool, m.device_indices, ids, salt, skip)
 
     def lock(self) -> None:
         node = self.peek()
@@ -232,10 +232,8 @@ class Driver:
             self.cache.dec_lock_ref(self.locks.pop())
         self.cache.reset()
         self.counts["reset"] += 1
-        if (self.stack.allocator.available_size(), self.host_pool.available_size()) != (
-            self.all_device.numel(),
-            self.all_host.numel(),
-        ):
+        sizes = (self.stack.slot_allocator.available_size(), self.host_pool.available_size())
+        if sizes != (self.all_device.numel(), self.all_host.numel()):
             self.violations.append("reset left slots allocated")
 
     # ---- checks -------------------------------------------------------------------------------
@@ -268,6 +266,9 @@ class Driver:
         nodes = [live.req.last_node for live in self.live] + self.locks
         return [live.own() for live in self.live], Counter(n.id for n in nodes if n is not None)
 
+    def _sweep(self, requests: list[torch.Tensor]) -> list[str]:  # every cached token's bytes
+        return checker.sweep(self.cache)
+
     def check(self) -> None:
         """After an op: what it changed (see :mod:`hicache.stress.tracker`)."""
         with self.faults.paused():
@@ -285,7 +286,7 @@ class Driver:
             self._expect(
                 checker.ownership(
                     self.cache,
-                    self.stack.allocator,
+                    self.stack.slot_allocator,
                     self.host_pool,
                     requests,
                     self.all_device,
@@ -293,6 +294,6 @@ class Driver:
                     self.cache.host_tier.reserved(),
                 )
             )
-            self._expect(checker.sweep(self.cache))
+            self._expect(self._sweep(requests))
             self.tracker.reset()
             self._expect(self.tracker.check(requests, locks, verify=False))

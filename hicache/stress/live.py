@@ -3,13 +3,13 @@ its KV."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hicache.radix import Req
-from hicache.stress.oracle import write_kv
 from hicache.stress.workload import Turn
 
 
@@ -32,12 +32,12 @@ class Live:
             self._own = (start, self.slots[start:])
         return self._own[1]
 
-    def compute(self, pool: Any, end: int) -> None:
-        """The model's forward over positions ``[kv_len, end)``: write their KV into ``pool``."""
+    def compute(self, write: Callable[..., None], end: int) -> None:
+        """The model's forward over positions ``[kv_len, end)``: ``write(slots, tokens,
+        positions, salt)`` stores their KV (:func:`hicache.stress.oracle.write_kv` of a pool)."""
         start, req = self.req.kv_len, self.req
         tokens = torch.from_numpy(req.tokens.ids(end)[start:].astype("int64"))
-        write_kv(
-            pool,
+        write(
             self.slots[start - self.base : end - self.base],
             tokens,
             torch.arange(start, end),
@@ -46,22 +46,31 @@ class Live:
         req.kv_len = end
 
 
+@dataclass(eq=False)
+class StateReq(Req):
+    """A ``Req`` with what a hybrid cache reads: the match's ``mamba_branching_seqlen``."""
+
+    mamba_branching_seqlen: int | None = None
+
+
 def start_request(
-    req_pool: Any, turn: Turn, prefix: torch.Tensor, node: Any, slots: torch.Tensor, target: int
+    req_pool: Any,
+    turn: Turn,
+    prefix: torch.Tensor,
+    node: Any,
+    slots: torch.Tensor,
+    target: int,
+    req: Req | None = None,
 ) -> Live:
-    """A request row holding ``prefix`` then ``slots``, and the ``Live`` around it."""
-    (row,) = req_pool.alloc(1)
+    """A request row holding ``prefix`` then ``slots``, and the ``Live`` around it. ``req``:
+    a request of ``turn`` whose row is allocated already (with its state slot); by default a
+    new ``Req`` in a new row."""
+    if req is None:
+        (row,) = req_pool.alloc(1)
+        req = Req(row, turn.prompt)
     n = len(prefix)
-    req_pool.write((row, slice(0, n)), prefix.to(req_pool.device))
-    req_pool.write((row, slice(n, target)), slots[: target - n].to(req_pool.device))
-    req = Req(
-        row,
-        turn.prompt,
-        list(turn.output),
-        kv_len=n,
-        extra_key=turn.conversation.tenant,
-        prefix_indices=prefix,
-        last_node=node,
-        cache_protected_len=n,
-    )
+    req_pool.write((req.req_pool_idx, slice(0, n)), prefix.to(req_pool.device))
+    req_pool.write((req.req_pool_idx, slice(n, target)), slots[: target - n].to(req_pool.device))
+    req.output_ids, req.kv_len, req.extra_key = list(turn.output), n, turn.conversation.tenant
+    req.prefix_indices, req.last_node, req.cache_protected_len = prefix, node, n
     return Live(turn, req, slots, n, target)

@@ -8,25 +8,34 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from operator import methodcaller
 
 from hicache.controller import TIERINGS, WRITE_POLICIES
 from hicache.pools import ROUTES
 from hicache.stress.config import StressConfig
 from hicache.stress.driver import Driver
 from hicache.stress.faults import STEP_FAULTS
+from hicache.stress.hybrid_driver import HybridDriver
 
-# name -> (weight, op). Requests dominate; resets are rare but every long run sees many.
+# name -> (weight, op: the driver's method of that name). Requests dominate; resets are rare
+# but every long run sees many.
 OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
-    "admit": (5, Driver.admit),
-    "advance": (6, Driver.advance),
-    "abort": (1, Driver.abort),
-    "peek": (2, Driver.peek),
-    "lock": (1, Driver.lock),
-    "unlock": (1, Driver.unlock),
-    "evict": (1, Driver.evict),
-    "evict_host": (1, Driver.evict_host),
-    "events": (3, Driver.events),
-    "reset": (0.05, Driver.reset),
+    "admit": (5, methodcaller("admit")),
+    "advance": (6, methodcaller("advance")),
+    "abort": (1, methodcaller("abort")),
+    "peek": (2, methodcaller("peek")),
+    "lock": (1, methodcaller("lock")),
+    "unlock": (1, methodcaller("unlock")),
+    "evict": (1, methodcaller("evict")),
+    "evict_host": (1, methodcaller("evict_host")),
+    "events": (3, methodcaller("events")),
+    "reset": (0.05, methodcaller("reset")),
+}
+# A hybrid model's run adds its components' own evictions.
+HYBRID_OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
+    **OPS,
+    "evict_swa": (1, methodcaller("evict_swa")),
+    "evict_states": (1, methodcaller("evict_states")),
 }
 
 
@@ -71,7 +80,7 @@ def step(driver: Driver, name: str) -> None:
     if driver.idle(name):
         return
     try:
-        OPS[name][1](driver)
+        HYBRID_OPS[name][1](driver)
     except STEP_FAULTS:
         driver.counts[f"fault_surfaced_in_{name}"] += 1
     except Exception as err:  # a crash of the cache under test is a violation too
@@ -94,9 +103,10 @@ def run(
     """Run ``cfg.ops`` random ops (or fewer when ``seconds`` run out), checking what each
     changed after it and everything every ``cfg.full_every`` ops and at the end; stop at the
     first violation. ``progress`` is called every :data:`PROGRESS_EVERY` ops and at the end."""
-    driver = Driver(cfg)
-    names = list(OPS)
-    weights = [OPS[n][0] for n in names]
+    driver = Driver(cfg) if cfg.layers_pattern is None else HybridDriver(cfg)
+    ops = OPS if cfg.layers_pattern is None else HYBRID_OPS
+    names = list(ops)
+    weights = [ops[n][0] for n in names]
     start, cpu, done = time.perf_counter(), time.process_time(), 0
     deadline = None if seconds is None else start + seconds
     while done < cfg.ops and (deadline is None or time.perf_counter() < deadline):
@@ -143,8 +153,10 @@ def matrix(
     base: StressConfig, page_sizes: Iterable[int] = (1, 64), full: bool = False
 ) -> list[StressConfig]:
     """Every route x page size, with every policy pair (``full``) or one, rotated; the
-    tiering alternates (every pair meets both), exclusive runs alternate host sizes."""
+    tiering alternates (every pair meets both; a hybrid ``base`` is inclusive only), exclusive
+    runs alternate host sizes."""
     configs = []
+    tierings = TIERINGS if base.layers_pattern is None else ("inclusive",)
     for i, ((kind, backend, layout), page) in enumerate(itertools.product(ROUTES, page_sizes)):
         pairs = POLICY_PAIRS if full else [POLICY_PAIRS[i % len(POLICY_PAIRS)]]
         for j, (write, evict) in enumerate(pairs):
@@ -153,7 +165,7 @@ def matrix(
                 io_backend=backend,
                 mem_layout=layout,
                 write_policy=write,
-                tiering=TIERINGS[(i // len(POLICY_PAIRS) + j) % len(TIERINGS)],
+                tiering=tierings[(i // len(POLICY_PAIRS) + j) % len(tierings)],
             )
             if host.tiering == "exclusive":
                 host = replace(host, hicache_ratio=EXCLUSIVE_RATIOS[i % len(EXCLUSIVE_RATIOS)])
