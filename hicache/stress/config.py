@@ -224,6 +224,7 @@ def _hybrid_stack(cfg: StressConfig, size: int) -> Stack:
     )
     page, rows = cfg.page_size, MAX_LIVE + 1
     swa = max(size * 3 // 4 // page * page, MAX_LIVE * (cfg.max_context + page))
+    track = page > 1 and cfg.checkpoint.at_finish and "L" in pattern  # as the engine's
     pools = make_model_pools(
         model,
         size,
@@ -231,7 +232,8 @@ def _hybrid_stack(cfg: StressConfig, size: int) -> Stack:
         cfg.device,
         rows,
         swa_size=min(swa, size),
-        state_slots=rows + STATE_CHECKPOINTS,
+        state_slots=rows * (3 if track else 1) + STATE_CHECKPOINTS,
         max_context_len=cfg.max_context + page,
+        enable_mamba_extra_buffer=track,
     )
     return Stack(pools.allocator, pools.kv, pools.req_to_token)

@@ -8,8 +8,9 @@ host hit back (``load_back``), restore the state after the prefix into the row
 short: ``swa_room``). Before serving, the prefix must be usable (``check_served``). The
 "model" writes every attention layer's KV (``write_kv_hybrid``) and sets the row's state to
 the state after the tokens computed (``write_state``); ``cache_*_req`` checkpoint it as the
-policy says, after ``state_room``. Besides the plain ops it tombstones SWA KV (``evict_swa``)
-and evicts recurrent states (``evict_states``).
+policy says, after ``state_room``, and, at pages over one token, from the state tracked at the
+last page boundary a forward crossed (the engine's decode tracking). Besides the plain ops it
+tombstones SWA KV (``evict_swa``) and evicts recurrent states (``evict_states``).
 
 After every op the tracker checks ownership, structure and locks and :func:`sweep_hybrid`
 every cached byte and state; a full check adds ``check_invariants`` (the components' and host
@@ -24,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hicache.engine.hybrid import HybridMemory
+from hicache.engine.hybrid import TRACK_SLOTS, HybridMemory
 from hicache.engine.memory import load_back
 from hicache.radix import RadixKey
 from hicache.stress import checker
@@ -131,6 +132,14 @@ class HybridDriver(Driver):
         states = self.memory.states
         return None if states is None else states.state_slot(row)
 
+    def _row_slots(self, row: int) -> list[int | None]:
+        """The device state slots row ``row`` holds: its state, and its track slots."""
+        states = self.memory.states
+        if states is None:
+            return []
+        track = range(TRACK_SLOTS) if self.memory.tracking else range(0)
+        return [states.state_slot(row), *(states.track_slot(row, i) for i in track)]
+
     def _give_up(self, turn: Turn, node: Any, row: int, slots: Any, reason: str) -> None:
         if slots is not None:
             self.stack.allocator.free(slots)
@@ -142,6 +151,18 @@ class HybridDriver(Driver):
         return super()._alloc(n)
 
     def _compute(self, live: Live, end: int) -> None:
+        """The forward to ``end``; with decode tracking (pages over one token) first to the
+        last page boundary it crosses at or past the prompt's end, whose state the engine,
+        decoding token by token, would have tracked (``HybridMemory.track``)."""
+        req = live.req
+        mark = end - end % self.cfg.page_size
+        if self.memory.tracking and req.kv_len < mark and mark >= len(req.origin_input_ids):
+            self._forward(live, mark)
+            self.memory.track([(req, 0)])
+            self.counts["tracked"] += 1
+        self._forward(live, end)
+
+    def _forward(self, live: Live, end: int) -> None:
         live.compute(partial(write_kv_hybrid, self.pool), end)
         slot = self._row_state(live.req.req_pool_idx)
         if slot is not None:
@@ -169,7 +190,7 @@ class HybridDriver(Driver):
             self._expect(sweep_hybrid(self.cache, self.parts))
 
     def _sweep(self, requests: list[torch.Tensor]) -> list[str]:
-        rows = [self._row_state(live.req.req_pool_idx) for live in self.live]
+        rows = [s for live in self.live for s in self._row_slots(live.req.req_pool_idx)]
         bad = sweep_hybrid(self.cache, self.parts) + state_ownership(self.cache, self.parts, rows)
         allocator = self.stack.allocator
         if hasattr(allocator, "swa_attn_allocator"):

@@ -48,9 +48,12 @@ class Live:
 
 @dataclass(eq=False)
 class StateReq(Req):
-    """A ``Req`` with what a hybrid cache reads: the match's ``mamba_branching_seqlen``."""
+    """A ``Req`` with what a hybrid cache reads: the match's ``mamba_branching_seqlen`` and
+    the decode tracking's ``mamba_next_track_idx`` / ``mamba_last_track_seqlen``."""
 
     mamba_branching_seqlen: int | None = None
+    mamba_next_track_idx: int = 0
+    mamba_last_track_seqlen: int | None = None
 
 
 def start_request(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+import hicache.engine.hybrid as engine_hybrid
 from hicache.pools import MambaPool, MambaPoolHost
 from hicache.radix import CheckpointPolicy
 from hicache.radix.component_ledger import ComponentLedger
@@ -48,7 +49,7 @@ def test_hybrid_scenario_keeps_every_invariant_byte_and_state(cfg: StressConfig)
 
 def test_the_hybrid_runs_reach_host_loads_tombstones_and_state_evictions() -> None:
     counts = sum((run(c).counts for c in SCENARIOS), start=runner.Counter())
-    for what in ("load_back", "swa_evicted", "states_evicted", "host_evicted"):
+    for what in ("load_back", "swa_evicted", "states_evicted", "host_evicted", "tracked"):
         assert counts[what] > 0, (what, counts)
 
 
@@ -117,6 +118,13 @@ def test_a_corrupted_checkpoint_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(MambaPool, "copy_from", corrupting)
     _caught(SCENARIOS[0], ("state",))
     assert once.calls >= 3
+
+
+def test_a_state_not_tracked_in_decode_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Page 8 with linear layers: a turn's end checkpoint comes from the state tracked at its
+    last page boundary; a tracking copy that does nothing leaves a stale state there."""
+    monkeypatch.setattr(engine_hybrid, "track_states", lambda *args: None)
+    _caught(SCENARIOS[3], ("state",))
 
 
 def test_a_host_state_not_loaded_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
