@@ -232,7 +232,7 @@ class Engine(ThreadBound):
                 # a request that ends with this token goes to cache_finished_req alone (SGLang)
                 if not (req.prompt_done and len(req.output_ids) + 1 >= req.max_new_tokens):
                     self.budget.state_room(finished=False)
-                    self.cache.cache_unfinished_req(req)
+                    self.cache.cache_unfinished_req(req, trusted=True)  # rows are ours
                 if not req.prompt_done:
                     continue
                 req.status, req.first_token_time = Status.DECODE, time.perf_counter()
@@ -245,7 +245,7 @@ class Engine(ThreadBound):
 
     def _finish(self, req: Request) -> Request:
         self.budget.state_room(finished=True)
-        self.cache.cache_finished_req(req)
+        self.cache.cache_finished_req(req, trusted=True)
         req.status, req.finish_time = Status.FINISHED, time.perf_counter()
         self.scheduler.retire(req)
         return req

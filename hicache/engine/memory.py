@@ -184,7 +184,7 @@ class SlotBudget:
                 continue
             cols = slice(req.kv_capacity, req.kv_capacity + extra)
             piece = slice_slots(slots, start, start + extra)  # keeps the host copy: no read
-            self.req_to_token_pool.write((req.req_pool_idx, cols), piece)
+            self.req_to_token_pool.write((req.req_pool_idx, cols), piece, trusted=True)
             req.kv_capacity += extra
             start += extra
 
