@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from hicache.devices import cat_slots, slice_slots, to_device
@@ -34,6 +35,8 @@ def load_back(cache: Any, match: MatchResult, locked: TreeNode) -> tuple[torch.T
         return match.device_indices, locked
     cache.inc_lock_ref(node)
     cache.dec_lock_ref(locked)
+    if match.device_prefix_len == 0:  # all from the host, on the allocator's device
+        return loaded, node
     return cat_slots([match.device_indices, loaded.to(match.device_indices.device)]), node
 
 
@@ -254,27 +257,22 @@ class SlotBudget:
             start += extra
 
     def new_slots(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
-        """The slots of each request's next ``n`` tokens, read from the table: one gather for
-        each run of one-token requests (decode), one slice for each longer one."""
-        table = self.req_to_token_pool.req_to_token
-        pieces: list[torch.Tensor] = []
-        run: list[Request] = []
-        for req, n in parts:
-            if n == 1:
-                run.append(req)
-                continue
-            pieces += _gather(table, run)
-            run = []
-            pieces.append(table[req.req_pool_idx, req.kv_len : req.kv_len + n])
-        pieces += _gather(table, run)
-        if not pieces:
-            return torch.empty(0, dtype=torch.int64, device=table.device)
-        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)).to(torch.int64)
-
-
-def _gather(table: torch.Tensor, reqs: list[Request]) -> list[torch.Tensor]:
-    """``[table[row, kv_len]]`` of ``reqs`` as one tensor in a list; an empty list for none."""
-    if not reqs:
-        return []
-    where = to_device(torch.tensor([[r.req_pool_idx, r.kv_len] for r in reqs]), table.device)
-    return [table[where[:, 0], where[:, 1]]]
+        """The slots of each request's next ``n`` tokens, read from the table's CPU copy in
+        one numpy gather (a slice for one request) and moved to its device at once."""
+        pool = self.req_to_token_pool
+        table = pool.req_to_token_cpu.numpy()
+        if not parts:
+            return torch.empty(0, dtype=torch.int64, device=pool.device)
+        if len(parts) == 1:
+            req, n = parts[0]
+            picked = table[req.req_pool_idx, req.kv_len : req.kv_len + n]
+        else:
+            lens = np.array([n for _, n in parts], dtype=np.int64)
+            starts = np.array([req.kv_len for req, _ in parts], dtype=np.int64)
+            rows = np.repeat([req.req_pool_idx for req, _ in parts], lens)
+            ends = np.cumsum(lens)
+            cols = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(
+                starts - ends + lens, lens
+            )
+            picked = table[rows, cols]
+        return to_device(torch.from_numpy(picked.astype(np.int64)), pool.device)

@@ -75,6 +75,10 @@ class ReqToTokenPool(ThreadBound):
         """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
         included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
         (numpy or 0-d torch integers) are accepted."""
+        if type(free_index) is int and free_index in self._used:  # one row: checked as is
+            self._used.remove(free_index)
+            self._free.append(free_index)
+            return
         rows = self._checked_rows(free_index)
         self._used.difference_update(rows)
         self._free.extend(rows)

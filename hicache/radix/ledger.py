@@ -272,6 +272,7 @@ class Ledger:
     def free(self, slots: list[Slots]) -> None:
         """Give device ``slots`` (no node's now) back to the allocator as CPU indices (its
         bookkeeping is on the CPU: a free never asks the device)."""
+        slots = [s for s in slots if len(s)]
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)
