@@ -276,9 +276,8 @@ class Ledger:
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)
-        if merged.numel():
-            self.allocator.free(merged)
-            self.owners.release(merged)
+        self.allocator.free(merged)
+        self.owners.release(merged)
 
     def _take_device(self, node: TreeNode) -> Slots:
         """Remove ``node``'s device copy (not freed); returns its slots."""
