@@ -25,7 +25,8 @@ class Work:
 
 class Plan(NamedTuple):
     """A step's work and the KV slots of its new tokens: ``slots`` ``[sum of len(input_ids)]``
-    int64 on the table's device, in ``work`` order (allocated at once by ``SlotBudget.grow``)."""
+    int64 on the table's device, in ``work`` order (allocated at once by ``SlotBudget.grow``;
+    under TP they stand once ``SlotBudget.confirm`` says so)."""
 
     work: list[Work]
     slots: torch.Tensor
