@@ -23,8 +23,10 @@ The storage hooks are no-ops without a storage tier (``BasePrefixCache``).
 Under tensor parallelism (``cache.tp``, a ``hicache.tp.TPGroup`` of more than one rank) every
 rank runs this same loop over its shard of the model and pools: the same cache calls in the
 same order with the same arguments. What is rank-local is agreed: the slot budget's
-allocations (``SlotBudget``), the prefill time given to ``note_prefill`` (the slowest rank's;
-agreed only with a storage tier, whose cost model reads it) and the stall timeout. Logits are
+allocations (``SlotBudget``; a prefill step with a host hit takes 3 collectives: admission
+with its load-back, the step's slots with the load issue's settle, the backup's host slots),
+the prefill time given to ``note_prefill`` (the slowest rank's; agreed only with a storage
+tier, whose cost model reads it) and the stall timeout. Logits are
 equal on every rank (the model all-reduces), so greedy sampling picks the same tokens. Any
 step may raise ``hicache.tp.TPPeerError`` (another rank failed at an agreement point) or
 ``TPError`` (the group is broken). See docs/tp.md.
@@ -210,12 +212,15 @@ class Engine(ThreadBound):
         rows = [w.req.req_pool_idx for w in work]
         assert None not in rows, "a scheduled request holds a row"
         loads = self.cache.ready_to_load_host_cache()  # first: they start while the batch builds
+        slots = plan.slots  # agreed with the loads' settle (``SlotBudget.confirm``)
+        if not self.budget.confirm():
+            slots = self.budget.new_slots([(w.req, len(w.input_ids)) for w in work])
         batch = ForwardBatch.build(
             self.req_to_token_pool.req_to_token,
             [row for row in rows if row is not None],
             [w.req.kv_len for w in work],
             [w.input_ids for w in work],
-            plan.slots,
+            slots,
             self.model.device,
         )
         self.cache.consume_load_batch(loads)
@@ -234,7 +239,7 @@ class Engine(ThreadBound):
                 # a request that ends with this token goes to cache_finished_req alone (SGLang)
                 if not (req.prompt_done and len(req.output_ids) + 1 >= req.max_new_tokens):
                     self.budget.state_room(finished=False)
-                    self.cache.cache_unfinished_req(req)
+                    self.cache.cache_unfinished_req(req, trusted=True)  # rows are ours
                 if not req.prompt_done:
                     continue
                 req.status, req.first_token_time = Status.DECODE, time.perf_counter()
@@ -247,7 +252,7 @@ class Engine(ThreadBound):
 
     def _finish(self, req: Request) -> Request:
         self.budget.state_room(finished=True)
-        self.cache.cache_finished_req(req)
+        self.cache.cache_finished_req(req, trusted=True)
         req.status, req.finish_time = Status.FINISHED, time.perf_counter()
         self.scheduler.retire(req)
         return req

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from hicache.devices import cat_slots, slice_slots, to_device
@@ -12,6 +13,7 @@ from hicache.engine.hybrid import HybridMemory
 from hicache.engine.request import Request
 from hicache.pools import ReqToTokenPool, TokenToKVPoolAllocator
 from hicache.radix import HybridRadixCache, MatchResult, RadixKey, TreeNode
+from hicache.tp import Vote
 
 
 class Admission(NamedTuple):
@@ -33,7 +35,19 @@ def load_back(cache: Any, match: MatchResult, locked: TreeNode) -> tuple[torch.T
         return match.device_indices, locked
     cache.inc_lock_ref(node)
     cache.dec_lock_ref(locked)
+    if match.device_prefix_len == 0:  # all from the host, on the allocator's device
+        return loaded, node
     return cat_slots([match.device_indices, loaded.to(match.device_indices.device)]), node
+
+
+class _Growth(NamedTuple):
+    """A ``grow`` awaiting its agreement: the requests, the slots each lacked, this rank's
+    allocation (None: it failed here) and its carried vote."""
+
+    reqs: list[Request]
+    extras: list[int]
+    slots: torch.Tensor | None
+    vote: Vote
 
 
 class SlotBudget:
@@ -44,8 +58,11 @@ class SlotBudget:
     can evict cover all reservations, so decode never runs out of memory.
 
     Under tensor parallelism every outcome of this rank's own allocations (a request row, KV
-    slots) is agreed through ``cache.tp.all_ok``: unless every rank got what it asked for, the
-    ranks that did free it, and all take the same branch.
+    slots) is agreed over ``cache.tp``: unless every rank got what it asked for, the ranks that
+    did free it, and all take the same branch. Agreements ride on collectives the step makes
+    anyway: a host hit's row is a condition of its load-back's agreement
+    (``TPGroup.condition``), the step's slots are carried to the load issue's settle
+    (``grow`` / ``confirm``).
 
     With a ``HybridRadixCache`` (``hybrid``, a ``HybridMemory``) a row also takes a state slot
     and gets the matched state restored, reservations must fit the SWA pool too, and SWA slots
@@ -61,6 +78,7 @@ class SlotBudget:
         self.page_size = allocator.page_size
         self.tp = cache.tp
         self.evicted_tokens = 0
+        self._growth: _Growth | None = None
         hybrid = isinstance(cache, HybridRadixCache)
         self.hybrid = HybridMemory(cache, allocator, req_to_token_pool) if hybrid else None
 
@@ -100,21 +118,44 @@ class SlotBudget:
         match = self.cache.match_prefix(key)
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
-        rows = None
-        if self.round_up(kv_total) - match.device_prefix_len <= self.headroom(active):
-            rows = self._alloc_row()
-        rows = self.tp.keep_if_all(rows, self.req_to_token_pool.free, where="engine admission")
-        if rows is None:
-            self.cache.dec_lock_ref(node)
-            return None
-        prefix = match.device_indices
-        if match.host_hit_length > 0:
-            prefix, node = load_back(self.cache, match, node)
+        fits = self.round_up(kv_total) - match.device_prefix_len <= self.headroom(active)
+        rows = self._alloc_row() if fits else None
+        if fits and match.host_hit_length > 0 and self.tp.active:
+            admitted = self._admit_loading(rows, match, node)
+            if admitted is None:
+                return None
+            rows, prefix, node = admitted
+        else:
+            rows = self.tp.keep_if_all(rows, self.req_to_token_pool.free, where="engine admission")
+            if rows is None:
+                self.cache.dec_lock_ref(node)
+                return None
+            prefix = match.device_indices
+            if match.host_hit_length > 0:
+                prefix, node = load_back(self.cache, match, node)
         if self.hybrid is not None:
             loaded = len(prefix) > match.device_prefix_len
             state = self.cache.device_state(node) if loaded else match.state_slot
             self.hybrid.restore(state, rows[0])
         return Admission(rows[0], prefix, node, match)
+
+    def _admit_loading(
+        self, rows: list[int] | None, match: MatchResult, node: TreeNode
+    ) -> tuple[list[int], torch.Tensor, TreeNode] | None:
+        """Under TP, the row and the load-back of a host hit in one agreement: the row's
+        outcome is a condition of the load's (``TPGroup.condition``), so a row missing on any
+        rank also gives the load back. Returns the row, prefix and locked node; None, with
+        nothing held (``node`` unlocked), when a rank got no row."""
+        with self.tp.condition(rows is not None, where="engine admission") as vote:
+            prefix, node = load_back(self.cache, match, node)
+        if vote.ok:
+            assert rows is not None
+            return rows, prefix, node
+        assert node is match.last_device_node, "a refused admission loaded nothing"
+        if rows is not None:
+            self.req_to_token_pool.free(rows)
+        self.cache.dec_lock_ref(node)
+        return None
 
     def _alloc_row(self) -> list[int] | None:
         if self.hybrid is not None and self.hybrid.states is not None:
@@ -159,21 +200,48 @@ class SlotBudget:
 
     def grow(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
         """Make each request's row name slots for its next ``n`` tokens (``kv_len .. kv_len +
-        n - 1``), the pages they lack allocated at once (one TP agreement for the whole step).
+        n - 1``), the pages they lack allocated at once.
 
         Returns those slots, request after request: ``[sum of n]`` int64 on the table's device.
-        Raises ``RuntimeError`` when the reservations made at admission cannot be honoured (a
-        bookkeeping bug).
+        Under TP the allocation's agreement is carried (``TPGroup.carry``) to the step's next
+        collective: the slots stand once ``confirm`` returns True. Raises ``RuntimeError`` when
+        the reservations made at admission cannot be honoured (a bookkeeping bug).
         """
+        self.confirm()  # a growth a failed step left unconfirmed
         extras = [self.round_up(req.kv_len + n) - req.kv_capacity for req, n in parts]
         total = sum(e for e in extras if e > 0)
         if total:
-            slots = self.alloc(total)
-            if slots is None:
-                rids = [req.rid for (req, _), e in zip(parts, extras, strict=True) if e > 0]
-                raise RuntimeError(f"out of KV slots for admitted request(s) {rids}")
-            self._extend([req for req, _ in parts], extras, slots)
-        return self._new_slots(parts)
+            reqs = [req for req, _ in parts]
+            slots = self._evict_and_alloc(total)
+            vote = self.tp.carry(slots is not None, where="engine slot allocation")
+            if slots is not None:
+                self._extend(reqs, extras, slots)
+            self._growth = _Growth(reqs, extras, slots, vote)
+            if vote.ok is not None:  # one rank: decided now
+                self.confirm()
+        return self.new_slots(parts)
+
+    def confirm(self) -> bool:
+        """Agree on the last ``grow``'s allocation where no collective has yet (``resolve``);
+        True when its slots stand. Else every rank gives back what it got, allocates again
+        (agreed, draining transfers when short) and returns False: read the step's slots
+        again (``new_slots``)."""
+        growth, self._growth = self._growth, None
+        if growth is None:
+            return True
+        self.tp.resolve(where="engine slot allocation")
+        if growth.vote.ok:
+            return True
+        if growth.slots is not None:
+            for req, extra in zip(growth.reqs, growth.extras, strict=True):
+                req.kv_capacity -= max(extra, 0)
+            self.allocator.free(growth.slots)
+        slots = self.alloc(sum(e for e in growth.extras if e > 0))
+        if slots is None:
+            rids = [req.rid for req, e in zip(growth.reqs, growth.extras, strict=True) if e > 0]
+            raise RuntimeError(f"out of KV slots for admitted request(s) {rids}")
+        self._extend(growth.reqs, growth.extras, slots)
+        return False
 
     def _extend(self, reqs: list[Request], extras: list[int], slots: torch.Tensor) -> None:
         """Append ``slots`` (the allocator's) to the rows of ``reqs``: ``extras[i]`` of them to
@@ -184,32 +252,27 @@ class SlotBudget:
                 continue
             cols = slice(req.kv_capacity, req.kv_capacity + extra)
             piece = slice_slots(slots, start, start + extra)  # keeps the host copy: no read
-            self.req_to_token_pool.write((req.req_pool_idx, cols), piece)
+            self.req_to_token_pool.write((req.req_pool_idx, cols), piece, trusted=True)
             req.kv_capacity += extra
             start += extra
 
-    def _new_slots(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
-        """The slots of each request's next ``n`` tokens, read from the table: one gather for
-        each run of one-token requests (decode), one slice for each longer one."""
-        table = self.req_to_token_pool.req_to_token
-        pieces: list[torch.Tensor] = []
-        run: list[Request] = []
-        for req, n in parts:
-            if n == 1:
-                run.append(req)
-                continue
-            pieces += _gather(table, run)
-            run = []
-            pieces.append(table[req.req_pool_idx, req.kv_len : req.kv_len + n])
-        pieces += _gather(table, run)
-        if not pieces:
-            return torch.empty(0, dtype=torch.int64, device=table.device)
-        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)).to(torch.int64)
-
-
-def _gather(table: torch.Tensor, reqs: list[Request]) -> list[torch.Tensor]:
-    """``[table[row, kv_len]]`` of ``reqs`` as one tensor in a list; an empty list for none."""
-    if not reqs:
-        return []
-    where = to_device(torch.tensor([[r.req_pool_idx, r.kv_len] for r in reqs]), table.device)
-    return [table[where[:, 0], where[:, 1]]]
+    def new_slots(self, parts: Sequence[tuple[Request, int]]) -> torch.Tensor:
+        """The slots of each request's next ``n`` tokens, read from the table's CPU copy in
+        one numpy gather (a slice for one request) and moved to its device at once."""
+        pool = self.req_to_token_pool
+        table = pool.req_to_token_cpu.numpy()
+        if not parts:
+            return torch.empty(0, dtype=torch.int64, device=pool.device)
+        if len(parts) == 1:
+            req, n = parts[0]
+            picked = table[req.req_pool_idx, req.kv_len : req.kv_len + n]
+        else:
+            lens = np.array([n for _, n in parts], dtype=np.int64)
+            starts = np.array([req.kv_len for req, _ in parts], dtype=np.int64)
+            rows = np.repeat([req.req_pool_idx for req, _ in parts], lens)
+            ends = np.cumsum(lens)
+            cols = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(
+                starts - ends + lens, lens
+            )
+            picked = table[rows, cols]
+        return to_device(torch.from_numpy(picked.astype(np.int64)), pool.device)

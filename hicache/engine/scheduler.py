@@ -25,7 +25,8 @@ class Work:
 
 class Plan(NamedTuple):
     """A step's work and the KV slots of its new tokens: ``slots`` ``[sum of len(input_ids)]``
-    int64 on the table's device, in ``work`` order (allocated at once by ``SlotBudget.grow``)."""
+    int64 on the table's device, in ``work`` order (allocated at once by ``SlotBudget.grow``;
+    under TP they stand once ``SlotBudget.confirm`` says so)."""
 
     work: list[Work]
     slots: torch.Tensor
@@ -172,7 +173,7 @@ class Scheduler:
 
     def _install(self, req: Request, row: int, prefix: torch.Tensor, node: Any) -> None:
         n = len(prefix)
-        self.budget.req_to_token_pool.write((row, slice(0, n)), prefix)  # no device read
+        self.budget.req_to_token_pool.write((row, slice(0, n)), prefix, trusted=True)  # ours
         req.req_pool_idx, req.prefix_indices, req.last_node = row, prefix, node
         req.kv_len = req.kv_capacity = req.cache_protected_len = n
         req.status = Status.PREFILL

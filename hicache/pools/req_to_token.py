@@ -75,6 +75,10 @@ class ReqToTokenPool(ThreadBound):
         """Return one row id or a list of them; ``TypeError`` for a non-integer (``bool``
         included) and ``ValueError`` if any is not in use; no change on either. Integer-like ids
         (numpy or 0-d torch integers) are accepted."""
+        if type(free_index) is int and free_index in self._used:  # one row: checked as is
+            self._used.remove(free_index)
+            self._free.append(free_index)
+            return
         rows = self._checked_rows(free_index)
         self._used.difference_update(rows)
         self._free.extend(rows)
@@ -91,7 +95,7 @@ class ReqToTokenPool(ThreadBound):
         """Whether row ``idx`` is handed out (allocated and not yet freed)."""
         return idx in self._used
 
-    def write(self, indices: Any, values: torch.Tensor | int) -> None:
+    def write(self, indices: Any, values: torch.Tensor | int, *, trusted: bool = False) -> None:
         """``req_to_token[indices] = values``, checked first; nothing is written on error.
 
         Parameters
@@ -109,14 +113,30 @@ class ReqToTokenPool(ThreadBound):
         tensors: CUDA tensors hicache handed out (``TokenToKVPoolAllocator.alloc``, the radix
         cache's indices) carry theirs, others are copied back (a device sync). On CUDA the CPU
         mirror gets the values, the table one non-blocking copy of them.
+
+        ``trusted`` (keyword-only): ``hicache.engine``'s own write of slots the allocator or
+        the tree handed out, ``indices`` a ``(row, slice)``: nothing is checked. Every other
+        caller leaves it False.
         """
+        if trusted:
+            assert isinstance(values, torch.Tensor), "a trusted write of a slot tensor"
+            row, cols = indices
+            self._store(row, cols, values, host_copy(values).numpy().astype(np.int32))
+            return
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)
-        host_cols = host_copy(cols).numpy() if isinstance(cols, torch.Tensor) else cols
         host: np.ndarray | int = values if isinstance(values, int) else host_copy(values).numpy()
         if isinstance(host, np.ndarray):
             _check_range("values", "slot ids", host, SLOT_LIMIT, ValueError)
             host = host.astype(np.int32)  # lossless: in range
+        self._store(row, cols, values, host)
+
+    def _store(
+        self, row: int, cols: Columns, values: torch.Tensor | int, host: np.ndarray | int
+    ) -> None:
+        """Write checked ``values`` (``host``: their int32 CPU form) to the CPU table and, on
+        CUDA, to the table (one non-blocking copy)."""
+        host_cols = host_copy(cols).numpy() if isinstance(cols, torch.Tensor) else cols
         self._cpu_rows[row, host_cols] = host  # the table itself on the CPU
         if self.req_to_token is self.req_to_token_cpu:
             return

@@ -115,7 +115,7 @@ class BasePrefixCache(ABC, ThreadBound):
         """Device tokens in the tree (``evictable_size() + protected_size()``)."""
 
     @abstractmethod
-    def cache_finished_req(self, req: Any) -> None:
+    def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
         """Hand a finished request's KV to the cache and release its row and lock.
 
         Row ``req.req_pool_idx`` holds the slots of the first ``req.kv_len`` tokens of
@@ -132,10 +132,12 @@ class BasePrefixCache(ABC, ThreadBound):
         node on the path of the request's tokens; ``cache_protected_len`` is a page multiple no
         deeper than ``last_node``; the request's own slots (row positions
         ``[cache_protected_len, kv_len)``) pass the checks ``insert`` applies to ``value``.
+        ``trusted=True`` (keyword-only; ``hicache.engine``'s own requests, whose row, lock and
+        slots it set up itself) checks only ``kv_len``; every other caller leaves it False.
         """
 
     @abstractmethod
-    def cache_unfinished_req(self, req: Any) -> None:
+    def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
         """Cache a running request's computed pages (chunked prefill) and keep it running.
 
         As ``cache_finished_req`` for the whole pages of the first ``req.kv_len`` tokens, but the

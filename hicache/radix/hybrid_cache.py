@@ -155,17 +155,17 @@ class HybridRadixCache(RadixCache):
 
     # ---- requests ----------------------------------------------------------------------------
 
-    def cache_finished_req(self, req: Any) -> None:
-        key = self._revive(req)
+    def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
+        key = self._revive(req, trusted)
         slot = self._checkpoint(req, key, self.hybrid.checkpoint.at_finish)
         try:
-            super().cache_finished_req(req)
+            super().cache_finished_req(req, trusted=trusted)
         finally:  # a failing host write raises after the insert: the state still goes on
             if slot is not None:
                 self._attach_state(key, slot)
 
-    def cache_unfinished_req(self, req: Any) -> None:
-        key = self._revive(req)
+    def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
+        key = self._revive(req, trusted)
         policy, aligned = self.hybrid.checkpoint, len(key)
         every = policy.every_tokens
         prompt = len(req.origin_input_ids)
@@ -177,7 +177,7 @@ class HybridRadixCache(RadixCache):
         )
         slot = self._checkpoint(req, key, want)
         try:
-            super().cache_unfinished_req(req)
+            super().cache_unfinished_req(req, trusted=trusted)
         finally:  # as in cache_finished_req
             if slot is not None:
                 self._attach_state(key, slot)
@@ -229,12 +229,12 @@ class HybridRadixCache(RadixCache):
             raise ValueError(f"state={state} is already a node's state")
         return state
 
-    def _revive(self, req: Any) -> RadixKey:
+    def _revive(self, req: Any, trusted: bool) -> RadixKey:
         """Validate ``req``; a tombstoned node among its own positions (``cache_protected_len``
         on) takes the request's slots, whose SWA KV is live, and the row gets the node's old
         slots, which ``cache_*_req`` then frees as duplicates. Returns the request's key.
         (Else the row would take back tree slots without SWA KV inside its window.)"""
-        idx, row, key, _ = self._check_req(req)
+        idx, row, key, _ = self._check_req(req, trusted)
         if self.hybrid.sliding_window is None or self.disable:
             return key
         pool, pos = self.req_to_token_pool, 0

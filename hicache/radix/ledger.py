@@ -272,12 +272,12 @@ class Ledger:
     def free(self, slots: list[Slots]) -> None:
         """Give device ``slots`` (no node's now) back to the allocator as CPU indices (its
         bookkeeping is on the CPU: a free never asks the device)."""
+        slots = [s for s in slots if len(s)]
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)
-        if merged.numel():
-            self.allocator.free(merged)
-            self.owners.release(merged)
+        self.allocator.free(merged)
+        self.owners.release(merged)
 
     def _take_device(self, node: TreeNode) -> Slots:
         """Remove ``node``'s device copy (not freed); returns its slots."""

@@ -160,9 +160,9 @@ class RadixCache(BasePrefixCache):
 
     # ---- requests ----------------------------------------------------------------------------
 
-    def cache_finished_req(self, req: Any) -> None:
+    def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
         # What can fail (validation, the allocator's free of duplicate/tail slots) runs first.
-        idx, row, key, present = self._check_req(req)
+        idx, row, key, present = self._check_req(req, trusted)
         if self.disable:
             self.ledger.free([row])
         else:
@@ -175,8 +175,8 @@ class RadixCache(BasePrefixCache):
             self.dec_lock_ref(req.last_node)
             req.last_node = None
 
-    def cache_unfinished_req(self, req: Any) -> None:
-        idx, row, key, present = self._check_req(req)
+    def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
+        idx, row, key, present = self._check_req(req, trusted)
         if self.disable:
             req.prefix_indices = concat_slots([row], self.device)
             return
@@ -250,9 +250,9 @@ class RadixCache(BasePrefixCache):
         if self.ledger.events is not None:
             self.ledger.events.cleared()
 
-    def _check_req(self, req: Any) -> CheckedReq:
+    def _check_req(self, req: Any, trusted: bool = False) -> CheckedReq:
         pool, allocator = self.req_to_token_pool, self.token_to_kv_pool_allocator
-        return check_req(req, pool, self.tree, allocator, self.slot_owners)
+        return check_req(req, pool, self.tree, allocator, self.slot_owners, trusted=trusted)
 
     def _insert(
         self, key: RadixKey, value: Slots | None, priority: int

@@ -223,12 +223,12 @@ class HiRadixCache(RadixCache):
         self.host_tier.poll()
         return present
 
-    def cache_finished_req(self, req: Any) -> None:
-        super().cache_finished_req(req)
+    def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
+        super().cache_finished_req(req, trusted=trusted)
         self.host_tier.poll()
 
-    def cache_unfinished_req(self, req: Any) -> None:
-        super().cache_unfinished_req(req)
+    def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
+        super().cache_unfinished_req(req, trusted=trusted)
         self.host_tier.poll()
 
     def evict(self, num_tokens: int) -> int:

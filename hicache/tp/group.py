@@ -22,7 +22,8 @@ GPU and back, which waits for the compute stream: give the cache a gloo group (S
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -53,6 +54,17 @@ class TPPeerError(TPError):
     def __init__(self, rank: int, where: str) -> None:
         super().__init__(f"TP rank {rank} failed at {where}; every rank stopped there")
         self.rank, self.where = rank, where
+
+
+class Vote:
+    """A rank's ``mine`` put off to a later agreement (``TPGroup.carry``): ``ok`` is None
+    until an agreement has carried it, then whether ``mine`` held on every rank."""
+
+    __slots__ = ("mine", "ok")
+
+    def __init__(self, mine: bool) -> None:
+        self.mine = mine
+        self.ok: bool | None = None
 
 
 class TPGroup:
@@ -91,6 +103,8 @@ class TPGroup:
         self.size = 1 if group is None else dist.get_world_size(group)
         self.collectives = 0
         self._broken: str | None = None
+        self._votes: list[Vote] = []  # carried, not yet agreed
+        self._conditions: list[Vote] = []  # open ``condition`` blocks
         gpu_only = group is not None and not takes_cpu_tensors(str(dist.get_backend(group)))
         self._device = torch.device("cuda", torch.cuda.current_device()) if gpu_only else None
 
@@ -116,20 +130,55 @@ class TPGroup:
                 raise failed
             return list(mins), list(maxes)
         status = self.rank if failed is not None else _OK
-        words = torch.tensor([status, *mins, *(-m for m in maxes)], dtype=torch.int64)
+        votes, self._votes = self._votes, []
+        carried = [int(v.mine) for v in votes]
+        words = torch.tensor([status, *mins, *(-m for m in maxes), *carried], dtype=torch.int64)
         out = self._all_reduce_min(words, where)
+        for vote, word in zip(votes, out[len(out) - len(votes) :], strict=True):
+            vote.ok = bool(word)
         if failed is not None:
             raise failed
         if out[0] != _OK:
             raise TPPeerError(out[0], where)
-        n = len(mins)
-        return out[1 : 1 + n], [-v for v in out[1 + n :]]
+        n, m = len(mins), len(maxes)
+        return out[1 : 1 + n], [-v for v in out[1 + n : 1 + n + m]]
 
     def all_ok(self, ok: bool, *, where: str) -> bool:
-        """Whether ``ok`` holds on every rank."""
-        if not self.active:
-            return bool(ok)
-        return bool(self.agree([int(bool(ok))], where=where)[0][0])
+        """Whether ``ok`` holds on every rank, and every open ``condition`` too."""
+        agreed = (
+            bool(ok) if not self.active else bool(self.agree([int(bool(ok))], where=where)[0][0])
+        )
+        return agreed and all(vote.ok for vote in self._conditions)
+
+    def carry(self, ok: bool, *, where: str) -> Vote:
+        """This rank's ``ok``, agreed by the next collective of this group (whatever its
+        ``where``) rather than one of its own: ``Vote.ok`` tells once it has run (at once on one
+        rank). Every rank must carry at the same points; ``resolve`` runs a collective for
+        votes that none carried. ``where`` names the point in errors of ``resolve``."""
+        vote = Vote(bool(ok))
+        if self.active:
+            self._votes.append(vote)
+        else:
+            vote.ok = vote.mine
+        return vote
+
+    def resolve(self, *, where: str) -> None:
+        """Agree on the carried votes that no collective has carried yet (none: no-op)."""
+        if self._votes:
+            self.agree(where=where)
+
+    @contextmanager
+    def condition(self, ok: bool, *, where: str) -> Iterator[Vote]:
+        """``carry(ok)`` as a precondition of the decisions taken inside the block: every
+        ``all_ok`` / ``keep_if_all`` there answers False (giving back) once the vote has
+        failed. On leaving the block normally, ``resolve`` (one collective at most)."""
+        vote = self.carry(ok, where=where)
+        self._conditions.append(vote)
+        try:
+            yield vote
+        finally:
+            self._conditions.remove(vote)
+        self.resolve(where=where)
 
     def keep_if_all(
         self, got: T | None, give_back: Callable[[T], object], *, where: str
@@ -179,4 +228,4 @@ def as_tp_group(tp_group: Any) -> TPGroup:
     return TPGroup(tp_group)
 
 
-__all__ = ["TPError", "TPGroup", "TPPeerError", "as_tp_group"]
+__all__ = ["TPError", "TPGroup", "TPPeerError", "Vote", "as_tp_group"]

@@ -31,7 +31,9 @@ def counting_engine(kind: str, max_prefill_tokens: int) -> tuple[Any, list[str]]
     calls: list[str] = []
     for name in ("cache_unfinished_req", "cache_finished_req"):
         call = getattr(engine.cache, name)
-        setattr(engine.cache, name, lambda req, n=name, c=call: calls.append(n) or c(req))
+        setattr(
+            engine.cache, name, lambda req, n=name, c=call, **kw: calls.append(n) or c(req, **kw)
+        )
     return engine, calls
 
 

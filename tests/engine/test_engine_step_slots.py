@@ -30,8 +30,8 @@ def decoding_engine(requests: int) -> Any:
 def test_a_decode_step_allocates_every_requests_page_at_once() -> None:
     engine = decoding_engine(3)
     calls: list[int] = []
-    alloc = engine.budget.alloc
-    engine.budget.alloc = lambda n: calls.append(n) or alloc(n)
+    alloc = engine.allocator.alloc
+    engine.allocator.alloc = lambda n: calls.append(n) or alloc(n)
     for _ in range(PAGE):  # the requests cross a page boundary in the same step
         engine.step()
     assert calls == [3 * PAGE]

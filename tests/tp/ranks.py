@@ -61,6 +61,48 @@ def agreement(group: Any) -> dict[str, Any]:
     return seen
 
 
+def carried_votes(group: Any) -> dict[str, Any]:
+    """Votes carried by the next collective, ``resolve`` and ``condition``; the last rank
+    votes no. Each entry: what the rank saw and the collectives it took."""
+    tp = TPGroup(group, timeout_s=20)
+    r, last, seen = tp.rank, tp.size - 1, {}
+
+    def counted(name: str, run: Any) -> None:
+        before = tp.collectives
+        seen[name] = (run(), tp.collectives - before)
+
+    def carried() -> tuple[Any, ...]:
+        vote = tp.carry(r != last, where="vote")
+        return tp.agree([r], [r], where="next"), vote.ok
+
+    counted("carried", carried)
+    counted("resolve_none", lambda: tp.resolve(where="none"))
+
+    def resolved() -> bool | None:
+        vote = tp.carry(True, where="vote")
+        tp.resolve(where="resolve")
+        return vote.ok
+
+    counted("resolved", resolved)
+    given_back: list[str] = []
+
+    def conditioned(mine: bool) -> tuple[Any, ...]:
+        with tp.condition(mine, where="condition") as vote:
+            kept = tp.keep_if_all("row", given_back.append, where="load")
+        return kept, vote.ok, list(given_back)
+
+    counted("condition_fails", lambda: conditioned(r != last))
+    counted("condition_holds", lambda: conditioned(True))
+
+    def unused() -> bool | None:
+        with tp.condition(True, where="condition") as vote:
+            pass
+        return vote.ok
+
+    counted("condition_unused", unused)
+    return seen
+
+
 def dead_peer(group: Any) -> dict[str, Any]:
     """Rank 1 exits, rank 2 raises before its collective; rank 0 must get TPError at once,
     then every later call raises at once (the group is broken)."""

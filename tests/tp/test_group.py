@@ -30,6 +30,17 @@ def test_three_ranks_agree_on_min_max_peer_failure_and_digests() -> None:
         assert seen["off_failed_reraises"] is True
 
 
+def test_carried_votes_ride_on_the_next_collective_and_conditions_veto() -> None:
+    for seen in run_ranks(ranks.carried_votes, 3, timeout_s=60):
+        assert seen["carried"] == ((([0], [2]), False), 1)  # the vote adds no collective
+        assert seen["resolve_none"] == (None, 0)
+        assert seen["resolved"] == (True, 1)
+        # a failed condition makes the keep_if_all inside it fail, giving back what it got
+        assert seen["condition_fails"] == ((None, False, ["row"]), 1)
+        assert seen["condition_holds"] == (("row", True, ["row"]), 1)
+        assert seen["condition_unused"] == (True, 1)  # resolved on leaving the block
+
+
 def test_a_dead_rank_breaks_the_group_for_the_others_and_launch_reports_it() -> None:
     outcomes = launch_ranks(ranks.dead_peer, 3, timeout_s=40)
     assert outcomes[1].error == "exited"
@@ -58,6 +69,9 @@ def test_one_rank_returns_its_own_values_without_collectives() -> None:
     assert (tp.rank, tp.size, tp.active) == (0, 1, False)
     assert tp.agree(values[:3], values[3:], where="x") == (values[:3], values[3:])
     assert tp.all_ok(False, where="x") is False
+    assert tp.carry(False, where="x").ok is False and tp.carry(True, where="x").ok is True
+    with tp.condition(False, where="x") as vote:
+        assert vote.ok is False and tp.keep_if_all(1, print, where="x") is None
     tp.check_digest(b"anything", where="x")
     with pytest.raises(KeyError):
         tp.agree([1], where="x", failed=KeyError("own"))

@@ -91,6 +91,7 @@ def tp_checks(group: Any) -> dict[str, Any]:
         out[f"{name} pool"] = tuple(engine.kv_pool.get_key_buffer(0).shape)
         out[name] = run_chat(engine)
     out["faults"] = faulty_run(group, shard)
+    out["host hits"] = host_hit_steps(group, shard)
     try:
         build_engine(TinyTransformer(MHA), SPEC, ENGINE, tp_group=group)
     except ValueError as exc:
@@ -111,3 +112,41 @@ def faulty_run(group: Any, shard: TPShard) -> dict[str, Any]:
         allocator.alloc_pair = fail_calls(allocator.alloc_pair, {3, 9, 30}, failed, slots)  # type: ignore[method-assign]
         rows.alloc = fail_calls(rows.alloc, {2, 5}, failed)  # type: ignore[method-assign]
     return {**run_chat(engine, seed=6), "failed": len(failed)}
+
+
+def offloaded(engine: Engine) -> int:
+    """Land every transfer, evict every unlocked device entry (backed up: kept on the host);
+    returns the device slots free or held by the tree (all of them when no request runs)."""
+    engine.cache.drain_transfers()
+    engine.cache.check_hicache_events()
+    engine.cache.evict(engine.allocator.size)
+    return engine.allocator.available_size() + engine.cache.total_size()
+
+
+def host_hit_steps(group: Any, shard: TPShard) -> dict[str, Any]:
+    """Requests whose prefix is a host-only hit: the collectives of each step, with nothing
+    failing, then with rank 1's request row failing at the admission (with its load-back: one
+    agreement), then with its step slots failing (agreed with the load issue's settle)."""
+    engine = build_engine(TinyTransformer(MHA, "cpu", shard), SPEC, ENGINE, TPGroup(group))
+    prefix = list(range(1, 33))
+    engine.submit(prefix, 1)
+    engine.run()
+    out: dict[str, Any] = {"held": [offloaded(engine)], "steps": [], "hits": [], "failed": []}
+    rows, allocator = engine.req_to_token_pool, engine.allocator
+    for i, part in enumerate((None, rows, allocator)):
+        patched = part is not None and shard.rank == 1
+        if patched:
+            part.alloc = fail_calls(part.alloc, {1}, out["failed"])  # type: ignore[union-attr]
+        req = engine.submit([*prefix, 40 + i, 41, 42], 1)
+        steps = []
+        while engine.has_work():
+            before = engine.tp.collectives
+            engine.step()
+            steps.append(engine.tp.collectives - before)
+        if patched:
+            del part.alloc  # the class's again
+        out["steps"].append(steps)
+        out["hits"].append((req.device_hit, req.host_hit, req.output_ids))
+        out["held"].append(offloaded(engine))
+    out["digest"] = engine.cache.tree_digest().hex()
+    return out

@@ -69,6 +69,23 @@ def test_rank_local_allocation_failures_are_agreed(tp2: list[dict]) -> None:
     assert all(np.array_equal(a, b) for a, b in zip(first["logits"], second["logits"], strict=True))
 
 
+def test_a_host_hit_prefill_step_takes_three_agreements_and_failures_fold_cleanly(
+    tp2: list[dict],
+) -> None:
+    """Admission with its load-back, then the step's slots with the load issue's settle, then
+    the backup's host slots: 3 collectives. A row or slots failing on rank 1 alone: the same
+    branch on both ranks, nothing leaked (free + tree slots stay the device's)."""
+    first, second = (out["host hits"] for out in tp2)
+    assert (first["failed"], second["failed"]) == ([], [1, 1])
+    for out in (first, second):
+        assert out["steps"][0] == [3]
+        assert len(out["steps"][1]) == 2, "the refused admission waited one step"
+        assert len(out["steps"][2]) == 1, "the slots were allocated again in the step"
+        assert all(host > 0 for _, host, _ in out["hits"])
+        assert len(set(out["held"])) == 1, out["held"]
+    assert first["hits"] == second["hits"] and first["digest"] == second["digest"]
+
+
 def test_engine_refuses_a_cache_of_another_tp_size(tp2: list[dict]) -> None:
     for out in tp2:
         assert "cache.tp must be rank 0 of 1" in out["one-rank model in a TP cache"]
