@@ -171,35 +171,26 @@ def test_hybrid_misuse() -> None:
         Engine(model, plain.cache, plain.req_to_token_pool, plain.allocator)
 
 
-@pytest.mark.parametrize("kind", ["radix", "hiradix"])
-def test_a_turn_ending_mid_page_resumes_from_its_prompts_last_page_boundary(kind: str) -> None:
-    """Page 16, a first turn of 41 + 4 tokens (its end mid-page, no state there): the
-    scheduler ended its prefill at 32, the prompt's last page boundary, and the cache took a
-    state there, so the next turn resumes at 32 (from the host after the device is evicted)."""
-    eng = engine("FSL", "mha", 16, kind=kind)
-    cfg = eng.model.cfg
-    first = serve(eng, random_prompt(cfg, 41, 31), 4)
-    if kind == "hiradix":
-        to_host(eng)
-    second = serve(eng, first.origin_input_ids + first.output_ids + [5, 6, 7], 3)
-    assert second.device_hit + second.host_hit == 32
-    assert_equals_cold(eng, second)
-    assert_pools_whole(eng)
+# (prompt, answer, tracked): 41 + 4 ends at 44 before the next page boundary, so the state
+# at 32 is the prompt's last page boundary (the scheduler ended its prefill there); 20 + 20
+# ends at 39, and the state at 32 is the one the engine tracked in decode (SGLang's extra
+# buffer), not the prompt's boundary (16).
+MID_PAGE = [(41, 4, None), (20, 20, 32)]
 
 
 @pytest.mark.parametrize("kind", ["radix", "hiradix"])
 @pytest.mark.parametrize("attention", ["mha", "mla"])
-def test_a_turn_ending_mid_page_resumes_from_the_state_tracked_in_decode(
-    kind: str, attention: str
+@pytest.mark.parametrize(("prompt", "answer", "tracked"), MID_PAGE)
+def test_a_turn_ending_mid_page_resumes_from_its_last_page_boundary(
+    kind: str, attention: str, prompt: int, answer: int, tracked: int | None
 ) -> None:
-    """Page 16, a first turn of 20 + 20 tokens: its KV ends at 39, mid-page, and the tree keeps
-    32 tokens. The engine tracked the state at 32 during decode (SGLang's extra buffer), so
-    the next turn resumes at 32, not at 16 (the prompt's last page boundary), equal to cold;
-    with the host tier, from the host. The track slots come back with every row."""
+    """Page 16, a first turn ending mid-page: the tree keeps 32 tokens and a state there, so
+    the next turn resumes at 32 (from the host after the device is evicted), equal to cold.
+    The track slots come back with every row."""
     eng = engine("FSL", attention, 16, kind=kind)
     assert eng.req_to_token_pool.enable_mamba_extra_buffer
-    first = serve(eng, random_prompt(eng.model.cfg, 20, 41), 20)
-    assert first.mamba_last_track_seqlen == 32
+    first = serve(eng, random_prompt(eng.model.cfg, prompt, 31), answer)
+    assert first.mamba_last_track_seqlen == tracked
     if kind == "hiradix":
         to_host(eng)
     second = serve(eng, first.origin_input_ids + first.output_ids + [5, 6, 7], 3)
