@@ -49,6 +49,8 @@ class StressConfig:
     device_pages : device pool size in pages (tiny on purpose).
     conversations : conversations in the workload (few: the same prefixes come back often).
     p_alloc_none, p_transfer_fail : fault rates (allocator short, transfer raising mid-batch).
+    p_storage_error : rate of storage calls that raise or reads that miss (a hybrid run with
+        a storage tier, ``hicache.storage``: ``hicache.stress.hybrid_storage``).
     full_every : after every op its changes are checked (:mod:`hicache.stress.tracker`);
         every this many ops (and at the end) everything is: ``check_invariants``, slot
         ownership from scratch and every cached token's KV bytes.
@@ -73,6 +75,7 @@ class StressConfig:
     conversations: int = 8
     p_alloc_none: float = 0.0
     p_transfer_fail: float = 0.0
+    p_storage_error: float = 0.0
     full_every: int = 1000
     device: str = "cpu"
     layers_pattern: str | None = None
@@ -88,11 +91,13 @@ class StressConfig:
         for name in ("page_size", "ops", "full_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("p_alloc_none", "p_transfer_fail"):
+        for name in ("p_alloc_none", "p_transfer_fail", "p_storage_error"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.layers_pattern is not None:
             self._check_hybrid()
+        if self.p_storage_error and (self.layers_pattern is None or self.hicache.storage is None):
+            raise ValueError("p_storage_error needs a hybrid layers_pattern and hicache.storage")
 
     def _check_hybrid(self) -> None:
         pattern = self.layers_pattern
@@ -116,6 +121,11 @@ class StressConfig:
             raise ValueError("hicache.tiering must be 'inclusive' for a hybrid layers_pattern")
 
     @property
+    def fault_rates(self) -> tuple[float, float, float]:
+        """``Faults``' rates: (alloc none, transfer fail, storage error)."""
+        return self.p_alloc_none, self.p_transfer_fail, self.p_storage_error
+
+    @property
     def unit(self) -> int:
         """Workload length unit in tokens: prompts and turns are a few units long."""
         return max(self.page_size, 8)
@@ -135,6 +145,7 @@ class StressConfig:
     def label(self) -> str:
         host = self.hicache
         tiering = "/exclusive" if host.tiering == "exclusive" else ""
+        tiering += "" if host.storage is None else f"/l3-{host.storage.backend}"
         hybrid = "" if self.layers_pattern is None else f"{self.layers_pattern}/"
         return hybrid + (
             f"{self.kind}/{host.io_backend}/{host.mem_layout}/p{self.page_size}/"

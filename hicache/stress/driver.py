@@ -44,8 +44,7 @@ class Driver:
         self.all_host = self.host_pool.free_slots()
         self.pool = self.stack.device_pool
         self.workload = Workload(self.rng, cfg.unit, cfg.max_context, cfg.conversations)
-        rng = random.Random(f"faults {cfg.seed}")
-        self.faults = faults or Faults(rng, cfg.p_alloc_none, cfg.p_transfer_fail)
+        self.faults = faults or Faults(random.Random(f"faults {cfg.seed}"), *cfg.fault_rates)
         self.live: list[Live] = []
         self.locks: list[Any] = []
         self.counts: Counter[str] = Counter()

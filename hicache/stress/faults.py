@@ -1,4 +1,5 @@
-"""Fault injection: allocators that come up short, transfers that fail part-way.
+"""Fault injection: allocators that come up short, transfers that fail part-way, storage
+backends that raise or miss.
 
 Every injector patches one bound method of one object (never a class), counts what it injected
 and is undone by :meth:`Faults.restore`. Faults are drawn from a seeded ``random.Random``, so a
@@ -35,6 +36,8 @@ class Faults:
     rng : the source of every decision.
     p_alloc_none : probability that a patched ``alloc`` returns None instead of allocating.
     p_transfer_fail : probability that a patched transfer raises :class:`InjectedFault`.
+    p_storage : probability that a patched storage call raises ``OSError`` (``batch_get_v1``
+        may also report its pages missing instead).
 
     Attributes
     ----------
@@ -45,6 +48,7 @@ class Faults:
     rng: random.Random
     p_alloc_none: float = 0.0
     p_transfer_fail: float = 0.0
+    p_storage: float = 0.0
     injected: dict[str, int] = field(default_factory=dict)
     enabled: bool = True
     _undo: list[tuple[Any, str]] = field(default_factory=list)
@@ -94,6 +98,24 @@ class Faults:
                 raise InjectedFault("injected backup failure after the copy")
 
         self._patch(host_pool, "backup_from_device_all_layer", backup)
+
+    def flaky_storage(self, backend: Any) -> None:
+        """``backend``'s ``batch_exists`` / ``batch_get_v1`` / ``batch_set_v1`` raise
+        ``OSError`` with probability ``p_storage``; a read that does not raise reports each
+        page missing with the same probability."""
+        for name in ("batch_exists", "batch_get_v1", "batch_set_v1"):
+            self._patch(backend, name, self._flaky_call(getattr(backend, name), name))
+
+    def _flaky_call(self, call: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self._fire("storage_raise", self.p_storage):
+                raise OSError(f"injected storage failure in {name}")
+            out = call(*args, **kwargs)
+            if name == "batch_get_v1":
+                out = [ok and not self._fire("storage_miss", self.p_storage) for ok in out]
+            return out
+
+        return wrapper
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -40,6 +40,7 @@ from hicache.stress.hybrid_checks import (
     sweep_hybrid,
 )
 from hicache.stress.hybrid_oracle import state_code, write_kv_hybrid, write_state
+from hicache.stress.hybrid_storage import Prefetches, install_storage_faults
 from hicache.stress.live import Live, StateReq, start_request
 from hicache.stress.workload import Turn
 
@@ -61,6 +62,7 @@ class HybridDriver(Driver):
         self.parts = Parts(
             self.pool, self.host_pool, states, cache.host_components.host_states, window
         )
+        self.prefetches = Prefetches(cache, self.workload, self.rng, self.counts)
 
     def _install_faults(self) -> None:
         """Plain faults; loads fail per inner host pool; host state slots come up short."""
@@ -72,18 +74,21 @@ class HybridDriver(Driver):
         host_states = self.cache.host_components.host_states
         if host_states is not None:
             self.faults.flaky_alloc(host_states, "host_state_alloc_none")
+        install_storage_faults(self.faults, self.cache)
 
     # ---- requests ----------------------------------------------------------------------------
 
     def admit(self) -> None:
         if self.idle("admit"):
             return
-        turn = self.workload.next_turn()
+        turn, adopted = self.prefetches.next_turn()
         if turn is None:
             return
         tenant, req = turn.conversation.tenant, StateReq(-1, turn.prompt)
         m = self.cache.match_prefix(RadixKey(turn.prompt, tenant))
         self._expect(checker.namespace(checker.path_to(self.cache, m.last_host_node), tenant))
+        if adopted is None and self.prefetches.park(turn, m):
+            return
         node = m.last_device_node
         self.cache.inc_lock_ref(node)
         rows = self._alloc_row()
@@ -97,6 +102,7 @@ class HybridDriver(Driver):
                 prefix, node = load_back(self.cache, m, node)
             loaded = len(prefix) > m.device_prefix_len
             self.counts["load_back"] += int(loaded)
+            self.counts["storage_served"] += int(loaded and bool(adopted))
             state = self.cache.device_state(node) if loaded else m.state_slot
             self.memory.restore(state, rows[0])
             target = len(turn.prompt) + len(turn.output) - 1
@@ -174,6 +180,21 @@ class HybridDriver(Driver):
         super()._completes(call, req)
 
     # ---- hybrid ops and checks -----------------------------------------------------------------
+
+    def idle(self, op: str) -> bool:
+        if op == "prefetch_progress":
+            return not self.prefetches.waiting
+        return super().idle(op)
+
+    def prefetch_progress(self) -> None:
+        self.prefetches.progress()
+
+    def drain(self) -> None:
+        """Every prefetch aborted, then the plain drain; storage writes landed too."""
+        self.prefetches.abort_all()
+        super().drain()
+        self.cache.drain_transfers()
+        self.events()
 
     def evict_swa(self) -> None:
         self.counts["swa_evicted"] += self.cache.evict_swa(self.rng.randint(1, 2 * self.cfg.unit))

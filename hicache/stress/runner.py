@@ -37,6 +37,11 @@ HYBRID_OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
     "evict_swa": (1, methodcaller("evict_swa")),
     "evict_states": (1, methodcaller("evict_states")),
 }
+# With a storage tier it also polls the turns waiting on a prefetch (``hybrid_storage``).
+STORAGE_OPS: dict[str, tuple[float, Callable[[Driver], object]]] = {
+    **HYBRID_OPS,
+    "prefetch_progress": (3, methodcaller("prefetch_progress")),
+}
 
 
 @dataclass
@@ -80,7 +85,7 @@ def step(driver: Driver, name: str) -> None:
     if driver.idle(name):
         return
     try:
-        HYBRID_OPS[name][1](driver)
+        STORAGE_OPS[name][1](driver)
     except STEP_FAULTS:
         driver.counts[f"fault_surfaced_in_{name}"] += 1
     except Exception as err:  # a crash of the cache under test is a violation too
@@ -104,7 +109,7 @@ def run(
     changed after it and everything every ``cfg.full_every`` ops and at the end; stop at the
     first violation. ``progress`` is called every :data:`PROGRESS_EVERY` ops and at the end."""
     driver = Driver(cfg) if cfg.layers_pattern is None else HybridDriver(cfg)
-    ops = OPS if cfg.layers_pattern is None else HYBRID_OPS
+    ops = _ops(cfg)
     names = list(ops)
     weights = [ops[n][0] for n in names]
     start, cpu, done = time.perf_counter(), time.process_time(), 0
@@ -129,6 +134,7 @@ def run(
         _checked(driver, driver.check_full)
         if driver.violations:
             driver.violations.insert(0, f"final check after op {done}, seed {cfg.seed}:")
+    driver.cache.close()  # a storage tier's threads
     if progress is not None:
         progress(done, len(driver.violations))
     return Report(
@@ -140,6 +146,13 @@ def run(
         dict(driver.faults.injected),
         time.process_time() - cpu,
     )
+
+
+def _ops(cfg: StressConfig) -> dict[str, tuple[float, Callable[[Driver], object]]]:
+    """The op mix of ``cfg``: plain, hybrid, or hybrid with a storage tier."""
+    if cfg.layers_pattern is None:
+        return OPS
+    return HYBRID_OPS if cfg.hicache.storage is None else STORAGE_OPS
 
 
 # (write policy, eviction policy) pairs: mru evicts the just-matched path first, the order

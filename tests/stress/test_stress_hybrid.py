@@ -3,6 +3,8 @@ faults, and bugs planted in its components that the hybrid oracle must find."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from hicache.radix import CheckpointPolicy
 from hicache.radix.component_ledger import ComponentLedger
 from hicache.stress import runner
 from hicache.stress.__main__ import main
-from hicache.stress.config import StressConfig
+from hicache.stress.config import HOST_TIER, StressConfig
+from hicache.stress.hybrid_storage import storage_tier
 from hicache.stress.runner import matrix, run
+from hicache.tiers.storage.state_storage import StateStorage
 
 BASE = StressConfig(ops=300, full_every=60, seed=5)
 SCENARIOS = [
@@ -26,10 +30,21 @@ SCENARIOS = [
     BASE.with_(layers_pattern="FFSL", page_size=4, checkpoint=CheckpointPolicy(True, 8, True)),
 ]
 FAULTY = [c.with_(p_alloc_none=0.1, p_transfer_fail=0.1, seed=c.seed + 1) for c in SCENARIOS[:3]]
+# A storage tier (a memory store): turns wait on prefetches, the store fails now and then.
+L3 = BASE.with_(hicache=replace(HOST_TIER, storage=storage_tier()), ops=400)
+STORAGE = [
+    L3.with_(layers_pattern="FSL", page_size=1),
+    L3.with_(layers_pattern="FL", page_size=8, p_storage_error=0.1, p_transfer_fail=0.05),
+    L3.with_(layers_pattern="FSL", page_size=4, kind="mla", p_storage_error=0.1),
+    L3.with_(layers_pattern="FS", page_size=4, p_alloc_none=0.05),
+]
 SLOW = [
     c.with_(ops=1000, full_every=250)
     for pattern in ("FSL", "SFL", "FL")
     for c in matrix(BASE.with_(layers_pattern=pattern, seed=31), (1, 16))
+] + [
+    c.with_(ops=1000, full_every=250)
+    for c in matrix(L3.with_(layers_pattern="FSL", p_storage_error=0.05, seed=41), (1, 16))
 ]
 
 
@@ -53,6 +68,29 @@ def test_the_hybrid_runs_reach_host_loads_tombstones_and_state_evictions() -> No
         assert counts[what] > 0, (what, counts)
 
 
+def test_hybrid_storage_runs_keep_every_invariant_and_serve_from_storage() -> None:
+    """Every prefix served after a prefetch passed ``check_served`` (full KV, SWA window,
+    state) and every adopted host copy the sweep; storage did serve some, under faults."""
+    counts, injected = runner.Counter[str](), runner.Counter[str]()
+    for cfg in STORAGE:
+        report = _clean(cfg)
+        counts.update(report.counts)
+        injected.update(report.injected)
+    for what in ("prefetch_loaded_tokens", "storage_served", "prefetch_aborted", "finished"):
+        assert counts[what] > 0, (what, counts)
+    assert injected["storage_raise"] > 0, injected
+
+
+def test_a_file_store_serves_a_warm_restart(tmp_path: Path) -> None:
+    """A second cache over the first one's file store (the same workload) reads its pages."""
+    store = replace(HOST_TIER, storage=storage_tier("file", str(tmp_path), "timeout"))
+    loaded = 0
+    for pattern in ("FS", "FSL", "FS"):
+        report = _clean(L3.with_(layers_pattern=pattern, page_size=4, hicache=store, ops=200))
+        loaded += report.counts["prefetch_loaded_tokens"]
+    assert loaded > 0 and any(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", SLOW, ids=lambda c: c.label())
 def test_hybrid_matrix_long(cfg: StressConfig) -> None:
@@ -67,6 +105,8 @@ def test_hybrid_matrix_long(cfg: StressConfig) -> None:
         ({"layers_pattern": "FF"}, "an S or L"),
         ({"layers_pattern": "FS", "window": 0}, "window must be"),
         ({"layers_pattern": "FL", "checkpoint": "finish"}, "checkpoint must be"),
+        ({"layers_pattern": "FL", "p_storage_error": 0.1}, "p_storage_error needs"),
+        ({"p_storage_error": 0.1, "hicache": L3.hicache}, "p_storage_error needs"),
         (
             {"layers_pattern": "FL", "page_size": 4, "checkpoint": CheckpointPolicy(True, 6)},
             "every",
@@ -76,6 +116,15 @@ def test_hybrid_matrix_long(cfg: StressConfig) -> None:
 def test_bad_hybrid_settings_are_refused(changes: dict[str, Any], words: str) -> None:
     with pytest.raises((TypeError, ValueError), match=words):
         StressConfig(**changes)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(("disk",), "backend must be"), (("file",), "root must be"), (("memory", "/x"), "root must")],
+)
+def test_bad_storage_tiers_are_refused(args: tuple[str, ...], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        storage_tier(*args)
 
 
 def test_the_cli_runs_a_hybrid_matrix(capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,3 +200,21 @@ def test_a_window_freed_but_not_tombstoned_is_caught(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ComponentLedger, "tombstone", unmarked)
     _caught(SCENARIOS[0], ("SWA",))
     assert once.calls >= 2
+
+
+def test_a_state_corrupted_on_its_way_from_storage_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    once, place = Once(1), StateStorage.place
+
+    def corrupting(self: StateStorage, node: Any, slot: int) -> None:
+        if node is not None and once.fire():
+            host = self.components.host_states
+            data = host.page_bytes(slot).clone()
+            data[0] ^= 0xFF
+            host.load_bytes(slot, data)
+        place(self, node, slot)
+
+    monkeypatch.setattr(StateStorage, "place", corrupting)
+    _caught(STORAGE[0].with_(ops=800), ("state",))
+    assert once.calls >= 1

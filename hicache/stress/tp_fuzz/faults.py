@@ -1,9 +1,9 @@
-"""Rank-local faults of the TP fuzz: the stress injector plus slow acks and a failing storage.
+"""Rank-local faults of the TP fuzz: the stress injector plus slow acks.
 
-:class:`TPFaults` is the stress harness's :class:`~hicache.stress.faults.Faults` with two more
-injectors: transfer acks whose finish event reports not-done for a few polls (a transfer that
-lands later on this rank than on the others), and a storage backend whose calls raise or miss.
-Each scenario installs only its own injectors, on the fault rank only
+:class:`TPFaults` is the stress harness's :class:`~hicache.stress.faults.Faults` (whose
+``flaky_storage`` makes a storage backend raise or miss) with one more injector: transfer acks
+whose finish event reports not-done for a few polls (a transfer that lands later on this rank
+than on the others). Each scenario installs only its own injectors, on the fault rank only
 (``hicache.stress.tp_fuzz.scenarios``).
 """
 
@@ -45,19 +45,16 @@ class SlowEvent:
 
 @dataclass
 class TPFaults(Faults):
-    """:class:`Faults` plus slow acks and storage failures (see the module docstring).
+    """:class:`Faults` plus slow acks (see the module docstring).
 
     Parameters
     ----------
     p_slow : probability that a write or load batch's ack is slowed.
     slow_polls : the most polls a slowed ack reports not-done (at least one).
-    p_storage : probability that a storage call raises ``OSError`` (``batch_get_v1`` may also
-        report its pages missing instead).
     """
 
     p_slow: float = 0.0
     slow_polls: int = 4
-    p_storage: float = 0.0
 
     def slow_acks(self, controller: Any) -> None:
         """Acks of batches issued by ``controller.start_writing`` / ``start_loading`` finish
@@ -76,24 +73,6 @@ class TPFaults(Faults):
                 ack, polls = queue[-1], self.rng.randint(1, max(self.slow_polls, 1))
                 slow = SlowEvent(ack.finish_event, polls)
                 queue[-1] = HiCacheAck(ack.start_event, slow, ack.node_ids)
-            return out
-
-        return wrapper
-
-    def flaky_storage(self, backend: Any) -> None:
-        """``backend``'s ``batch_exists`` / ``batch_get_v1`` / ``batch_set_v1`` raise
-        ``OSError`` with probability ``p_storage``; a read that does not raise reports each
-        page missing with the same probability."""
-        for name in ("batch_exists", "batch_get_v1", "batch_set_v1"):
-            self._patch(backend, name, self._flaky_call(getattr(backend, name), name))
-
-    def _flaky_call(self, call: Callable[..., Any], name: str) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self._fire("storage_raise", self.p_storage):
-                raise OSError(f"injected storage failure in {name}")
-            out = call(*args, **kwargs)
-            if name == "batch_get_v1":
-                out = [ok and not self._fire("storage_miss", self.p_storage) for ok in out]
             return out
 
         return wrapper
