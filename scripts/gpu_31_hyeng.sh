@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 31, engine: a hybrid model's second turn served from a device hit, and from a host hit
 # (the first turn evicted to the host tier), equals the same request computed cold, on CUDA
-# (fp32), for FSL/FSLFSL x MHA/MLA x pages 1/16; at page 16 also a first turn ending mid-page
-# (20 + 20 tokens: the state tracked in decode at 32 serves the hit).
+# (fp32), for FSL/FSLFSL x MHA/MLA x pages 1/16/64; at pages 16 and 64 a first turn ending
+# mid-page (20 + 20 and 100 + 40 tokens: the state tracked in decode at 32 / 128 serves the hit).
 # Run in the repo root: OUT=/some/dir bash scripts/gpu_31_hyeng.sh  (well under a minute)
 set -euo pipefail
 OUT=${OUT:-/tmp}
@@ -16,13 +16,14 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 print(f"device {DEV}")
 print(f"{'tier':7} {'pattern':8} {'attn':4} {'page':>4} {'turn':>5} {'hit':>4} {'max |diff|':>11} ok")
 bad = 0
-TURNS = {1: [(40, 9, 48)], 16: [(40, 9, 48), (20, 20, 32)]}  # first turn, answer, hit wanted
+# first turn, answer, hit wanted
+TURNS = {1: [(40, 9, 48)], 16: [(40, 9, 48), (20, 20, 32)], 64: [(100, 40, 128)]}
 for kind, pattern, attention, page, (first_len, answer, want) in [
     (k, p, a, ps, t)
     for k in ("radix", "hiradix")
     for p in ("FSL", "FSLFSL")
     for a in ("mha", "mla")
-    for ps in (1, 16)
+    for ps in (1, 16, 64)
     for t in TURNS[ps]
 ]:
     heads = {"num_kv_heads": 1} if attention == "mla" else {}
