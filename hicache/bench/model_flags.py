@@ -13,7 +13,7 @@ import torch
 
 from hicache.bench.checks import check_count, flag
 from hicache.engine import CacheSpec
-from hicache.engine.hybrid import default_state_slots
+from hicache.engine.hybrid import default_state_slots, track_slots
 from hicache.model import ModelConfig
 from hicache.pools.host_layouts import check_ram, host_slots
 from hicache.radix import CheckpointPolicy
@@ -110,9 +110,11 @@ def state_settings(cfg: Any) -> dict[str, Any]:
 
 def state_plan(spec: CacheSpec) -> dict[str, Any]:
     """What a model with ``L`` layers runs with under ``spec``: its device ``state_slots``
-    (the default resolved) and its ``checkpoint`` policy, spelled as the flag."""
+    (the default resolved), the ``track_slots`` decode tracking adds, and its ``checkpoint``
+    policy, spelled as the flag."""
     slots = default_state_slots(spec) if spec.state_slots is None else spec.state_slots
-    return {"state_slots": slots, "checkpoint": spell_checkpoint(spec.checkpoint)}
+    checkpoint = spell_checkpoint(spec.checkpoint)
+    return {"state_slots": slots, "track_slots": track_slots(spec), "checkpoint": checkpoint}
 
 
 def check_memory(cfg: Any) -> None:

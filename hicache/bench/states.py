@@ -68,10 +68,12 @@ def _mode_line(label: str, s: dict[str, Any], each: int) -> str:
 def format_states(plan: dict[str, Any], summaries: dict[str, dict[str, Any]], each: int) -> str:
     """The report's lines on states: the plan (``model_flags.state_plan``), then one line per
     mode of ``summaries``, every count also in bytes at ``each`` bytes a state."""
+    track = plan["track_slots"]
     head = (
         f"recurrent states (--checkpoint {plan['checkpoint']}, {plan['state_slots']} device "
-        f"slots = {_size(plan['state_slots'] * each)} at --state-bytes {each:,} = "
-        f"{_size(each)} each):"
+        f"slots = {_size(plan['state_slots'] * each)}"
+        + (f" + {track} decode-tracking slots = {_size(track * each)}" if track else "")
+        + f" at --state-bytes {each:,} = {_size(each)} each):"
     )
     width = max(len(m) for m in summaries) + 1
     lines = [_mode_line(f"{m + ':':<{width}}", s, each) for m, s in summaries.items()]

@@ -69,10 +69,18 @@ def default_state_slots(spec: Any) -> int:
     return spec.max_requests + checkpoints
 
 
+def track_slots(spec: Any) -> int:
+    """The state slots decode tracking adds for a model with ``L`` layers under ``spec`` (a
+    ``CacheSpec``): ``TRACK_SLOTS`` per request row when ``spec.page_size > 1`` and
+    ``spec.checkpoint.at_finish``, else 0."""
+    tracked = spec.page_size > 1 and spec.checkpoint.at_finish
+    return TRACK_SLOTS * spec.max_requests if tracked else 0
+
+
 def tracks_decode(model: TinyTransformer, spec: Any) -> bool:
     """Whether the engine tracks ``model``'s states at page boundaries during decode (module
-    docstring): it has ``L`` layers, ``spec.page_size > 1`` and ``spec.checkpoint.at_finish``."""
-    return bool(model.cfg.layers_of("L")) and spec.page_size > 1 and spec.checkpoint.at_finish
+    docstring): it has ``L`` layers and ``track_slots(spec)`` is not 0."""
+    return bool(model.cfg.layers_of("L")) and track_slots(spec) > 0
 
 
 def build_hybrid_parts(
@@ -90,7 +98,7 @@ def build_hybrid_parts(
         model.device,
         spec.max_requests,
         swa_size=spec.swa_tokens,
-        state_slots=slots + TRACK_SLOTS * spec.max_requests if track else slots,
+        state_slots=slots + (track_slots(spec) if track else 0),
         shard=model.shard,
         max_context_len=spec.max_context_len,
         enable_mamba_extra_buffer=track,

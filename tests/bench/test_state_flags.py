@@ -12,9 +12,10 @@ import pytest
 
 from hicache.__main__ import main
 from hicache.bench import BenchConfig, run_bench
-from hicache.bench.model_flags import parse_checkpoint, spell_checkpoint
+from hicache.bench.model_flags import parse_checkpoint, spell_checkpoint, state_plan
 from hicache.bench.runner import run_mode
-from hicache.engine import build_engine
+from hicache.bench.states import format_states
+from hicache.engine import CacheSpec, build_engine
 from hicache.model import TinyTransformer
 from hicache.radix import CheckpointPolicy
 from tests.engine.helpers import TINY
@@ -67,7 +68,11 @@ def test_report_and_results_count_states(tmp_path: Path) -> None:
     out = io.StringIO()
     run_bench(cfg, progress=False, out=out)
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["state_plan"] == {"state_slots": 6, "checkpoint": "finish+branch"}
+    assert saved["state_plan"] == {
+        "state_slots": 6,
+        "track_slots": 0,  # page 1: no decode tracking
+        "checkpoint": "finish+branch",
+    }
     host = saved["host-tier"]["summary"]
     assert host["states_peak_host"] >= host["states_end_host"] > 0
     assert host["states_backed_up"] >= host["states_loaded"] > 0
@@ -99,3 +104,16 @@ def test_misuse_exits_with_one_line_naming_the_flag(
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert words in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_plan_counts_decode_tracking_slots_past_page_one() -> None:
+    """Pages over one token with ``finish``: two track slots per request row, in the plan and
+    in the report's header; none without ``finish``."""
+    spec = CacheSpec(page_size=16, device_tokens=512, max_requests=4)
+    plan = state_plan(spec)
+    assert plan["track_slots"] == 8
+    summary = {"states_peak_device": 1, "states_end_device": 1, "states_stored": 1}
+    summary |= {"states_evicted": 0, "state_hits": 0, "states_peak_host": 0, "states_backed_up": 0}
+    assert "+ 8 decode-tracking slots" in format_states(plan, {"device-only": summary}, 2**20)
+    branch_only = CacheSpec(page_size=16, checkpoint=CheckpointPolicy(False, None, True))
+    assert state_plan(branch_only)["track_slots"] == 0
