@@ -228,8 +228,9 @@ class Engine(ThreadBound):
         return self.model(batch, self.kv_pool, False, self.states)
 
     def _advance(self, work: list[Work], tokens: list[int], logits: torch.Tensor) -> list[Request]:
-        if self.budget.hybrid is not None:  # before any request of the step finishes
-            self.budget.hybrid.track([(w.req, len(w.input_ids)) for w in work])
+        hybrid = self.budget.hybrid
+        if hybrid is not None and hybrid.tracking:  # before any request of the step finishes
+            hybrid.track([(w.req, len(w.input_ids)) for w in work])
         finished = []
         for w, token, row in zip(work, tokens, logits, strict=True):
             req = w.req

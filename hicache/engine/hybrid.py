@@ -158,10 +158,8 @@ class HybridMemory:
     def track(self, work: Sequence[tuple[Any, int]]) -> None:
         """Before a forward's results are applied: for each ``(request, tokens it computed)``
         whose tokens then end on a page boundary, at or past its prompt's end, copy its row's
-        state into its next track slot (module docstring); a no-op unless tracking."""
-        if not self.tracking:
-            return
-        assert self.states is not None
+        state into its next track slot (module docstring). Only while ``tracking``."""
+        assert self.tracking and self.states is not None
         page = self.cache.page_size
         due = [
             (req, end)

@@ -271,8 +271,6 @@ class SlotBudget:
             starts = np.array([req.kv_len for req, _ in parts], dtype=np.int64)
             rows = np.repeat([req.req_pool_idx for req, _ in parts], lens)
             ends = np.cumsum(lens)
-            cols = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(
-                starts - ends + lens, lens
-            )
+            cols = np.arange(ends[-1]) + np.repeat(starts - ends + lens, lens)
             picked = table[rows, cols]
         return to_device(torch.from_numpy(picked.astype(np.int64)), pool.device)
