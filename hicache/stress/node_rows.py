@@ -1,14 +1,18 @@
-"""Per-node helpers of the stress tracker: a node's header, its copy on a tier as arrays, and
-the oracle rows that copy must hold."""
+"""Per-node helpers of the stress tracker: a node's header, its copy on a tier as arrays, the
+oracle rows that copy must hold, and its structure's checks."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import torch
 
 from hicache.stress.shadow import pack
 from hicache.stress.workload import SALTS
+
+TIERS = ("device", "host")
+_INT64 = (np.dtype(np.int64), torch.int64)
 
 
 def header(node: Any) -> tuple[Any, ...]:
@@ -48,3 +52,36 @@ def rows_of(node: Any, offset: int, tier: str) -> tuple[Any, ...]:
         np.full(n, salt),
         pack(tokens, positions, salt),
     )
+
+
+def structure(node: Any, root: Any, page_size: int, inclusive: bool) -> list[str]:
+    """What is wrong with ``node``'s structure (module ``tracker``'s docstring): its key in
+    whole pages of ``page_size``, its slots int64 ``[len(key)]``, its parent's child, sharing
+    its ``extra_key``, on the device (``inclusive``: backed up) only if its parent is."""
+    n, parent = len(node.key), node.parent
+    bad = [] if n and n % page_size == 0 else [f"node {node.id}: key length {n} is not pages"]
+    for tier in TIERS:
+        s = slots_on(node, tier)
+        if s is not None and (s.dtype not in _INT64 or s.ndim != 1 or s.shape[0] != n):
+            bad.append(f"node {node.id}: {tier} slots are not int64 [{n}]")
+    if node.slots is None and node.host_slots is None:
+        bad.append(f"node {node.id} holds neither device nor host slots")
+    if parent is None or parent.children.get(node.child_key) is not node:
+        return bad + [f"node {node.id} is not its parent's child"]
+    if parent is not root:
+        bad += [
+            f"node {node.id}: {what}"
+            for what, wrong in (
+                ("extra_key differs from its parent's", node.extra_key != parent.extra_key),
+                (
+                    "on the device, its parent is not",
+                    node.slots is not None and parent.slots is None,
+                ),
+                (
+                    "backed up, its parent is not",
+                    inclusive and node.host_slots is not None and parent.host_slots is None,
+                ),
+            )
+            if wrong
+        ]
+    return bad

@@ -34,12 +34,17 @@ import numpy as np
 import torch
 
 from hicache.stress.checker import pending
-from hicache.stress.node_rows import as_array, header, offset_of, rows_of, slots_on
+from hicache.stress.node_rows import (
+    TIERS,
+    as_array,
+    header,
+    offset_of,
+    rows_of,
+    slots_on,
+    structure,
+)
 from hicache.stress.oracle import device_rows, differences, expected_rows, host_rows
 from hicache.stress.shadow import TierShadow
-
-TIERS = ("device", "host")
-_INT64 = (np.dtype(np.int64), torch.int64)
 
 
 class Tracker:
@@ -116,7 +121,8 @@ class Tracker:
             del self.alive[i]
             touched.add(self.seen.pop(i)[3].id)
         for i in touched & nodes.keys():
-            bad += self._structure(nodes[i], root) + self._lock(nodes[i], locks)
+            bad += structure(nodes[i], root, self.cache.page_size, self.inclusive)
+            bad += self._lock(nodes[i], locks)
         bad += self._counts(len(requests))
         if verify:
             bad += self._bytes(moved, nodes)
@@ -192,37 +198,6 @@ class Tracker:
         return bad
 
     # ---- nodes -------------------------------------------------------------------------------
-
-    def _structure(self, node: Any, root: Any) -> list[str]:
-        n, page, parent = len(node.key), self.cache.page_size, node.parent
-        bad = [] if n and n % page == 0 else [f"node {node.id}: key length {n} is not pages"]
-        for tier in TIERS:
-            s = slots_on(node, tier)
-            if s is not None and (s.dtype not in _INT64 or s.ndim != 1 or s.shape[0] != n):
-                bad.append(f"node {node.id}: {tier} slots are not int64 [{n}]")
-        if node.slots is None and node.host_slots is None:
-            bad.append(f"node {node.id} holds neither device nor host slots")
-        if parent is None or parent.children.get(node.child_key) is not node:
-            return bad + [f"node {node.id} is not its parent's child"]
-        if parent is not root:
-            bad += [
-                f"node {node.id}: {what}"
-                for what, wrong in (
-                    ("extra_key differs from its parent's", node.extra_key != parent.extra_key),
-                    (
-                        "on the device, its parent is not",
-                        node.slots is not None and parent.slots is None,
-                    ),
-                    (
-                        "backed up, its parent is not",
-                        self.inclusive
-                        and node.host_slots is not None
-                        and parent.host_slots is None,
-                    ),
-                )
-                if wrong
-            ]
-        return bad
 
     def _lock(self, node: Any, locks: Counter[int]) -> list[str]:
         want = locks[node.id] + sum(c.lock_ref for c in node.children.values())
