@@ -60,6 +60,7 @@ class Settings:
     prefix: int
     new: int
     page_size: int
+    transport: str
 
     @property
     def device_tokens(self) -> int:
@@ -99,7 +100,8 @@ def build(group: Any, s: Settings) -> Any:
     config = engine_mod.EngineConfig(
         max_running_requests=2 * s.batch, max_prefill_tokens=4 * (s.prefix + s.new)
     )
-    engine = engine_mod.build_engine(model, spec, config)
+    tp = None if group is None else tp_mod.TPGroup(group, transport=s.transport)
+    engine = engine_mod.build_engine(model, spec, config, tp_group=tp)
     engine.model = TimedModel(model)
     return engine
 
@@ -243,8 +245,14 @@ def main() -> None:
     p.add_argument("--prefix", type=int, default=1024, help="host-hit tokens of a prefill")
     p.add_argument("--new", type=int, default=16, help="computed tokens of a prefill")
     p.add_argument("--page-size", type=int, default=16)
+    p.add_argument(
+        "--transport",
+        default="auto",
+        choices=tp_mod.TRANSPORTS,
+        help="the TP agreement's channel: auto (shared memory on one host) or group (gloo)",
+    )
     a = p.parse_args()
-    s = Settings(a.device, a.steps, a.batch, a.prefix, a.new, a.page_size)
+    s = Settings(a.device, a.steps, a.batch, a.prefix, a.new, a.page_size, a.transport)
     sizes = [int(t) for t in a.tp.split(",")]
     if a.device == "cuda" and sizes != [1]:
         p.error("--device cuda runs TP 1 only (ranks here are CPU processes over gloo)")

@@ -7,11 +7,12 @@ GPU (``place_rank``: NCCL for the model where every rank has its own GPU, gloo o
 for the agreement).
 """
 
-from hicache.tp.group import TPError, TPGroup, TPPeerError, Vote, as_tp_group
+from hicache.tp.group import TRANSPORTS, TPError, TPGroup, TPPeerError, Vote, as_tp_group
 from hicache.tp.launch import RankFailed, RankOutcome, launch_ranks, placements, run_ranks
 from hicache.tp.placement import RankPlacement, place_rank, takes_cpu_tensors
 
 __all__ = [
+    "TRANSPORTS",
     "RankFailed",
     "RankOutcome",
     "RankPlacement",

@@ -12,16 +12,21 @@ stopped calling) raises :class:`TPError` on every rank that reaches it, and the 
 broken: every later call raises at once. A rank whose own step failed passes the exception to
 ``agree(failed=...)``: it re-raises it, every other rank raises :class:`TPPeerError` naming it.
 
-The agreement runs on CPU tensors whenever the group takes them (gloo, or a mixed
-``"cpu:gloo,cuda:nccl"`` group: ``hicache.tp.placement``): it then never touches the GPU. Only a
-group that takes CUDA tensors alone (plain NCCL) makes each agreement copy its words to the
-GPU and back, which waits for the compute stream: give the cache a gloo group (SGLang's
-``tp_cpu_group``) beside an NCCL one.
+Ranks on one host agree through shared memory (``hicache.tp.shm``: a few microseconds a call
+where a gloo all-reduce costs 50 us to milliseconds), set up by the group's first agreement;
+``transport="group"``, ranks on other hosts, or vectors over ``shm.CAPACITY`` words use the
+process group. Either way the agreement is bounded by ``timeout_s`` and breaks the group as
+above. Over the process group the agreement runs on CPU tensors whenever the group takes them
+(gloo, or a mixed ``"cpu:gloo,cuda:nccl"`` group: ``hicache.tp.placement``): it then never
+touches the GPU. Only a group that takes CUDA tensors alone (plain NCCL) makes each agreement
+copy its words to the GPU and back, which waits for the compute stream: give the cache a gloo
+group (SGLang's ``tp_cpu_group``) beside an NCCL one, or let the ranks share memory.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -31,11 +36,13 @@ import torch
 import torch.distributed as dist
 
 from hicache.checks import check_bool
+from hicache.tp import shm
 from hicache.tp.placement import takes_cpu_tensors
 
 T = TypeVar("T")
 
 _OK = 1 << 62  # a rank's status word when its step succeeded (larger than any rank id)
+TRANSPORTS = ("auto", "group")
 
 
 class TPError(RuntimeError):
@@ -77,11 +84,14 @@ class TPGroup:
     agree : test-only switch: False makes every call return this rank's own values with no
         collective, so ranks decide alone (and diverge under rank-local faults).
     debug : whether ``HiRadixCache.check_hicache_events`` compares tree digests every step.
+    transport : ``"auto"`` (shared memory where every rank maps it, else the process group) or
+        ``"group"`` (the process group only).
 
     Attributes
     ----------
     rank, size : this rank and the group size.
     collectives : collectives issued so far.
+    channel : ``"shm"`` or ``"group"``, what the agreements go through; None until the first.
     """
 
     def __init__(
@@ -91,6 +101,7 @@ class TPGroup:
         timeout_s: float = 60.0,
         agree: bool = True,
         debug: bool = False,
+        transport: str = "auto",
     ) -> None:
         number = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
         if not number or not timeout_s > 0:
@@ -99,6 +110,11 @@ class TPGroup:
             raise ValueError("tp_group: torch.distributed is not initialized")
         self.group, self.timeout = group, timedelta(seconds=float(timeout_s))
         self.enabled, self.debug = check_bool("agree", agree), check_bool("debug", debug)
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
+        self.transport = transport
+        self.channel: str | None = None
+        self._shm: shm.ShmChannel | None = None
         self.rank = 0 if group is None else dist.get_rank(group)
         self.size = 1 if group is None else dist.get_world_size(group)
         self.collectives = 0
@@ -132,8 +148,7 @@ class TPGroup:
         status = self.rank if failed is not None else _OK
         votes, self._votes = self._votes, []
         carried = [int(v.mine) for v in votes]
-        words = torch.tensor([status, *mins, *(-m for m in maxes), *carried], dtype=torch.int64)
-        out = self._all_reduce_min(words, where)
+        out = self._all_reduce_min([status, *mins, *(-m for m in maxes), *carried], where)
         for vote, word in zip(votes, out[len(out) - len(votes) :], strict=True):
             vote.ok = bool(word)
         if failed is not None:
@@ -200,20 +215,41 @@ class TPGroup:
         if low != high:
             raise TPError(f"TP ranks diverged at {where}: tree digests differ across ranks")
 
-    def _all_reduce_min(self, words: torch.Tensor, where: str) -> list[int]:
+    def _all_reduce_min(self, words: list[int], where: str) -> list[int]:
         if self._broken is not None:
             raise TPError(f"TP group is broken ({self._broken}); rebuild the cache")
-        if self._device is not None:
-            words = words.to(self._device)
         self.collectives += 1
         try:
-            work = dist.all_reduce(words, dist.ReduceOp.MIN, group=self.group, async_op=True)
-            assert work is not None
-            work.wait(timeout=self.timeout)
+            if self.channel is None:
+                self._open_channel()
+            if self._shm is not None and len(words) <= shm.CAPACITY:
+                deadline = time.monotonic() + self.timeout.total_seconds()
+                return self._shm.all_reduce_min(words, deadline)
+            return self._collective(torch.tensor(words, dtype=torch.int64), "min")
         except Exception as exc:  # a dead or stuck rank: every rank that gets here stops
             self._broken = f"collective at {where} failed: {exc}"
             raise TPError(f"TP rank {self.rank}/{self.size}: {self._broken}") from exc
-        return [int(v) for v in words.cpu().tolist()]
+
+    def _open_channel(self) -> None:
+        """Pick the agreements' channel (collectives of the group; every rank at its first)."""
+        if self.transport == "auto" and shm.supported():
+            self._shm = shm.ShmChannel.open(self.rank, self.size, self._collective)
+        self.channel = "group" if self._shm is None else "shm"
+
+    def _collective(self, words: torch.Tensor, kind: str) -> list[int]:
+        """One bounded collective of the group over ``words``: their element-wise minimum
+        (``kind="min"``) or every rank's, concatenated in rank order (``"gather"``)."""
+        if self._device is not None:
+            words = words.to(self._device)
+        if kind == "min":
+            out = [words]
+            work = dist.all_reduce(words, dist.ReduceOp.MIN, group=self.group, async_op=True)
+        else:
+            out = [torch.empty_like(words) for _ in range(self.size)]
+            work = dist.all_gather(out, words, group=self.group, async_op=True)
+        assert work is not None
+        work.wait(timeout=self.timeout)
+        return [int(v) for v in torch.cat(out).cpu().tolist()]
 
 
 def as_tp_group(tp_group: Any) -> TPGroup:

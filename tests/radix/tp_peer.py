@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
 from hicache.tp import TPGroup
 
 Words = list[int]
@@ -24,8 +22,8 @@ class PeerGroup(TPGroup):
         self.peer: dict[str, Callable[[Words], Words]] = {}
         self.seen: list[tuple[str, Words]] = []
 
-    def _all_reduce_min(self, words: torch.Tensor, where: str) -> list[int]:
-        mine = [int(v) for v in words.tolist()]
+    def _all_reduce_min(self, words: list[int], where: str) -> list[int]:
+        mine = [int(v) for v in words]
         theirs = self.peer.get(where, list)(list(mine))
         self.seen.append((where, mine))
         self.collectives += 1
