@@ -1,7 +1,8 @@
 """``hicache bench --tp N``: the workload on N tensor-parallel ranks, each a process holding its
 shard of the model and of the pools (``hicache.tp.run_ranks``): on the CPU over gloo, or with
 ``--device cuda`` rank r on ``cuda:{r % GPUs}`` (NCCL for the model when every rank has its
-own GPU, gloo when they share; the cache agrees over gloo either way).
+own GPU, gloo when they share; the cache agrees through shared memory either way, the ranks
+being on one host: ``hicache.tp.shm``).
 
 Every rank runs the same runs (modes, or storage phases) through its own engine; the caches
 agree over the group. The ranks' trees are identical by construction, so every rank must see
