@@ -63,7 +63,7 @@ class ShmChannel:
     """The mapped segment of ``size`` ranks, seen by ``rank``; build it with :meth:`open`."""
 
     def __init__(self, segment: mmap.mmap, rank: int, size: int, pids: list[int] | None):
-        self._segment = segment
+        self._segment = segment  # the mapping lives as long as the channel
         self._words = memoryview(segment).cast("q")
         self.rank, self.size = rank, size
         self._pids = pids  # peers' pids to watch, None where pids are not comparable
@@ -115,10 +115,6 @@ class ShmChannel:
                 raise ChannelError(f"ranks passed {n} and {mem[row + _LEN]} words to one round")
             result = list(map(min, result, mem[row + _WORDS : row + _WORDS + n].tolist()))
         return result
-
-    def close(self) -> None:
-        self._words.release()
-        self._segment.close()
 
     def _row(self, rank: int, r: int) -> int:
         return HEADER + (rank * 2 + (r & 1)) * ROW
