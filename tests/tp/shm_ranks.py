@@ -27,6 +27,14 @@ def vector(seed: int, rank: int, round_: int) -> tuple[list[int], list[int]]:
     ]
 
 
+def channels(group: Any, seed: int) -> dict[str, Any]:
+    """In one launch (spawning ranks costs seconds): ``agree_many`` through each transport,
+    ``mismatched``, then ``apart``."""
+    seen = {t: agree_many(group, seed, t) for t in ("auto", "group")}
+    seen["mismatched"] = mismatched(group)
+    return {**seen, "apart": apart(group), "pid": os.getpid()}
+
+
 def agree_many(group: Any, seed: int, transport: str) -> dict[str, Any]:
     """``ROUNDS`` agreements of random vectors; what came back against the expected minima and
     maxima (computed from every rank's vectors), the channel and the collectives counted."""
@@ -53,7 +61,8 @@ def agree_many(group: Any, seed: int, transport: str) -> dict[str, Any]:
 
 def apart(group: Any) -> dict[str, Any]:
     """Each rank looks for the segment in its own directory (as ranks on two hosts would):
-    every rank falls back to the process group, and still agrees."""
+    every rank falls back to the process group, and still agrees. (Changes ``shm.SHM_DIR`` for
+    the rest of the process.)"""
     shm.SHM_DIR = tempfile.mkdtemp()
     tp = TPGroup(group, timeout_s=30)
     got = tp.agree([tp.rank + 5], [tp.rank], where="apart")
@@ -81,12 +90,13 @@ def peer_exits(group: Any) -> dict[str, Any]:
 
 
 def peer_stalls(group: Any) -> dict[str, Any]:
-    """After one agreement rank 1 stops calling: rank 0's next agreement raises after about
-    ``timeout_s`` (1.0 s)."""
+    """After one agreement rank 1 stops calling for 4 s: rank 0's next agreement raises after
+    about ``timeout_s`` (1.0 s)."""
     tp = TPGroup(group, timeout_s=1.0)
     tp.agree([1], where="first")
     if tp.rank == 1:
-        time.sleep(120)
+        time.sleep(4.0)
+        return {"slept": 4.0}
     start = time.monotonic()
     try:
         tp.agree([1], where="with the stalled")
@@ -96,7 +106,7 @@ def peer_stalls(group: Any) -> dict[str, Any]:
 
 
 def mismatched(group: Any) -> str:
-    """Rank 0 passes one word where rank 1 passes two: both raise TPError."""
+    """Rank r passes r + 1 words: every rank raises TPError."""
     tp = TPGroup(group, timeout_s=10)
     tp.agree([1], where="first")
     try:

@@ -15,24 +15,18 @@ from tests.tp import shm_ranks
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="x86-64 with /dev/shm only")
 
 
-@pytest.mark.parametrize("transport", ["auto", "group"])
-def test_three_ranks_get_every_minimum_and_maximum(transport: str) -> None:
-    seen = run_ranks(shm_ranks.agree_many, 3, 11, transport, timeout_s=120)
-    channel = "shm" if transport == "auto" else "group"
+def test_three_ranks_agree_through_either_channel_and_fall_back_where_they_cannot_share() -> None:
+    seen = run_ranks(shm_ranks.channels, 3, 11, timeout_s=120)
     for rank in seen:
-        assert rank["wrong"] == []
-        assert rank["channel"] == channel
-        assert rank["collectives"] == shm_ranks.ROUNDS + 1
-        assert rank["ok"] is False  # rank 1 said no
+        for transport, channel in (("auto", "shm"), ("group", "group")):
+            assert rank[transport]["wrong"] == []  # every min and max right, long vectors too
+            assert rank[transport]["channel"] == channel
+            assert rank[transport]["collectives"] == shm_ranks.ROUNDS + 1
+            assert rank[transport]["ok"] is False  # rank 1 said no
+        assert "words to one round" in rank["mismatched"]  # different lengths: all raise
+        apart = rank["apart"]  # no segment shared: the process group, still agreeing
+        assert apart["channel"] == "group" and apart["got"] == ([5], [2]) and apart["left"] == []
     assert glob.glob(os.path.join(shm.SHM_DIR, f"hicache-tp-{seen[0]['pid']}-*")) == []
-
-
-def test_ranks_that_cannot_share_the_segment_use_the_process_group() -> None:
-    for rank, seen in enumerate(run_ranks(shm_ranks.apart, 2, timeout_s=120)):
-        assert seen["channel"] == "group"
-        assert seen["got"] == ([5], [1])
-        assert seen["left"] == []  # rank 0 removed the segment it made
-        assert rank in (0, 1)
 
 
 def test_an_exited_peer_breaks_the_group_without_waiting_for_the_timeout() -> None:
@@ -46,15 +40,10 @@ def test_an_exited_peer_breaks_the_group_without_waiting_for_the_timeout() -> No
 
 
 def test_a_stalled_peer_times_out_the_agreement() -> None:
-    outcomes = launch_ranks(shm_ranks.peer_stalls, 2, timeout_s=30)
-    assert outcomes[1].error == "killed"
+    outcomes = launch_ranks(shm_ranks.peer_stalls, 2, timeout_s=60)
+    assert outcomes[1].result == {"slept": 4.0}
     seen = outcomes[0].result
-    assert 0.9 < seen["waited"] < 6.0 and "timeout" in seen["message"]
-
-
-def test_ranks_passing_different_lengths_both_raise() -> None:
-    for message in run_ranks(shm_ranks.mismatched, 2, timeout_s=60):
-        assert "words to one round" in message
+    assert 0.9 < seen["waited"] < 3.5 and "timeout" in seen["message"]
 
 
 def test_an_unknown_transport_is_rejected() -> None:
