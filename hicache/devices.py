@@ -47,6 +47,8 @@ def canonical_device(device: torch.device | str, name: str = "device") -> torch.
     (naming the argument ``name``) for an unknown device string, a device type other than CPU
     or CUDA, or a CUDA device this machine does not have (no CUDA at all, or too few GPUs).
     """
+    if isinstance(device, torch.device) and device.type == "cpu" and device.index is None:
+        return device  # already canonical (every transfer batch passes its pool's device)
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{name} must be a str or torch.device, got {type(device).__name__}")
     try:
@@ -146,17 +148,22 @@ def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
     return stream
 
 
-@contextlib.contextmanager
-def stream_scope(stream: torch.cuda.Stream | None) -> Iterator[None]:
-    """Run the body on ``stream``; a no-op when ``stream`` is ``None``.
+_NO_SCOPE = contextlib.nullcontext()  # reusable: entering it does nothing
+
+
+def stream_scope(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager[None]:
+    """Run the body on ``stream``; a no-op when ``stream`` is ``None`` (a shared null context,
+    no generator per call).
 
     What ``torch.cuda.stream(stream)`` does (``stream`` current on its device for the body,
     then each device's previous stream, and the previous device, current again), without its
     two ``torch.cuda.current_stream`` objects per entry: a load batch enters one per layer.
     """
-    if stream is None:
-        yield
-        return
+    return _NO_SCOPE if stream is None else _on_stream(stream)
+
+
+@contextlib.contextmanager
+def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
     index = torch.cuda.current_device()
     here = current_stream(torch.device("cuda", index))
     there = here if stream.device_index == index else current_stream(stream.device)
