@@ -159,9 +159,11 @@ class TransferCounters:
         self.blocking_waits = 0
 
     def settle(self) -> None:
-        """Resolve the busy time of every batch that has landed, both ways (never blocks)."""
-        self.h2d.settle()
-        self.d2h.settle()
+        """Resolve the busy time of every batch that has landed, both ways (never blocks). On
+        CPU a batch is resolved when it ends (``BusyClock.end``): nothing is left to do."""
+        if self.h2d.cuda:
+            self.h2d.settle()
+            self.d2h.settle()
 
     def snapshot(
         self,

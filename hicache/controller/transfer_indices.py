@@ -13,8 +13,10 @@ from hicache.devices import current_stream, new_event
 def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
     """Make transfer ``stream`` wait (GPU-side) for ``device``'s current (compute) stream; a
     no-op on CPU (``stream`` None)."""
+    if stream is None:
+        return
     compute = current_stream(device)
-    if stream is not None and compute is not None:
+    if compute is not None:
         stream.wait_stream(compute)
 
 

@@ -264,10 +264,14 @@ class HostTier(HostFreeing, StorageSlots):
         result, written, loaded = self._flight.settle(self.controller, issue, where)
         for node in (*written, *loaded):
             self.site.unlock(node)
-        self.finish_moves(written)
+        if self._later:  # moves left to finish when their writes land
+            self.finish_moves(written)
         for node in loaded:
-            self.shed(self.load_chain(*self._loads.pop(node.id)))
-        self.retry_shedding()
+            last, above = self._loads.pop(node.id)
+            if self.exclusive:  # shedding is a no-op under inclusive tiering
+                self.shed(self.load_chain(last, above))
+        if self._shedding:
+            self.retry_shedding()
         if self.below is not None:
             for node in written:
                 self.below.backed_up(node)

@@ -50,7 +50,7 @@ class InFlight:
         queues = (controller.ack_write_queue, controller.ack_load_queue)
         waits = (self.writing, self.loading)
         for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
-            for ack in pop_finished_acks(queue):
+            for ack in pop_finished_acks(queue) if queue else ():
                 landed.update(i for i in ack.node_ids if i in waiting)
         controller.counters.settle()  # the busy time of the batches that landed (no wait)
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
@@ -85,6 +85,8 @@ class InFlight:
 
     @staticmethod
     def _prefix(waiting: dict[int, TreeNode], landed: set[int]) -> int:
+        if not landed:
+            return 0
         count = 0
         for node_id in waiting:
             if node_id not in landed:
@@ -94,6 +96,8 @@ class InFlight:
 
     @staticmethod
     def _release(waiting: dict[int, TreeNode], landed: set[int], count: int) -> list[TreeNode]:
+        if not count:
+            return []
         ids = list(waiting)[:count]
         landed.difference_update(ids)
         return [waiting.pop(i) for i in ids]
