@@ -90,7 +90,8 @@ def is_cuda(device: torch.device | str) -> bool:
 
 def new_event(device: torch.device | str) -> EventLike:
     """A fresh event: a CUDA event on CUDA, a completed no-op event on CPU."""
-    return torch.cuda.Event() if is_cuda(device) else CompletedEvent()
+    cuda = device.type == "cuda" if isinstance(device, torch.device) else is_cuda(device)
+    return torch.cuda.Event() if cuda else CompletedEvent()
 
 
 def new_stream(device: torch.device | str, urgent: bool = False) -> torch.cuda.Stream | None:

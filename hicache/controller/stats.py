@@ -102,6 +102,8 @@ class BatchClock:
 
     def elapsed(self) -> float:
         """Busy seconds of the closed spans; on CUDA only once :meth:`landed`."""
+        if not self.spans:  # CPU: wall time only
+            return self.seconds
         gpu_ms: float = sum(s.elapsed_time(f) for s, f in self.spans)
         return self.seconds + gpu_ms / 1e3
 

@@ -69,6 +69,7 @@ class HostTier(HostFreeing, StorageSlots):
     ) -> None:
         self.site, self.controller, self.config = site, controller, config
         self.exclusive = config.tiering == "exclusive"
+        self._backup_hits = config.backup_hits  # the config is frozen
         self.events = events
         self.tp = TPGroup() if tp is None else tp
         self.leaves = LeafSet(policy)
@@ -146,7 +147,7 @@ class HostTier(HostFreeing, StorageSlots):
         A path with a node to back up has no host-only node (under inclusive tiering a
         host-only node's ancestors are all backed up; exclusive tiering backs up nothing
         here), so the ``evict`` a backup may run cannot delete part of it."""
-        hits = self.config.backup_hits
+        hits = self._backup_hits
         if hits is None:
             return
         todo = []
@@ -166,7 +167,7 @@ class HostTier(HostFreeing, StorageSlots):
         ``evict`` (the caller then deletes the leaf); then nothing is queued, unless the host
         pool refused an allocation it had room for: the part already queued stays locked until
         a later call issues its writes."""
-        if node.host_slots is not None or self.config.backup_hits is not None:
+        if node.host_slots is not None or self._backup_hits is not None:
             return False
         path = [node] if self.exclusive else self.site.path_to_root(node)
         chain = [n for n in path if n.host_slots is None]
