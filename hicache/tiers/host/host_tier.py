@@ -199,7 +199,7 @@ class HostTier(HostFreeing, StorageSlots):
         # device slots carrying their CPU copy: the backup is planned without a device read
         slots = concat_slots([node.slots], self.controller.device)
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
-        node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
         if self.site.watch is not None:
             self.site.watch.backed_up(node)
         if self.events is not None:
