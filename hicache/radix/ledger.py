@@ -78,7 +78,7 @@ class Ledger:
     def is_evictable_leaf(self, node: TreeNode) -> bool:
         if node.lock_ref or node.slots is None:
             return False
-        if self.lower is None:
+        if self.lower is None or not node.children:
             return not node.children
         return all(child.slots is None for child in node.children.values())
 

@@ -103,7 +103,10 @@ class HostTier(HostFreeing, StorageSlots):
         return self.exclusive or node.host_slots is not None
 
     def refile(self, node: TreeNode) -> None:
-        self.leaves.put(node, self.is_evictable_leaf(node))
+        if node.slots is not None or node.lock_ref:  # never a host-evictable leaf
+            self.leaves.discard(node)
+        else:
+            self.leaves.put(node, self.is_evictable_leaf(node))
 
     def size(self) -> int:
         return self._size
