@@ -247,5 +247,7 @@ def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     back (a device-to-host sync: it waits for the work queued before it). The carried copy is
     trusted: tensors hicache hands out are read-only for their users. Read the result, never
     write it."""
-    known = known_host_copy(tensor)
+    if tensor.device.type == "cpu":
+        return tensor
+    known: torch.Tensor | None = getattr(tensor, HOST_COPY, None)  # ``known_host_copy``
     return tensor.to("cpu") if known is None else known

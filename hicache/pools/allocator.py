@@ -179,7 +179,8 @@ class PageAllocator(ThreadBound):
         return slots
 
     def _check_alloc_size(self, n: int) -> int:
-        check_int("n", n, minimum=0)
+        if type(n) is not int or n < 0:
+            check_int("n", n, minimum=0)
         if n % self.page_size:
             raise ValueError(f"n must be a multiple of page_size={self.page_size}, got {n}")
         return n // self.page_size

@@ -57,15 +57,16 @@ class InFlight:
             if failed is not None:
                 raise failed
             return result, [], []
+        wrote, loaded = self._landed
         local = [
-            self._prefix(self.writing, self._landed[0]),
-            self._prefix(self.loading, self._landed[1]),
+            self._prefix(self.writing, wrote) if wrote else 0,
+            self._prefix(self.loading, loaded) if loaded else 0,
         ]
         (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
         return (
             result,
-            self._release(self.writing, self._landed[0], writes),
-            self._release(self.loading, self._landed[1], loads),
+            self._release(self.writing, wrote, writes) if writes else [],
+            self._release(self.loading, loaded, loads) if loads else [],
         )
 
     def pending(self) -> dict[str, list[TreeNode]]:
@@ -85,8 +86,6 @@ class InFlight:
 
     @staticmethod
     def _prefix(waiting: dict[int, TreeNode], landed: set[int]) -> int:
-        if not landed:
-            return 0
         count = 0
         for node_id in waiting:
             if node_id not in landed:
@@ -96,8 +95,6 @@ class InFlight:
 
     @staticmethod
     def _release(waiting: dict[int, TreeNode], landed: set[int], count: int) -> list[TreeNode]:
-        if not count:
-            return []
         ids = list(waiting)[:count]
         landed.difference_update(ids)
         return [waiting.pop(i) for i in ids]
