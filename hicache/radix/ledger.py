@@ -36,8 +36,7 @@ class Ledger:
     ----------
     leaves : the evictable device leaves, in eviction order: unlocked, on the device, with no
         child on the device (no child at all without a lower tier).
-    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
-        by the ledger (tests corrupt them to exercise ``check_invariants``).
+    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes (ledger-only).
     evicted_tokens : device tokens ``evict_leaf`` has freed (a counter, never reset).
     evictions : a histogram of each eviction pass's duration (``evict``, the cache's own).
     owners : the ``SlotOwners`` of the device slots nodes hold.
@@ -114,8 +113,9 @@ class Ledger:
                     self.evictable_tokens -= size
                     self.protected_tokens += size
                     moved += size
-                leaves.discard(n)
-                if lower is not None:
+                if n.id in leaves.members:  # most nodes of a path are no leaf: no call
+                    leaves.discard(n)
+                if lower is not None and n.id in lower.members:
                     lower.discard(n)
             n.lock_ref += 1
         if path:
@@ -161,8 +161,8 @@ class Ledger:
         priority), keeping their leaf-set entries current."""
         leaves, lower = self.leaves, self._lower_leaves
         for node in path:
-            member = leaves.discard(node)
-            lower_member = lower is not None and lower.discard(node)
+            member = node.id in leaves.members and leaves.discard(node)
+            lower_member = lower is not None and node.id in lower.members and lower.discard(node)
             node.last_access_time = tick
             node.hit_count += 1
             if priority is not None and priority > node.priority:

@@ -104,7 +104,8 @@ class HostTier(HostFreeing, StorageSlots):
 
     def refile(self, node: TreeNode) -> None:
         if node.slots is not None or node.lock_ref:  # never a host-evictable leaf
-            self.leaves.discard(node)
+            if node.id in self.leaves.members:
+                self.leaves.discard(node)
         else:
             self.leaves.put(node, self.is_evictable_leaf(node))
 
