@@ -51,7 +51,7 @@ class InFlight:
         waits = (self.writing, self.loading)
         for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
             for ack in pop_finished_acks(queue) if queue else ():
-                landed.update(i for i in ack.node_ids if i in waiting)
+                landed.update(waiting.keys() & ack.node_ids)
         controller.counters.settle()  # the busy time of the batches that landed (no wait)
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
             if failed is not None:
