@@ -121,9 +121,9 @@ class ReqToTokenPool(ThreadBound):
         if trusted:
             assert isinstance(values, torch.Tensor), "a trusted write of a slot tensor"
             row, cols = indices
-            host = host_copy(values).numpy()  # in range: numpy casts as it stores on the CPU
+            cpu = host_copy(values).numpy()  # in range: numpy casts as it stores on the CPU
             on_cpu = self.req_to_token is self.req_to_token_cpu
-            self._store(row, cols, values, host if on_cpu else host.astype(np.int32))
+            self._store(row, cols, values, cpu if on_cpu else cpu.astype(np.int32))
             return
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)

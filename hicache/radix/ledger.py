@@ -118,8 +118,7 @@ class Ledger:
                 if lower is not None and n.id in lower.members:
                     lower.discard(n)
             n.lock_ref += 1
-        if path:
-            node.own_lock_ref += 1
+        node.own_lock_ref += 1 if path else 0
         return moved
 
     def unlock(self, node: TreeNode) -> int:
@@ -132,8 +131,7 @@ class Ledger:
                 f"dec_lock_ref: node {node.id} is not locked {held}; "
                 "call it once per inc_lock_ref on the same node"
             )
-        if path:
-            node.own_lock_ref -= 1
+        node.own_lock_ref -= 1 if path else 0  # the root holds no lock of its own
         moved = 0
         # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
         # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
@@ -175,7 +173,9 @@ class Ledger:
     def sync(self, node: TreeNode, device_child: bool = False) -> None:
         """Re-file ``node`` in the evictable set(s); ``device_child``: a child is on the device."""
         if node is not self.tree.root:
-            self.leaves.put(node, not device_child and self.is_evictable_leaf(node))
+            member = not device_child and self.is_evictable_leaf(node)
+            if member != (node.id in self.leaves.members):  # else nothing to re-file
+                self.leaves.put(node, member)
             if self.lower is not None:
                 self.lower.refile(node)
 
