@@ -47,6 +47,8 @@ def canonical_device(device: torch.device | str, name: str = "device") -> torch.
     (naming the argument ``name``) for an unknown device string, a device type other than CPU
     or CUDA, or a CUDA device this machine does not have (no CUDA at all, or too few GPUs).
     """
+    if isinstance(device, torch.device) and device.type == "cpu" and device.index is None:
+        return device  # already canonical (every transfer batch passes its pool's device)
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{name} must be a str or torch.device, got {type(device).__name__}")
     try:
@@ -88,7 +90,8 @@ def is_cuda(device: torch.device | str) -> bool:
 
 def new_event(device: torch.device | str) -> EventLike:
     """A fresh event: a CUDA event on CUDA, a completed no-op event on CPU."""
-    return torch.cuda.Event() if is_cuda(device) else CompletedEvent()
+    cuda = device.type == "cuda" if isinstance(device, torch.device) else is_cuda(device)
+    return torch.cuda.Event() if cuda else CompletedEvent()
 
 
 def new_stream(device: torch.device | str, urgent: bool = False) -> torch.cuda.Stream | None:
@@ -146,17 +149,22 @@ def current_stream(device: torch.device | str) -> torch.cuda.Stream | None:
     return stream
 
 
-@contextlib.contextmanager
-def stream_scope(stream: torch.cuda.Stream | None) -> Iterator[None]:
-    """Run the body on ``stream``; a no-op when ``stream`` is ``None``.
+_NO_SCOPE = contextlib.nullcontext()  # reusable: entering it does nothing
+
+
+def stream_scope(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager[None]:
+    """Run the body on ``stream``; a no-op when ``stream`` is ``None`` (a shared null context,
+    no generator per call).
 
     What ``torch.cuda.stream(stream)`` does (``stream`` current on its device for the body,
     then each device's previous stream, and the previous device, current again), without its
     two ``torch.cuda.current_stream`` objects per entry: a load batch enters one per layer.
     """
-    if stream is None:
-        yield
-        return
+    return _NO_SCOPE if stream is None else _on_stream(stream)
+
+
+@contextlib.contextmanager
+def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
     index = torch.cuda.current_device()
     here = current_stream(torch.device("cuda", index))
     there = here if stream.device_index == index else current_stream(stream.device)
@@ -239,5 +247,7 @@ def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     back (a device-to-host sync: it waits for the work queued before it). The carried copy is
     trusted: tensors hicache hands out are read-only for their users. Read the result, never
     write it."""
-    known = known_host_copy(tensor)
+    if tensor.device.type == "cpu":
+        return tensor
+    known: torch.Tensor | None = getattr(tensor, HOST_COPY, None)  # ``known_host_copy``
     return tensor.to("cpu") if known is None else known

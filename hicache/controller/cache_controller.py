@@ -209,13 +209,12 @@ class HiCacheController:
         finds the copy landed (``drain`` waits for it).
         """
         self.issue_pending()
-        ready = issue.ready_writes(
-            self.write_queue, self.io_backend, self.write_stream, self.device
-        )
+        backend = self.config.io_backend
+        ready = issue.ready_writes(self.write_queue, backend, self.write_stream, self.device)
         if ready:
             op = CacheOperation.merge(self.write_queue[:ready])
             pools = (self.mem_pool_device, self.mem_pool_host)
-            path = (self.write_stream, pools, self.io_backend, self.counters, self.integrity)
+            path = (self.write_stream, pools, backend, self.counters, self.integrity)
             self.ack_write_queue.append(issue.issue_write(op, *path, self.staging))
             del self.write_queue[:ready]
 

@@ -102,6 +102,8 @@ class BatchClock:
 
     def elapsed(self) -> float:
         """Busy seconds of the closed spans; on CUDA only once :meth:`landed`."""
+        if not self.spans:  # CPU: wall time only
+            return self.seconds
         gpu_ms: float = sum(s.elapsed_time(f) for s, f in self.spans)
         return self.seconds + gpu_ms / 1e3
 
@@ -159,9 +161,11 @@ class TransferCounters:
         self.blocking_waits = 0
 
     def settle(self) -> None:
-        """Resolve the busy time of every batch that has landed, both ways (never blocks)."""
-        self.h2d.settle()
-        self.d2h.settle()
+        """Resolve the busy time of every batch that has landed, both ways (never blocks). On
+        CPU a batch is resolved when it ends (``BusyClock.end``): nothing is left to do."""
+        if self.h2d.cuda:
+            self.h2d.settle()
+            self.d2h.settle()
 
     def snapshot(
         self,

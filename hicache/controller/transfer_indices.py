@@ -13,8 +13,10 @@ from hicache.devices import current_stream, new_event
 def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
     """Make transfer ``stream`` wait (GPU-side) for ``device``'s current (compute) stream; a
     no-op on CPU (``stream`` None)."""
+    if stream is None:
+        return
     compute = current_stream(device)
-    if stream is not None and compute is not None:
+    if compute is not None:
         stream.wait_stream(compute)
 
 
@@ -41,11 +43,13 @@ def host_order(host_indices: torch.Tensor, page: int) -> tuple[torch.Tensor, tor
     host order, and the permutation of positions that does it (None: already in that order).
 
     Only the pages' first slots are sorted (a batch of 16k slots in pages of 64 sorts 256
-    values): a page moves whole, with its slots in the order given.
+    values): a page moves whole, with its slots in the order given. The order is checked in
+    numpy (a batch already in order, the common case, costs no torch op).
     """
-    starts = host_indices[::page]
-    if bool((starts[1:] > starts[:-1]).all()):
+    firsts = host_indices.numpy()[::page]
+    if (firsts[1:] > firsts[:-1]).all():
         return host_indices, None
+    starts = host_indices[::page]
     pages = torch.argsort(starts)
     order = (pages[:, None] * page + torch.arange(page)).flatten() if page > 1 else pages
     return host_indices.index_select(0, order), order

@@ -10,8 +10,9 @@ id and launches. Arguments are those of the matching op, with MHA passing ``{"sr
 given as one such dict per layer.
 
 Many batches over the same buffers: a :class:`LayerPlanner` (``*_planner``) validates the buffers
-of every layer once, and its ``plan(src_indices, dst_indices)`` then checks only what depends on
-the indices (with the template layer's op checks); ``plan_per_layer*`` build one and plan once.
+of every layer once (the template layer's with the op's own checks), and its
+``plan(src_indices, dst_indices)`` then checks only the indices, as the op checks them
+(``plans.check_plan_indices``); ``plan_per_layer*`` build one and plan once.
 """
 
 from __future__ import annotations
@@ -120,9 +121,10 @@ class LayerPlanner:
     batch of indices. Build it with a ``*_planner`` function below.
 
     ``template_of(src_indices, dst_indices)`` runs the op's checks on the template layer;
-    construction runs it with no indices, then checks every layer against it. A planner stays
-    valid while the buffers it was given are the same, unchanged tensors: keep one per buffer set
-    (a host pool keeps one per device pool) to plan each batch with its index checks only.
+    construction runs it once, with no indices, and checks every layer against it. A planner
+    stays valid while the buffers it was given are the same, unchanged tensors: keep one per
+    buffer set (a host pool keeps one per device pool) to plan each batch with its index checks
+    only.
     """
 
     def __init__(
@@ -136,7 +138,8 @@ class LayerPlanner:
         check.check_launch(block_quota, num_warps_per_block)
         assert isinstance(block_quota, int) and isinstance(num_warps_per_block, int)
         empty = torch.empty(0, dtype=torch.int64)
-        cuda = template_of(empty, empty).device.type == "cuda"
+        self._template = template_of(empty, empty)  # every check but the indices'
+        cuda = self._template.device.type == "cuda"
         src = (
             None
             if src_layers is None
@@ -147,7 +150,6 @@ class LayerPlanner:
             raise ValueError(
                 f"src_layers and dst_layers differ in length: {len(src)} != {len(dst)}"
             )
-        self._template_of = template_of
         self._layers = (src, dst)
         self._launch = (block_quota, num_warps_per_block)
         self._prepared: triton_ops.Prepared | None = None  # the launch of the first plan run
@@ -155,12 +157,12 @@ class LayerPlanner:
     def plan(self, src_indices: Tensor, dst_indices: Tensor) -> LayerPlan:
         """The plan of every layer for ``src_indices`` -> ``dst_indices`` (checked as the op
         checks them), the indices moved (non-blocking) to the copy's device."""
-        template = self._template_of(src_indices, dst_indices)
-        device = template.device
+        plans.check_plan_indices(self._template, src_indices, dst_indices)
+        device = self._template.device
         template = replace(
-            template,
-            src_indices=template.src_indices.to(device, non_blocking=True).contiguous(),
-            dst_indices=template.dst_indices.to(device, non_blocking=True).contiguous(),
+            self._template,
+            src_indices=src_indices.to(device, non_blocking=True).contiguous(),
+            dst_indices=dst_indices.to(device, non_blocking=True).contiguous(),
         )
         return LayerPlan(template, *self._layers, *self._launch, self._launcher_of)
 

@@ -76,11 +76,28 @@ def _plan(
                 "source and destination must share one dtype"
             )
     device = check.check_devices(src, dst, {"src_indices": src_indices, "dst_indices": dst_indices})
-    for name, idx, side in (("src_indices", src_indices, src), ("dst_indices", dst_indices, dst)):
-        check.check_index_range(name, idx, side.num_items)
+    _check_ranges(src, dst, src_indices, dst_indices)
     return CopyPlan(
         src, dst, src_indices, dst_indices, num_layers, heads, item_size // heads, device
     )
+
+
+def _check_ranges(
+    src: Operand, dst: Operand, src_indices: torch.Tensor, dst_indices: torch.Tensor
+) -> None:
+    for name, idx, side in (("src_indices", src_indices, src), ("dst_indices", dst_indices, dst)):
+        check.check_index_range(name, idx, side.num_items)
+
+
+def check_plan_indices(plan: CopyPlan, src_indices: object, dst_indices: object) -> None:
+    """The checks ``plan``'s op runs on its indices, for ``src_indices`` / ``dst_indices`` in
+    place of ``plan``'s (whose buffers were validated when it was planned and are the same,
+    unchanged tensors): their type, dtype and lengths, devices and ranges."""
+    check.check_indices(src_indices, dst_indices)
+    assert isinstance(src_indices, torch.Tensor) and isinstance(dst_indices, torch.Tensor)
+    named = {"src_indices": src_indices, "dst_indices": dst_indices}
+    check.check_index_devices(named, plan.device)
+    _check_ranges(plan.src, plan.dst, src_indices, dst_indices)
 
 
 def per_layer(

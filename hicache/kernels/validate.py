@@ -147,10 +147,15 @@ def check_devices(src: Operand, dst: Operand, indices: dict[str, torch.Tensor]) 
     if device.type == "cuda":
         for operand in (src, dst):
             _check_cuda_operand(operand, device)
+    check_index_devices(indices, device)
+    return device
+
+
+def check_index_devices(indices: dict[str, torch.Tensor], device: torch.device) -> None:
+    """``ValueError`` unless each of ``indices`` is on the CPU or ``device`` (the copy's)."""
     for name, idx in indices.items():
         if idx.device not in (device, torch.device("cpu")):
             raise ValueError(f"{name} is on {idx.device}; use the CPU or {device}")
-    return device
 
 
 def check_device_type(name: str, tensor: torch.Tensor) -> None:

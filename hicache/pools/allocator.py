@@ -8,7 +8,9 @@ alloc and free are array operations, never Python loops over slots. The bookkeep
 (single-threaded, no intra-op thread-pool wake-ups, ~0.5 us an op where a small torch op costs
 2-5 us on the scheduler's path); tensors appear only at the API (``torch.from_numpy``, no copy).
 ``free``, given whole pages (what ``alloc`` hands out), works per page: one O(n) layout check,
-then a sort of the page ids only.
+then a sort of the page ids only. The free list is kept as runs of consecutive pages (their
+lengths in ``_runs``, found once per merge): ``alloc`` within the first run is a slice and an
+``arange``.
 On CUDA the bookkeeping stays on the CPU too: ``alloc`` hands out a device tensor made by one
 non-blocking copy from pinned memory that carries its CPU slots (``devices.to_device``), and
 ``free`` reads those (``devices.host_copy``), so neither waits for the device.
@@ -22,24 +24,21 @@ import numpy as np
 import torch
 
 from hicache.checks import check_int
-from hicache.devices import canonical_device, host_copy, to_device
+from hicache.devices import canonical_device, to_device
 from hicache.pools.device_pool import KVPool
+from hicache.pools.page_runs import (
+    run_lengths,
+    runs_hold,
+    slots_to_free,
+    sorted_unique,
+    take_run,
+    whole_pages,
+)
 from hicache.threads import ThreadBound
 
 
 def _empty_pages() -> np.ndarray:
     return np.empty(0, dtype=np.int64)
-
-
-def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, bool]:
-    """(the distinct ``values`` as a new sorted array, whether any repeated). A plain sort:
-    ``np.unique`` is ~25x slower on 64k int64 with numpy 2.x."""
-    ordered = np.sort(values)  # a new array
-    distinct = np.empty(ordered.size, dtype=bool)
-    distinct[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=distinct[1:])
-    unique = ordered if distinct.all() else ordered[distinct]
-    return unique, unique.size != ordered.size
 
 
 class PageAllocator(ThreadBound):
@@ -80,6 +79,7 @@ class PageAllocator(ThreadBound):
     def clear(self) -> None:
         """Free every usable page and drop any open free group."""
         self._free = np.arange(self.reserved_pages, self.end_page, dtype=np.int64)
+        self._runs = run_lengths(self._free)  # _free, split into consecutive ascending runs
         self._released = _empty_pages()
         self._allocated = np.zeros(self.end_page, dtype=bool)
         self._group: list[np.ndarray] | None = None
@@ -96,8 +96,13 @@ class PageAllocator(ThreadBound):
         if num_pages > self._free.size:
             return None
         pages, self._free = self._free[:num_pages], self._free[num_pages:]
-        self._allocated[pages] = True
-        return torch.from_numpy(self._slots_of(pages))
+        if not take_run(self._runs, num_pages):  # pages of several runs
+            self._allocated[pages] = True
+            return torch.from_numpy(self._slots_of(pages))
+        lo, hi = (int(pages[0]), int(pages[-1]) + 1) if num_pages else (0, 0)
+        self._allocated[lo:hi] = True
+        size = self.page_size
+        return torch.from_numpy(np.arange(lo * size, hi * size, dtype=np.int64))
 
     def free(self, indices: torch.Tensor) -> int:
         """Free the pages holding ``indices``; returns the number of slots freed.
@@ -139,7 +144,7 @@ class PageAllocator(ThreadBound):
 
     def check_invariants(self) -> None:
         """Raise ``RuntimeError`` when the free list and the allocated mask disagree."""
-        listed, repeated = _sorted_unique(
+        listed, repeated = sorted_unique(
             np.concatenate([self._free, self._released, *(self._group or [])])
         )
         if repeated:
@@ -149,16 +154,21 @@ class PageAllocator(ThreadBound):
         unallocated = np.flatnonzero(~self._allocated[self.reserved_pages :])
         if not np.array_equal(listed, unallocated + self.reserved_pages):
             raise RuntimeError("allocator: free list and allocated mask disagree")
+        if not runs_hold(self._free, self._runs):
+            raise RuntimeError("allocator: the free list's leading run is not consecutive")
 
     def corrupt_free_list_for_testing(self) -> None:
         """Test-facing only: list the first free page twice, the corruption
         :meth:`check_invariants` must report. Never call it outside tests."""
         self._free = np.concatenate([self._free, self._free[:1]])
+        self._runs.append(1)
 
     def _merge_released(self) -> None:
         # Sorted released pages go behind the free list: later allocations get ascending runs.
         if self._released.size:
-            self._free = np.concatenate([self._free, np.sort(self._released)])
+            released = np.sort(self._released)
+            self._free = np.concatenate([self._free, released])
+            self._runs.extend(run_lengths(released))
             self._released = _empty_pages()
 
     def _slots_of(self, pages: np.ndarray) -> np.ndarray:
@@ -169,22 +179,14 @@ class PageAllocator(ThreadBound):
         return slots
 
     def _check_alloc_size(self, n: int) -> int:
-        check_int("n", n, minimum=0)
+        if type(n) is not int or n < 0:
+            check_int("n", n, minimum=0)
         if n % self.page_size:
             raise ValueError(f"n must be a multiple of page_size={self.page_size}, got {n}")
         return n // self.page_size
 
     def _pages_to_free(self, indices: Any) -> np.ndarray:
-        if not isinstance(indices, torch.Tensor):
-            raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
-        dtype = indices.dtype
-        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-            raise TypeError(f"indices must be an integer tensor, got dtype {dtype}")
-        if indices.dim() != 1:
-            raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
-        if indices.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"indices must be on the CPU or a CUDA device, got {indices.device}")
-        slots = host_copy(indices).numpy().astype(np.int64, copy=False)  # no device read: ours
+        slots = slots_to_free(indices)
         if slots.size == 0:
             return _empty_pages()
         lo, hi = self.slot_range
@@ -194,33 +196,18 @@ class PageAllocator(ThreadBound):
                 f"indices must lie in [{lo}, {hi}) (slots below {lo} are reserved), "
                 f"got values in [{low}, {high}]"
             )
-        whole = self._whole_pages(slots)
+        whole = whole_pages(slots, self._lanes)
         if whole is not None:  # the common case: each slot once iff each page once
-            pages, repeated = _sorted_unique(whole)
+            pages, repeated = sorted_unique(whole)
         else:
-            repeated = _sorted_unique(slots)[1]
-            pages = _sorted_unique(slots // self.page_size)[0]
+            repeated = sorted_unique(slots)[1]
+            pages = sorted_unique(slots // self.page_size)[0]
         if repeated:
             raise ValueError("indices contains a slot more than once")
         if not self._allocated[pages].all():
             bad = pages[~self._allocated[pages]][:4].tolist()
             raise ValueError(f"indices frees pages that are not allocated (double free?): {bad}")
         return pages
-
-    def _whole_pages(self, slots: np.ndarray) -> np.ndarray | None:
-        """The pages of ``slots`` when they are whole pages, each page's slots in ascending order
-        (as ``alloc`` hands them out and the radix tree frees them), else None. O(n) numpy,
-        single-threaded: no sort of the slots, no torch thread-pool wake-up."""
-        size = self.page_size
-        if size == 1:
-            return slots
-        if slots.size % size:
-            return None
-        rows = slots.reshape(-1, size)
-        first = rows[:, 0]
-        if (first % size).any() or not np.array_equal(rows, first[:, None] + self._lanes):
-            return None
-        return first // size
 
 
 def _check_kvcache(kvcache: Any, size: int, page_size: int, device: torch.device) -> None:

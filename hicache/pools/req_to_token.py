@@ -121,7 +121,9 @@ class ReqToTokenPool(ThreadBound):
         if trusted:
             assert isinstance(values, torch.Tensor), "a trusted write of a slot tensor"
             row, cols = indices
-            self._store(row, cols, values, host_copy(values).numpy().astype(np.int32))
+            cpu = host_copy(values).numpy()  # in range: numpy casts as it stores on the CPU
+            on_cpu = self.req_to_token is self.req_to_token_cpu
+            self._store(row, cols, values, cpu if on_cpu else cpu.astype(np.int32))
             return
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)
@@ -134,8 +136,8 @@ class ReqToTokenPool(ThreadBound):
     def _store(
         self, row: int, cols: Columns, values: torch.Tensor | int, host: np.ndarray | int
     ) -> None:
-        """Write checked ``values`` (``host``: their int32 CPU form) to the CPU table and, on
-        CUDA, to the table (one non-blocking copy)."""
+        """Write checked ``values`` (``host``: their CPU form, int32 where the table is on
+        CUDA) to the CPU table and, on CUDA, to the table (one non-blocking copy)."""
         host_cols = host_copy(cols).numpy() if isinstance(cols, torch.Tensor) else cols
         self._cpu_rows[row, host_cols] = host  # the table itself on the CPU
         if self.req_to_token is self.req_to_token_cpu:

@@ -53,7 +53,8 @@ def check_extra_key(extra_key: Any) -> Hashable | None:
     for a tuple.
     """
     if type(extra_key) in _EXTRA_KEY_ATOMS:
-        return cast(Hashable | None, extra_key)
+        atom: Hashable | None = extra_key  # no ``cast`` call: every key is built through here
+        return atom
     stack = [extra_key]
     while stack:
         item = stack.pop()

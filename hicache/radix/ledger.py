@@ -36,8 +36,7 @@ class Ledger:
     ----------
     leaves : the evictable device leaves, in eviction order: unlocked, on the device, with no
         child on the device (no child at all without a lower tier).
-    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes. Written only
-        by the ledger (tests corrupt them to exercise ``check_invariants``).
+    evictable_tokens, protected_tokens : device tokens in unlocked / locked nodes (ledger-only).
     evicted_tokens : device tokens ``evict_leaf`` has freed (a counter, never reset).
     evictions : a histogram of each eviction pass's duration (``evict``, the cache's own).
     owners : the ``SlotOwners`` of the device slots nodes hold.
@@ -78,7 +77,7 @@ class Ledger:
     def is_evictable_leaf(self, node: TreeNode) -> bool:
         if node.lock_ref or node.slots is None:
             return False
-        if self.lower is None:
+        if self.lower is None or not node.children:
             return not node.children
         return all(child.slots is None for child in node.children.values())
 
@@ -114,12 +113,12 @@ class Ledger:
                     self.evictable_tokens -= size
                     self.protected_tokens += size
                     moved += size
-                leaves.discard(n)
-                if lower is not None:
+                if n.id in leaves.members:  # most nodes of a path are no leaf: no call
+                    leaves.discard(n)
+                if lower is not None and n.id in lower.members:
                     lower.discard(n)
             n.lock_ref += 1
-        if path:
-            node.own_lock_ref += 1
+        node.own_lock_ref += 1 if path else 0
         return moved
 
     def unlock(self, node: TreeNode) -> int:
@@ -132,8 +131,7 @@ class Ledger:
                 f"dec_lock_ref: node {node.id} is not locked {held}; "
                 "call it once per inc_lock_ref on the same node"
             )
-        if path:
-            node.own_lock_ref -= 1
+        node.own_lock_ref -= 1 if path else 0  # the root holds no lock of its own
         moved = 0
         # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
         # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
@@ -161,8 +159,8 @@ class Ledger:
         priority), keeping their leaf-set entries current."""
         leaves, lower = self.leaves, self._lower_leaves
         for node in path:
-            member = leaves.discard(node)
-            lower_member = lower is not None and lower.discard(node)
+            member = node.id in leaves.members and leaves.discard(node)
+            lower_member = lower is not None and node.id in lower.members and lower.discard(node)
             node.last_access_time = tick
             node.hit_count += 1
             if priority is not None and priority > node.priority:
@@ -175,7 +173,9 @@ class Ledger:
     def sync(self, node: TreeNode, device_child: bool = False) -> None:
         """Re-file ``node`` in the evictable set(s); ``device_child``: a child is on the device."""
         if node is not self.tree.root:
-            self.leaves.put(node, not device_child and self.is_evictable_leaf(node))
+            member = not device_child and self.is_evictable_leaf(node)
+            if member != (node.id in self.leaves.members):  # else nothing to re-file
+                self.leaves.put(node, member)
             if self.lower is not None:
                 self.lower.refile(node)
 

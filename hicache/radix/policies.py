@@ -56,7 +56,9 @@ class LeafSet:
         self.policy = check_policy(policy)
         self._key = EVICTION_POLICIES[policy]
         # Entries are (*policy key, node.id, node); ids are unique, so nodes are never compared.
-        self._entries: dict[int, tuple[Any, ...]] = {}  # every member: node id -> its entry
+        # ``members``: every member's id -> its entry. Callers only read it: ``node.id in
+        # members`` asks for membership without a call (the ledger's hot loops).
+        self.members: dict[int, tuple[Any, ...]] = {}
         self._tail: OrderedDict[int, tuple[Any, ...]] = (
             OrderedDict()
         )  # ascending entries, by node id
@@ -64,9 +66,9 @@ class LeafSet:
         self._sorted: SortedList = SortedList()  # the members not in _tail
 
     def add(self, node: TreeNode) -> None:
-        assert node.id not in self._entries, f"node {node.id} is already in the leaf set"
+        assert node.id not in self.members, f"node {node.id} is already in the leaf set"
         entry = (*self._key(node), node.id, node)
-        self._entries[node.id] = entry
+        self.members[node.id] = entry
         if not self._tail or entry > self._tail_max:
             self._tail[node.id] = self._tail_max = entry
         else:
@@ -76,12 +78,12 @@ class LeafSet:
         """Add ``node`` if ``member`` and absent (a present node keeps its entry), else discard."""
         if not member:
             self.discard(node)
-        elif node.id not in self._entries:
+        elif node.id not in self.members:
             self.add(node)
 
     def discard(self, node: TreeNode) -> bool:
         """Remove ``node`` if present; returns whether it was."""
-        entry = self._entries.pop(node.id, None)
+        entry = self.members.pop(node.id, None)
         if entry is None:
             return False
         if self._tail.pop(node.id, None) is None:
@@ -90,31 +92,31 @@ class LeafSet:
 
     def pop(self) -> TreeNode | None:
         """Remove and return the node to evict first; None when empty."""
-        if not self._entries:
+        if not self.members:
             return None
         tail, ordered = self._tail, self._sorted
         if tail and not (ordered and ordered[0] < tail[next(iter(tail))]):
             entry = tail.popitem(last=False)[1]
         else:
             entry = ordered.pop(0)
-        del self._entries[entry[-2]]
+        del self.members[entry[-2]]
         node: TreeNode = entry[-1]
         return node
 
     def stale(self, node: TreeNode) -> bool:
         """Whether ``node``'s stored sort key differs from its current one (invariant checks)."""
-        return self._entries[node.id][:-2] != self._key(node)
+        return self.members[node.id][:-2] != self._key(node)
 
     def clear(self) -> None:
-        self._entries.clear()
+        self.members.clear()
         self._tail.clear()
         self._sorted.clear()
 
     def __contains__(self, node: TreeNode) -> bool:
-        return node.id in self._entries
+        return node.id in self.members
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.members)
 
     def __iter__(self) -> Iterator[TreeNode]:
         """Members in eviction order."""

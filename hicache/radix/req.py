@@ -230,7 +230,8 @@ def _trusted_req(req: Any, pool: Any, tree: RadixTree) -> CheckedReq:
     read, its key built (``kv_len`` checked), nothing else re-validated."""
     idx, key = req.req_pool_idx, kv_key(req)
     assert isinstance(idx, int) and pool.is_allocated(idx), "trusted request without a row"
-    aligned = key[: len(key) - len(key) % tree.page_size]
+    n = len(key)
+    aligned = key if n % tree.page_size == 0 else key[: n - n % tree.page_size]  # immutable
     present = tree.device_prefix(aligned)[0]
-    row = _row_slots(getattr(pool, "req_to_token_cpu", pool.req_to_token), idx, len(key))
+    row = _row_slots(getattr(pool, "req_to_token_cpu", pool.req_to_token), idx, n)
     return CheckedReq(idx, row, aligned, present)

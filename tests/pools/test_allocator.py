@@ -234,6 +234,35 @@ def test_random_alloc_free_matches_model(page_size: int, ops: list) -> None:
         a.check_invariants()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    page_size=st.sampled_from([1, 4]),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 4), st.integers(0, 99)), max_size=50),
+)
+def test_alloc_hands_out_the_free_list_in_order(page_size: int, ops: list) -> None:
+    """Pages leave in free-list order, released ones appended sorted when the list runs
+    short: the consecutive-run fast path hands out exactly these slots."""
+    a = TokenToKVPoolAllocator(10 * page_size, page_size)
+    free, released, owned = list(range(1, 11)), [], []  # the model's page lists
+    for is_alloc, pages, pick in ops:
+        if is_alloc:
+            if pages > len(free):
+                free, released = free + sorted(released), []
+            got = a.alloc(pages * page_size)
+            if pages > len(free):
+                assert got is None
+                continue
+            taken, free = free[:pages], free[pages:]
+            assert got is not None
+            assert got.tolist() == [p * page_size + i for p in taken for i in range(page_size)]
+            owned.append(got)
+        elif owned:
+            slots = owned.pop(pick % len(owned))
+            a.free(slots)
+            released += sorted({s // page_size for s in slots.tolist()})
+        a.check_invariants()
+
+
 def test_req_to_token_pool() -> None:
     pool = ReqToTokenPool(4, 8, "cpu")
     assert pool.req_to_token.shape == (4, 8) and pool.req_to_token.dtype == torch.int32

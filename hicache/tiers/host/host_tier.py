@@ -69,6 +69,7 @@ class HostTier(HostFreeing, StorageSlots):
     ) -> None:
         self.site, self.controller, self.config = site, controller, config
         self.exclusive = config.tiering == "exclusive"
+        self._backup_hits = config.backup_hits  # the config is frozen
         self.events = events
         self.tp = TPGroup() if tp is None else tp
         self.leaves = LeafSet(policy)
@@ -102,7 +103,11 @@ class HostTier(HostFreeing, StorageSlots):
         return self.exclusive or node.host_slots is not None
 
     def refile(self, node: TreeNode) -> None:
-        self.leaves.put(node, self.is_evictable_leaf(node))
+        if node.slots is not None or node.lock_ref:  # never a host-evictable leaf
+            if node.id in self.leaves.members:
+                self.leaves.discard(node)
+        else:
+            self.leaves.put(node, self.is_evictable_leaf(node))
 
     def size(self) -> int:
         return self._size
@@ -146,7 +151,7 @@ class HostTier(HostFreeing, StorageSlots):
         A path with a node to back up has no host-only node (under inclusive tiering a
         host-only node's ancestors are all backed up; exclusive tiering backs up nothing
         here), so the ``evict`` a backup may run cannot delete part of it."""
-        hits = self.config.backup_hits
+        hits = self._backup_hits
         if hits is None:
             return
         todo = []
@@ -166,7 +171,7 @@ class HostTier(HostFreeing, StorageSlots):
         ``evict`` (the caller then deletes the leaf); then nothing is queued, unless the host
         pool refused an allocation it had room for: the part already queued stays locked until
         a later call issues its writes."""
-        if node.host_slots is not None or self.config.backup_hits is not None:
+        if node.host_slots is not None or self._backup_hits is not None:
             return False
         path = [node] if self.exclusive else self.site.path_to_root(node)
         chain = [n for n in path if n.host_slots is None]
@@ -198,7 +203,7 @@ class HostTier(HostFreeing, StorageSlots):
         # device slots carrying their CPU copy: the backup is planned without a device read
         slots = concat_slots([node.slots], self.controller.device)
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
-        node.host_value = host  # a fresh tensor from the host pool: stored without another copy
+        node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
         if self.site.watch is not None:
             self.site.watch.backed_up(node)
         if self.events is not None:
@@ -264,10 +269,14 @@ class HostTier(HostFreeing, StorageSlots):
         result, written, loaded = self._flight.settle(self.controller, issue, where)
         for node in (*written, *loaded):
             self.site.unlock(node)
-        self.finish_moves(written)
+        if self._later:  # moves left to finish when their writes land
+            self.finish_moves(written)
         for node in loaded:
-            self.shed(self.load_chain(*self._loads.pop(node.id)))
-        self.retry_shedding()
+            last, above = self._loads.pop(node.id)
+            if self.exclusive:  # shedding is a no-op under inclusive tiering
+                self.shed(self.load_chain(last, above))
+        if self._shedding:
+            self.retry_shedding()
         if self.below is not None:
             for node in written:
                 self.below.backed_up(node)

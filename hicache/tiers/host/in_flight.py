@@ -50,22 +50,23 @@ class InFlight:
         queues = (controller.ack_write_queue, controller.ack_load_queue)
         waits = (self.writing, self.loading)
         for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
-            for ack in pop_finished_acks(queue):
-                landed.update(i for i in ack.node_ids if i in waiting)
+            for ack in pop_finished_acks(queue) if queue else ():
+                landed.update(waiting.keys() & ack.node_ids)
         controller.counters.settle()  # the busy time of the batches that landed (no wait)
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
             if failed is not None:
                 raise failed
             return result, [], []
+        wrote, loaded = self._landed
         local = [
-            self._prefix(self.writing, self._landed[0]),
-            self._prefix(self.loading, self._landed[1]),
+            self._prefix(self.writing, wrote) if wrote else 0,
+            self._prefix(self.loading, loaded) if loaded else 0,
         ]
         (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
         return (
             result,
-            self._release(self.writing, self._landed[0], writes),
-            self._release(self.loading, self._landed[1], loads),
+            self._release(self.writing, wrote, writes) if writes else [],
+            self._release(self.loading, loaded, loads) if loads else [],
         )
 
     def pending(self) -> dict[str, list[TreeNode]]:
