@@ -85,7 +85,7 @@ class TPGroup:
         collective, so ranks decide alone (and diverge under rank-local faults).
     debug : whether ``HiRadixCache.check_hicache_events`` compares tree digests every step.
     transport : ``"auto"`` (shared memory where every rank maps it, else the process group) or
-        ``"group"`` (the process group only).
+        ``"group"`` (the process group only); the same on every rank.
 
     Attributes
     ----------
