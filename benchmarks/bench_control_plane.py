@@ -190,13 +190,15 @@ def rank_run(group: Any, s: Settings) -> dict[str, Any]:
     return {
         "decode": decode_samples(engine, meter, s),
         "prefill host hit": prefill_samples(engine, meter, s),
+        "channel": engine.cache.tp.channel,
     }
 
 
-def measure(tp: int, s: Settings) -> dict[str, Any]:
-    """Samples per step kind, each step's microseconds the slowest rank's."""
+def measure(tp: int, s: Settings) -> tuple[dict[str, Any], str | None]:
+    """Samples per step kind, each step's microseconds the slowest rank's; the agreements'
+    channel (None at TP 1)."""
     ranks = [rank_run(None, s)] if tp == 1 else tp_mod.run_ranks(rank_run, tp, s, timeout_s=600)
-    return {name: slowest([r[name] for r in ranks]) for name in STEPS}
+    return {name: slowest([r[name] for r in ranks]) for name in STEPS}, ranks[0]["channel"]
 
 
 def slowest(ranks: list[list[Sample]]) -> list[Sample]:
@@ -256,8 +258,15 @@ def main() -> None:
     sizes = [int(t) for t in a.tp.split(",")]
     if a.device == "cuda" and sizes != [1]:
         p.error("--device cuda runs TP 1 only (ranks here are CPU processes over gloo)")
-    rows = [(tp, name, samples) for tp in sizes for name, samples in measure(tp, s).items()]
+    rows, channels = [], []
+    for tp in sizes:
+        steps, channel = measure(tp, s)
+        rows += [(tp, name, samples) for name, samples in steps.items()]
+        if channel is not None:
+            channels.append(f"TP {tp} through {channel}")
     print(table(rows))
+    if channels:
+        print("agreements: " + ", ".join(channels))
 
 
 if __name__ == "__main__":
