@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     steps = parser.parse_args().steps
     torch.set_num_threads(1)
-    s = bench.Settings("cpu", steps, 8, 1024, 16, 16)
+    s = bench.Settings("cpu", steps, 8, 1024, 16, 16, "auto")
     engine = bench.build(None, s)
     counter = CallCounter(engine)
     prefixes = [bench.prompt(i, s.prefix) for i in range(bench.PREFIXES)]

@@ -1,0 +1,59 @@
+"""Where a prefill step with a host hit spends its CPU: ``cProfile`` over the engine's steps.
+
+The step of ``bench_control_plane.py`` (TP 1) on ``--device``: one request whose 1,024-token
+prefix is a host-only hit, finished in the step. Profiles only ``engine.step()`` (the model's
+forward included: its rows show as the model's), then prints the functions with the most own
+time and the most time below them, in microseconds per step. cProfile adds ~1 us per call, so
+read the shares, not the absolute figures; ``step_calls.py`` counts the calls.
+
+    python benchmarks/probes/step_profile.py [--device cuda] [--steps 100] [--rows 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench_control_plane as bench  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rows", type=int, default=30)
+    a = parser.parse_args()
+    torch.set_num_threads(1)
+    s = bench.Settings(a.device, a.steps, 8, 1024, 16, 16, "auto")
+    engine = bench.build(None, s)
+    prefixes = [bench.prompt(i, s.prefix) for i in range(bench.PREFIXES)]
+    for p in prefixes:
+        engine.submit(p, 1)
+    engine.run()
+    profile = cProfile.Profile()
+    for i in range(a.steps + 2):
+        bench.offload(engine)
+        engine.submit(prefixes[i % bench.PREFIXES] + bench.prompt(-1 - i, s.new), 1)
+        if i >= 2:  # two warm-up steps
+            profile.enable()
+        engine.step()
+        profile.disable()
+    stats = pstats.Stats(profile)
+    rows = stats.stats  # type: ignore[attr-defined]
+    for title, col in (("own time", 2), ("time below", 3)):
+        print(f"--- most {title}, us per step ({a.device})")
+        top = sorted(rows.items(), key=lambda kv: kv[1][col], reverse=True)[: a.rows]
+        for (file, line, name), v in top:
+            where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+            print(f"{1e6 * v[col] / a.steps:9.1f} {v[1] / a.steps:7.1f} calls  {name}  {where}")
+
+
+if __name__ == "__main__":
+    main()
