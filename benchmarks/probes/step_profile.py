@@ -7,6 +7,7 @@ time and the most time below them, in microseconds per step. cProfile adds ~1 us
 read the shares, not the absolute figures; ``step_calls.py`` counts the calls.
 
     python benchmarks/probes/step_profile.py [--device cuda] [--steps 100] [--rows 30]
+        [--callers 'pin_memory|torch.cat'] [--callees issue_write]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +31,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--callers", default="", help="regex: also print these functions' callers")
+    parser.add_argument("--callees", default="", help="regex: also print these functions' callees")
     a = parser.parse_args()
     torch.set_num_threads(1)
     s = bench.Settings(a.device, a.steps, 8, 1024, 16, 16, "auto")
@@ -53,6 +57,33 @@ def main() -> None:
         for (file, line, name), v in top:
             where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
             print(f"{1e6 * v[col] / a.steps:9.1f} {v[1] / a.steps:7.1f} calls  {name}  {where}")
+    for title, pattern in (("callers", a.callers), ("callees", a.callees)):
+        if pattern:
+            print(f"--- {title} of /{pattern}/, us per step: own time, time below")
+            for line in links(rows, re.compile(pattern), title == "callers", a.steps):
+                print(line)
+
+
+def _name(func: tuple[str, int, str]) -> str:
+    file, line, name = func
+    return f"{name} {Path(file).name}:{line}" if line else name
+
+
+def links(rows: dict, pattern: re.Pattern[str], callers: bool, steps: int) -> list[str]:
+    """For each profiled function matching ``pattern``: its callers (or callees), with the
+    time spent in it from (or below it in) each, in us per step."""
+    out = []
+    for func, (_cc, _nc, _tt, ct, by) in rows.items():
+        if not pattern.search(_name(func)):
+            continue
+        out.append(f"{1e6 * ct / steps:9.1f}  {_name(func)}")
+        edges = (
+            by.items() if callers else [(f, r[4][func]) for f, r in rows.items() if func in r[4]]
+        )
+        for other, (_c, n, tt, ct2) in sorted(edges, key=lambda e: -e[1][3]):
+            us = f"{1e6 * tt / steps:9.1f} {1e6 * ct2 / steps:9.1f}"
+            out.append(f"    {us} {n / steps:6.1f}x  {_name(other)}")
+    return out
 
 
 if __name__ == "__main__":
