@@ -15,7 +15,7 @@ Kernels compile lazily per geometry and Triton caches them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.compiler import CompiledKernel
 
-from hicache.devices import raw_stream
+from hicache.kernels.compiled_runner import SpecKey, direct, int_class, spec_key
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.transfer_kernel import transfer_kernel
 
@@ -115,14 +115,10 @@ def _layer_major(plan: CopyPlan) -> bool:
     return plan.src.geometry.layer_stride == 0 and plan.dst.geometry.layer_stride == 0
 
 
-def _int_class(value: int) -> int:
-    """Which integer type Triton gives an int argument (i32, i64 or u64)."""
-    return 0 if -(2**31) <= value < 2**31 else 1 if value < 2**63 else 2
-
-
 class Prepared(NamedTuple):
     """Everything of a launch but its indices (:func:`prepare`): the kernel's arguments with
-    placeholders, where the addresses and the indices go, each layer's addresses."""
+    placeholders, where the addresses and the indices go, each layer's addresses, and the
+    kernels compiled for its launches so far (by :func:`compiled_runner.spec_key`)."""
 
     args: tuple[object, ...]
     address_slots: tuple[int, ...]
@@ -133,6 +129,7 @@ class Prepared(NamedTuple):
     block_quota: int
     num_warps: int
     device: torch.device
+    kernels: dict[SpecKey, CompiledKernel]
 
 
 def prepare(
@@ -166,7 +163,7 @@ def prepare(
     )
     named.update(src_k=0, src_v=0, dst_k=0, dst_v=0, src_idx=None, dst_idx=None, n_rows=0)
     names = transfer_kernel.arg_names
-    classes = {tuple(map(_int_class, layer)) for layer in layers}
+    classes = {tuple(map(int_class, layer)) for layer in layers}
     return Prepared(
         tuple(named[n] for n in names),
         tuple(names.index(n) for n in ("src_k", "src_v", "dst_k", "dst_v")),
@@ -177,6 +174,7 @@ def prepare(
         block_quota,
         num_warps,
         plan.device,
+        {},
     )
 
 
@@ -184,24 +182,27 @@ class Launcher:
     """The launch of ``plan`` as ``prepared``, with ``plan``'s indices (moved to the device).
 
     ``run(j)`` launches with layer ``j``'s addresses. The addresses are not specialised on
-    (``do_not_specialize``), so when they all have one integer type the first launch's compiled
-    kernel serves every later one, called directly: Triton's argument binding and cache lookup
-    run once per launcher, not once per layer. Another batch of the same buffers reuses
-    ``prepared`` (``Launcher(its_plan, prepared)``).
+    (``do_not_specialize``), so when they all have one integer type one compiled kernel serves
+    every layer, called directly (:func:`compiled_runner.direct`); it is kept in ``prepared``,
+    so another batch of the same buffers (``Launcher(its_plan, prepared)``) with indices of the
+    same specialization calls it from its first launch: Triton's argument binding and cache
+    lookup run once per specialization of ``prepared``, not once per batch or layer.
     """
 
     def __init__(self, plan: CopyPlan, prepared: Prepared) -> None:
         assert plan.num_items > 0
         self.prepared = prepared
         args = list(prepared.args)
-        values = (*_indices(plan), plan.num_items)
-        for slot, value in zip(prepared.index_slots, values, strict=True):
+        src, dst = _indices(plan)
+        for slot, value in zip(prepared.index_slots, (src, dst, plan.num_items), strict=True):
             args[slot] = value
         self._args = args
         work = triton.cdiv(plan.num_items, prepared.rows) * plan.num_layers * plan.num_kv
         self._grid = (min(prepared.block_quota, work), 1, 1)  # a compiled kernel reads all three
-        self._reuse = prepared.reuse
-        self._compiled: Callable[..., object] | None = None  # the compiled kernel's runner
+        # the key of the kernel serving every layer; None: bind every launch
+        self._key = spec_key(src, dst, plan.num_items) if prepared.reuse else None
+        known = None if self._key is None else prepared.kernels.get(self._key)
+        self._compiled = None if known is None else direct(known, self._grid, prepared.device)
 
     def run(self, j: int) -> None:
         """Launch with ``layers[j]`` on the current stream (of ``plan.device``: the device is
@@ -222,53 +223,46 @@ class Launcher:
                 self._compiled(*args)
                 return
             except (TypeError, IndexError):  # a Triton whose compiled kernels take other
-                self._compiled, self._reuse = None, False  # arguments: bind every launch
+                if self._key is not None:  # arguments: bind every launch, keep none
+                    self.prepared.kernels.pop(self._key, None)
+                self._compiled = self._key = None
         kernel = transfer_kernel[self._grid](*args, num_warps=self.prepared.num_warps)
-        if self._reuse and isinstance(kernel, CompiledKernel):  # None when interpreting
-            device = self.prepared.device
-            stream_of = raw_stream if device.type == "cuda" else _no_stream
-            index = 0 if device.index is None else device.index
-            self._compiled = _direct(kernel, self._grid, index, stream_of)
+        if self._key is not None and isinstance(kernel, CompiledKernel):  # None: interpreting
+            self.prepared.kernels[self._key] = kernel
+            self._compiled = direct(kernel, self._grid, self.prepared.device)
 
 
-def _hooked(hook: object) -> bool:
-    """Whether a launch hook is set: a callable, or a chain of them (Triton >= 3.5) not empty."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+class PreparedLaunches:
+    """The launches :func:`launch` prepared, by everything :func:`prepare` reads of a plan
+    (its four addresses, both sides' geometry, bounds and kind, its shape, its device) and the
+    launch options: an op called again on the same buffers (every all-layer backup of a pool
+    pair) skips :func:`prepare` and, with indices of the same specialization, Triton's binding.
+    At most ``limit`` kept (all dropped when full: buffers come and go rarely)."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._by_key: dict[tuple[object, ...], Prepared] = {}
+
+    def get(self, plan: CopyPlan, block_quota: int, num_warps: int) -> Prepared:
+        layer = addresses(plan)
+        src, dst = plan.src, plan.dst
+        key = (layer, src.geometry, dst.geometry, src.num_items, dst.num_items, src.is_table,
+               dst.is_table, plan.num_kv, plan.num_layers, plan.heads, plan.chunk, plan.device,
+               block_quota, num_warps)  # fmt: skip
+        prepared = self._by_key.get(key)
+        if prepared is None:
+            if len(self._by_key) >= self.limit:
+                self._by_key.clear()
+            prepared = prepare(plan, [layer], block_quota, num_warps)
+            self._by_key[key] = prepared
+        return prepared
 
 
-def _no_stream(index: int) -> int:
-    return 0  # a stand-in kernel on CPU tensors (tests): no stream
-
-
-def _direct(
-    kernel: CompiledKernel,
-    grid: tuple[int, int, int],
-    index: int,
-    stream_of: Callable[[int], int],
-) -> Callable[..., None]:
-    """``kernel[grid]`` without the runner's per-launch lookups: its launcher called with
-    ``stream_of(index)``, the raw handle of device ``index``'s current stream, read at every
-    launch, as Triton's runner calls it. The runner itself when ``kernel`` lacks those parts,
-    or when a launch hook (a profiler) is set at bind time: the hooks then see every launch."""
-    runner: Callable[..., None] = kernel[grid]
-    hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
-    names = ("launch_enter_hook", "launch_exit_hook")
-    if any(_hooked(getattr(hooks, name, None)) for name in names):
-        return runner
-    try:
-        launch, function, metadata = kernel.run, kernel.function, kernel.packed_metadata
-    except AttributeError:
-        return runner
-    x, y, z = grid
-
-    def run(*args: object) -> None:
-        launch(x, y, z, stream_of(index), function, metadata, None, None, None, *args)
-
-    return run
+PREPARED = PreparedLaunches()
 
 
 def launch(plan: CopyPlan, block_quota: int, num_warps: int) -> None:
     """Run ``plan`` with the Triton kernel on ``plan.device`` (the CPU only when interpreting)."""
     if plan.num_items == 0:
         return
-    Launcher(plan, prepare(plan, [addresses(plan)], block_quota, num_warps)).run(0)
+    Launcher(plan, PREPARED.get(plan, block_quota, num_warps)).run(0)
