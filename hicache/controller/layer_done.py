@@ -82,6 +82,16 @@ class LayerLoadingEvent:
         self.finish_event: EventLike = new_event(self.device)
         self.issue: LayerIssue | None = None
 
+    def renewed(self) -> LayerLoadingEvent:
+        """The next batch of this one's ring slot, once this one has landed: its per-layer
+        events, recorded again, and new start and finish events (this batch's acks keep
+        theirs). Its settings are this batch's, checked already."""
+        batch = LayerLoadingEvent.__new__(LayerLoadingEvent)
+        batch.num_layers, batch.device, batch.issue = self.num_layers, self.device, None
+        batch.load_events = self.load_events
+        batch.start_event, batch.finish_event = new_event(self.device), new_event(self.device)
+        return batch
+
     def defer(self, issue: LayerIssue) -> None:
         """Leave the layers ``issue`` has not issued yet to it: :meth:`reach` (and so
         :meth:`wait`) issues them as a forward pass gets there, and ``finish_event`` becomes
@@ -149,6 +159,9 @@ class LayerDoneCounter:
         ``num_layers`` is not a positive int, or ``device`` is not a usable device.
     """
 
+    _producer: int  # ``reset`` sets these
+    _consumer: int
+
     def __init__(self, num_layers: int, device: torch.device | str | None = None) -> None:
         self.num_layers = check_count("num_layers", num_layers)
         self.device = canonical_device(_default_device() if device is None else device)
@@ -187,14 +200,14 @@ class LayerDoneCounter:
             would let a waiting forward pass read layers that have not landed. State unchanged.
             (The controller avoids this by synchronizing that event first.)
         """
-        index = self.next_producer
-        if not self.events[index].finish_event.query():
+        index = (self._producer + 1) % RING_SIZE  # ``next_producer``
+        batch = self.events[index]
+        if not batch.finish_event.query():
             raise RuntimeError(
                 f"LayerDoneCounter: slot {index} still holds a load batch in flight; "
                 f"at most {RING_SIZE} batches can be outstanding"
             )
-        layers = self.events[index].load_events
-        self.events[index] = LayerLoadingEvent(self.num_layers, self.device, layers)
+        self.events[index] = batch.renewed()
         self._producer = index
         self._produced.add(index)
         return index

@@ -163,7 +163,8 @@ class TPGroup:
         agreed = (
             bool(ok) if not self.active else bool(self.agree([int(bool(ok))], where=where)[0][0])
         )
-        return agreed and all(vote.ok for vote in self._conditions)
+        conditions = self._conditions
+        return agreed and (not conditions or all(vote.ok for vote in conditions))
 
     def carry(self, ok: bool, *, where: str) -> Vote:
         """This rank's ``ok``, agreed by the next collective of this group (whatever its
