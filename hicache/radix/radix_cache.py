@@ -107,12 +107,14 @@ class RadixCache(BasePrefixCache):
 
     def match_prefix(self, key: Any) -> MatchResult:
         key = as_radix_key(key)
+        root = self.tree.root
         if self.disable:
-            return match_over([], self.root, self.device)
-        path = self.tree.walk(key.token_ids, key.extra_key)[0]
+            return match_over([], root, self.device)
+        tokens = key.token_ids
+        path = self.tree.walk(tokens, key.extra_key)[0]
         self.ledger.hit(path, next(self._clock))
-        result = match_over(path, self.root, self.device)
-        self._counts.matched(len(key), result.device_prefix_len, result.host_hit_length)
+        result = match_over(path, root, self.device)
+        self._counts.matched(len(tokens), result.device_prefix_len, result.host_hit_length)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:

@@ -215,7 +215,9 @@ class HiRadixCache(RadixCache):
         reach their hit threshold are queued for backup (issued by ``check_hicache_events``).
         """
         result = super().match_prefix(key)
-        self.host_tier.backup_path(result.last_host_node)
+        last = result.last_host_node
+        if last.host_slots is None:  # else its path is backed up (or, exclusive: not here)
+            self.host_tier.backup_path(last)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
