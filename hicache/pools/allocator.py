@@ -90,7 +90,9 @@ class PageAllocator(ThreadBound):
 
     def alloc_cpu(self, n: int) -> torch.Tensor | None:
         """``n`` slots in whole aligned pages (int64, CPU, ascending within each page), or None."""
-        num_pages = self._check_alloc_size(n)
+        size = self.page_size
+        ok = type(n) is int and n >= 0 and not n % size  # else ``_check_alloc_size`` raises
+        num_pages = n // size if ok else self._check_alloc_size(n)
         if num_pages > self._free.size:
             self._merge_released()
         if num_pages > self._free.size:
@@ -101,7 +103,6 @@ class PageAllocator(ThreadBound):
             return torch.from_numpy(self._slots_of(pages))
         lo, hi = (int(pages[0]), int(pages[-1]) + 1) if num_pages else (0, 0)
         self._allocated[lo:hi] = True
-        size = self.page_size
         return torch.from_numpy(np.arange(lo * size, hi * size, dtype=np.int64))
 
     def free(self, indices: torch.Tensor) -> int:

@@ -122,8 +122,10 @@ class ReqToTokenPool(ThreadBound):
             assert isinstance(values, torch.Tensor), "a trusted write of a slot tensor"
             row, cols = indices
             cpu = host_copy(values).numpy()  # in range: numpy casts as it stores on the CPU
-            on_cpu = self.req_to_token is self.req_to_token_cpu
-            self._store(row, cols, values, cpu if on_cpu else cpu.astype(np.int32))
+            if self.req_to_token is self.req_to_token_cpu:  # ``_store``'s whole work there
+                self._cpu_rows[row, cols] = cpu
+            else:
+                self._store(row, cols, values, cpu.astype(np.int32))
             return
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)
