@@ -59,7 +59,8 @@ class HostLoads:
         for node in chain:  # host-only, so each has its host copy
             assert node.host_slots is not None, "a load of a node without a host copy"
             parts.append(node.host_slots)
-        host = torch.from_numpy(np.concatenate(parts))  # a new int64 array: the tree's slots
+        joined = parts[0].copy() if len(parts) == 1 else np.concatenate(parts)  # a new array
+        host = torch.from_numpy(joined)  # int64: the tree's host slots
         device = self.tp.keep_if_all(
             ctrl.load(host, last.id, trusted=True),
             lambda _: ctrl.unqueue_load(last.id),
