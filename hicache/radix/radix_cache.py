@@ -133,10 +133,10 @@ class RadixCache(BasePrefixCache):
         return self.ledger.evict(num_tokens)
 
     def inc_lock_ref(self, node: TreeNode) -> int:
-        return self.ledger.lock(node)
+        return 0 if node is self.tree.root else self.ledger.lock(node)  # the root: a no-op
 
     def dec_lock_ref(self, node: TreeNode) -> int:
-        return self.ledger.unlock(node)
+        return 0 if node is self.tree.root else self.ledger.unlock(node)  # the root: a no-op
 
     def evictable_size(self) -> int:
         return self.ledger.evictable_tokens
