@@ -64,7 +64,9 @@ class ReqToTokenPool(ThreadBound):
 
     def alloc(self, need_size: int) -> list[int] | None:
         """``need_size`` free row ids, or None when fewer are free."""
-        n = check_int("need_size", need_size, minimum=0)
+        n = need_size
+        if type(n) is not int or n < 0:
+            check_int("need_size", need_size, minimum=0)  # raises
         if n > len(self._free):
             return None
         rows, self._free = self._free[:n], self._free[n:]

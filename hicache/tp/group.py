@@ -201,6 +201,8 @@ class TPGroup:
     ) -> T | None:
         """``got`` (this rank's allocation, None when it failed) if every rank got its own; else
         None, after ``give_back(got)`` where this rank did get it."""
+        if not self.active and not self._conditions:  # ``all_ok``'s answer on one rank
+            return got
         if self.all_ok(got is not None, where=where):
             return got
         if got is not None:
