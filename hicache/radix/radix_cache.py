@@ -106,7 +106,7 @@ class RadixCache(BasePrefixCache):
     # ---- queries and updates ---------------------------------------------------------------
 
     def match_prefix(self, key: Any) -> MatchResult:
-        key = as_radix_key(key)
+        key = key if type(key) is RadixKey else as_radix_key(key)  # the scheduler's: as is
         root = self.tree.root
         if self.disable:
             return match_over([], root, self.device)
