@@ -10,6 +10,8 @@ returns at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from hicache.controller.layer_issue import DeferredFinish, LayerIssue
@@ -185,7 +187,7 @@ class LayerDoneCounter:
         """The slot :meth:`update_producer` will take next (a query; changes nothing)."""
         return (self._producer + 1) % RING_SIZE
 
-    def update_producer(self) -> int:
+    def update_producer(self, wait: Callable[[EventLike], None] | None = None) -> int:
         """Take the next ring slot for a new load batch and return its index.
 
         The slot gets a new :class:`LayerLoadingEvent` (``events[index]``) on which the caller
@@ -193,16 +195,23 @@ class LayerDoneCounter:
         theirs) and the previous batch's per-layer events, recorded again (that batch has
         landed; a forward pass consuming the slot waits on the new batch either way).
 
+        ``wait``: called with the slot's ``finish_event`` when its batch is still in flight,
+        and must block until it has landed (the controller synchronizes it, counted); None:
+        raise instead.
+
         Raises
         ------
         RuntimeError
-            The slot still holds a batch whose ``finish_event`` has not completed: reusing it
-            would let a waiting forward pass read layers that have not landed. State unchanged.
-            (The controller avoids this by synchronizing that event first.)
+            The slot still holds a batch whose ``finish_event`` has not completed and ``wait``
+            is None: reusing it would let a waiting forward pass read layers that have not
+            landed. State unchanged.
         """
         index = (self._producer + 1) % RING_SIZE  # ``next_producer``
         batch = self.events[index]
         if not batch.finish_event.query():
+            if wait is not None:
+                wait(batch.finish_event)
+                return self.update_producer()  # landed now: raises if it did not
             raise RuntimeError(
                 f"LayerDoneCounter: slot {index} still holds a load batch in flight; "
                 f"at most {RING_SIZE} batches can be outstanding"
