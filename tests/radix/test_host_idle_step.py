@@ -64,3 +64,42 @@ def test_a_deferred_load_is_finished_and_released_by_the_next_step() -> None:
     assert node.lock_ref == 0  # the transfer lock is gone; the caller never took one
     assert_kv(device_pool(cache), loaded, tokens)
     cache.check_invariants()
+
+
+def count_loads(cache: HiRadixCache, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each ``start_loading`` call of ``cache``'s controller appends to the returned list."""
+    ctrl, calls = cache.cache_controller, []
+    real = ctrl.start_loading
+
+    def counted() -> int:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(ctrl, "start_loading", counted)
+    return calls
+
+
+def test_nothing_to_load_on_an_idle_tier_is_minus_one_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = make_cache(pages=8)
+    put(cache, tokens_of(4, seed=4))
+    calls = count_loads(cache, monkeypatch)
+    assert cache.ready_to_load_host_cache() == -1 and calls == []
+
+
+def test_a_queued_load_or_a_busy_tier_gets_the_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = make_cache(pages=8)
+    tokens = tokens_of(4, seed=5)
+    put(cache, tokens)
+    cache.evict(cache.total_size())
+    match = cache.match_prefix(RadixKey(tokens))
+    cache.init_load_back(match.last_host_node, match.host_hit_length)
+    calls = count_loads(cache, monkeypatch)
+    assert cache.ready_to_load_host_cache() >= 0 and calls == [1]
+    ctrl = cache.cache_controller
+    monkeypatch.setattr(ctrl, "start_writing", lambda: None)  # a write stays queued
+    put(cache, tokens_of(4, seed=6))
+    assert not cache.host_tier.idle()
+    assert cache.ready_to_load_host_cache() == -1 and calls == [1, 1]
+    cache.check_invariants()

@@ -216,7 +216,10 @@ class HostTier(HostFreeing, HostLoads, StorageSlots):
         self._settle(self.controller.start_writing, "check_hicache_events")
 
     def issue_loads(self) -> int:
-        """Issue the queued loads; the producer index (-1: none), then pop finished acks."""
+        """Issue the queued loads; the producer index (-1: none), then pop finished acks.
+        Nothing queued on an idle tier (a decode step's call): -1 at once, as the settle."""
+        if not self.controller.load_queue and self.idle():
+            return -1
         producer = self._settle(self.controller.start_loading, "ready_to_load_host_cache")
         assert producer is not None
         return producer
