@@ -182,10 +182,8 @@ class HiCacheController:
         the allocator is short (nothing allocated, nothing queued). Their content is valid for a
         forward pass that waits on the producer index :meth:`start_loading` returns.
         """
-        allocator = self.token_to_kv_pool_allocator
-        op = issue.load_op(
-            self.mem_pool_host, allocator, self.io_backend, host_indices, node_id, trusted
-        )
+        allocator, backend = self.token_to_kv_pool_allocator, self.config.io_backend
+        op = issue.load_op(self.mem_pool_host, allocator, backend, host_indices, node_id, trusted)
         if op is None:
             return None
         self.load_queue.append(op)
@@ -229,10 +227,12 @@ class HiCacheController:
 
         Returns the batch's producer index (ring slot) for ``set_consumer``; -1 when the load
         queue was empty (nothing issued)."""
-        self.issue_pending()
-        if not self.load_queue:
+        if self._pending is not None:  # (``issue_pending``, inline on the per-step path)
+            self.issue_pending()
+        queue = self.load_queue
+        if not queue:
             return -1
-        op = CacheOperation.merge(self.load_queue)
+        op = queue[0] if len(queue) == 1 else CacheOperation.merge(queue)
         wait_for_compute(self.load_stream, self.device)
         producer = issue.claim_ring_slot(self.layer_done_counter, self.counters)
         pools = (self.mem_pool_device, self.mem_pool_host)

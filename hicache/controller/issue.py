@@ -20,7 +20,7 @@ from hicache.controller.transfer_indices import (
     transfer_indices,
     wait_for_compute,
 )
-from hicache.devices import known_host_copy, new_event, stream_scope
+from hicache.devices import EventLike, known_host_copy, new_event, stream_scope
 from hicache.pools import DevicePool, HostPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.backup_staging import BackupStaging
@@ -158,11 +158,12 @@ def issue_write(
 def claim_ring_slot(counter: LayerDoneCounter, counters: TransferCounters) -> int:
     """The counter's next ring slot for a load batch (``update_producer``), once the batch it
     still holds has landed: a blocking wait, counted, only when that batch is in flight."""
-    oldest = counter.events[counter.next_producer].finish_event
-    if not oldest.query():
+
+    def wait(oldest: EventLike) -> None:
         counters.blocking_waits += 1
         oldest.synchronize()
-    return counter.update_producer()
+
+    return counter.update_producer(wait)
 
 
 def issue_load(

@@ -10,6 +10,8 @@ returns at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from hicache.controller.layer_issue import DeferredFinish, LayerIssue
@@ -82,6 +84,16 @@ class LayerLoadingEvent:
         self.finish_event: EventLike = new_event(self.device)
         self.issue: LayerIssue | None = None
 
+    def renewed(self) -> LayerLoadingEvent:
+        """The next batch of this one's ring slot, once this one has landed: its per-layer
+        events, recorded again, and new start and finish events (this batch's acks keep
+        theirs). Its settings are this batch's, checked already."""
+        batch = LayerLoadingEvent.__new__(LayerLoadingEvent)
+        batch.num_layers, batch.device, batch.issue = self.num_layers, self.device, None
+        batch.load_events = self.load_events
+        batch.start_event, batch.finish_event = new_event(self.device), new_event(self.device)
+        return batch
+
     def defer(self, issue: LayerIssue) -> None:
         """Leave the layers ``issue`` has not issued yet to it: :meth:`reach` (and so
         :meth:`wait`) issues them as a forward pass gets there, and ``finish_event`` becomes
@@ -149,6 +161,9 @@ class LayerDoneCounter:
         ``num_layers`` is not a positive int, or ``device`` is not a usable device.
     """
 
+    _producer: int  # ``reset`` sets these
+    _consumer: int
+
     def __init__(self, num_layers: int, device: torch.device | str | None = None) -> None:
         self.num_layers = check_count("num_layers", num_layers)
         self.device = canonical_device(_default_device() if device is None else device)
@@ -172,7 +187,7 @@ class LayerDoneCounter:
         """The slot :meth:`update_producer` will take next (a query; changes nothing)."""
         return (self._producer + 1) % RING_SIZE
 
-    def update_producer(self) -> int:
+    def update_producer(self, wait: Callable[[EventLike], None] | None = None) -> int:
         """Take the next ring slot for a new load batch and return its index.
 
         The slot gets a new :class:`LayerLoadingEvent` (``events[index]``) on which the caller
@@ -180,21 +195,28 @@ class LayerDoneCounter:
         theirs) and the previous batch's per-layer events, recorded again (that batch has
         landed; a forward pass consuming the slot waits on the new batch either way).
 
+        ``wait``: called with the slot's ``finish_event`` when its batch is still in flight,
+        and must block until it has landed (the controller synchronizes it, counted); None:
+        raise instead.
+
         Raises
         ------
         RuntimeError
-            The slot still holds a batch whose ``finish_event`` has not completed: reusing it
-            would let a waiting forward pass read layers that have not landed. State unchanged.
-            (The controller avoids this by synchronizing that event first.)
+            The slot still holds a batch whose ``finish_event`` has not completed and ``wait``
+            is None: reusing it would let a waiting forward pass read layers that have not
+            landed. State unchanged.
         """
-        index = self.next_producer
-        if not self.events[index].finish_event.query():
+        index = (self._producer + 1) % RING_SIZE  # ``next_producer``
+        batch = self.events[index]
+        if not batch.finish_event.query():
+            if wait is not None:
+                wait(batch.finish_event)
+                return self.update_producer()  # landed now: raises if it did not
             raise RuntimeError(
                 f"LayerDoneCounter: slot {index} still holds a load batch in flight; "
                 f"at most {RING_SIZE} batches can be outstanding"
             )
-        layers = self.events[index].load_events
-        self.events[index] = LayerLoadingEvent(self.num_layers, self.device, layers)
+        self.events[index] = batch.renewed()
         self._producer = index
         self._produced.add(index)
         return index

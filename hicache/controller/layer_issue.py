@@ -39,6 +39,11 @@ class LayerIssue:
     ahead : layers kept issued beyond the one a forward pass waits for (``reach``).
     clock : the batch's busy time (``BusyClock.begin``): each call that issues layers is a
         span of it, so the stream's idle time between deferred issues is not counted.
+
+    Attributes
+    ----------
+    issued : layers ``0 .. issued - 1`` are on the stream.
+    done : whether every layer (and the batch's end) has been issued.
     """
 
     def __init__(
@@ -58,12 +63,8 @@ class LayerIssue:
         self._on_done = on_done
         self.num_layers = num_layers
         self.ahead = ahead
-        self.issued = 0  # layers 0 .. issued - 1 are on the stream
-
-    @property
-    def done(self) -> bool:
-        """Whether every layer (and the batch's end) has been issued."""
-        return self.issued == self.num_layers
+        self.issued = 0
+        self.done = num_layers == 0  # kept by ``through``
 
     def through(self, layer: int) -> None:
         """Issue every layer up to ``layer`` (capped at the last) not yet issued. A layer
@@ -78,6 +79,7 @@ class LayerIssue:
                 self._complete(self.issued, self._stream)
                 self.issued += 1
             self._clock.pause()
+            self.done = self.issued == self.num_layers
             if self.done:
                 self._on_done()
 

@@ -90,7 +90,9 @@ class PageAllocator(ThreadBound):
 
     def alloc_cpu(self, n: int) -> torch.Tensor | None:
         """``n`` slots in whole aligned pages (int64, CPU, ascending within each page), or None."""
-        num_pages = self._check_alloc_size(n)
+        size = self.page_size
+        ok = type(n) is int and n >= 0 and not n % size  # else ``_check_alloc_size`` raises
+        num_pages = n // size if ok else self._check_alloc_size(n)
         if num_pages > self._free.size:
             self._merge_released()
         if num_pages > self._free.size:
@@ -101,7 +103,6 @@ class PageAllocator(ThreadBound):
             return torch.from_numpy(self._slots_of(pages))
         lo, hi = (int(pages[0]), int(pages[-1]) + 1) if num_pages else (0, 0)
         self._allocated[lo:hi] = True
-        size = self.page_size
         return torch.from_numpy(np.arange(lo * size, hi * size, dtype=np.int64))
 
     def free(self, indices: torch.Tensor) -> int:
@@ -263,10 +264,12 @@ class TokenToKVPoolAllocator(PageAllocator):
     def alloc(self, n: int) -> torch.Tensor | None:
         """``n`` slots (int64 on ``device``) in whole aligned pages, or None when short.
 
-        ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise).
+        ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise). On
+        CUDA one non-blocking copy from pinned memory, carrying the CPU slots: ``free`` reads
+        them there instead of copying the device tensor back (a sync).
         """
-        pair = self._alloc_both(n)
-        return None if pair is None else pair[1]
+        slots = self.alloc_cpu(n)  # not ``alloc_pair``: wrapping one never reaches the other
+        return None if slots is None else to_device(slots, self.device)
 
     def alloc_pair(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """:meth:`alloc`, also returning the same slots on the CPU: ``(cpu, on_device)``.
@@ -274,13 +277,5 @@ class TokenToKVPoolAllocator(PageAllocator):
         For callers that plan copies on the CPU (the direct io_backend): they need no
         device-to-host copy, which would wait for everything queued before it on the device.
         """
-        return self._alloc_both(n)
-
-    def _alloc_both(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Behind both public methods, so wrapping one (fault injection) never reaches the other."""
         slots = self.alloc_cpu(n)
-        if slots is None:
-            return None
-        # On CUDA one non-blocking copy from pinned memory, carrying ``slots``: ``free`` reads
-        # them there instead of copying the device tensor back (a sync).
-        return slots, to_device(slots, self.device)
+        return None if slots is None else (slots, to_device(slots, self.device))

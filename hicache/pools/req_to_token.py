@@ -64,7 +64,9 @@ class ReqToTokenPool(ThreadBound):
 
     def alloc(self, need_size: int) -> list[int] | None:
         """``need_size`` free row ids, or None when fewer are free."""
-        n = check_int("need_size", need_size, minimum=0)
+        n = need_size
+        if type(n) is not int or n < 0:
+            check_int("need_size", need_size, minimum=0)  # raises
         if n > len(self._free):
             return None
         rows, self._free = self._free[:n], self._free[n:]
@@ -122,8 +124,10 @@ class ReqToTokenPool(ThreadBound):
             assert isinstance(values, torch.Tensor), "a trusted write of a slot tensor"
             row, cols = indices
             cpu = host_copy(values).numpy()  # in range: numpy casts as it stores on the CPU
-            on_cpu = self.req_to_token is self.req_to_token_cpu
-            self._store(row, cols, values, cpu if on_cpu else cpu.astype(np.int32))
+            if self.req_to_token is self.req_to_token_cpu:  # ``_store``'s whole work there
+                self._cpu_rows[row, cols] = cpu
+            else:
+                self._store(row, cols, values, cpu.astype(np.int32))
             return
         row, cols, count = self._target(indices)
         values = _slot_values(values, count)

@@ -68,7 +68,10 @@ class MatchResult:
                 f"{type(device_indices).__name__}"
             )
         self._indices = device_indices
-        self.device_prefix_len = len(device_indices)
+        if isinstance(device_indices, SlotsToJoin):
+            self.device_prefix_len = device_indices.length
+        else:
+            self.device_prefix_len = len(device_indices)
         self.last_device_node, self.last_host_node = last_device_node, last_host_node
         self.host_hit_length = host_hit_length
 

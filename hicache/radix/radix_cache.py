@@ -106,13 +106,15 @@ class RadixCache(BasePrefixCache):
     # ---- queries and updates ---------------------------------------------------------------
 
     def match_prefix(self, key: Any) -> MatchResult:
-        key = as_radix_key(key)
+        key = key if type(key) is RadixKey else as_radix_key(key)  # the scheduler's: as is
+        root = self.tree.root
         if self.disable:
-            return match_over([], self.root, self.device)
-        path = self.tree.walk(key.token_ids, key.extra_key)[0]
+            return match_over([], root, self.device)
+        tokens = key.token_ids
+        path = self.tree.walk(tokens, key.extra_key)[0]
         self.ledger.hit(path, next(self._clock))
-        result = match_over(path, self.root, self.device)
-        self._counts.matched(len(key), result.device_prefix_len, result.host_hit_length)
+        result = match_over(path, root, self.device)
+        self._counts.matched(len(tokens), result.device_prefix_len, result.host_hit_length)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
@@ -131,10 +133,10 @@ class RadixCache(BasePrefixCache):
         return self.ledger.evict(num_tokens)
 
     def inc_lock_ref(self, node: TreeNode) -> int:
-        return self.ledger.lock(node)
+        return 0 if node is self.tree.root else self.ledger.lock(node)  # the root: a no-op
 
     def dec_lock_ref(self, node: TreeNode) -> int:
-        return self.ledger.unlock(node)
+        return 0 if node is self.tree.root else self.ledger.unlock(node)  # the root: a no-op
 
     def evictable_size(self) -> int:
         return self.ledger.evictable_tokens

@@ -215,7 +215,9 @@ class HiRadixCache(RadixCache):
         reach their hit threshold are queued for backup (issued by ``check_hicache_events``).
         """
         result = super().match_prefix(key)
-        self.host_tier.backup_path(result.last_host_node)
+        last = result.last_host_node
+        if last.host_slots is None:  # else its path is backed up (or, exclusive: not here)
+            self.host_tier.backup_path(last)
         return result
 
     def insert(self, key: Any, value: torch.Tensor | None = None, *, priority: int = 0) -> int:
@@ -246,11 +248,11 @@ class HiRadixCache(RadixCache):
     def inc_lock_ref(self, node: TreeNode) -> int:
         """As ``RadixCache.inc_lock_ref``; ``ValueError`` (no change) for a host-only node:
         load it back (``init_load_back``) and lock the node that returns."""
+        if node is self.tree.root:  # a no-op (a miss, a hit all on the host)
+            return 0
         if isinstance(node, TreeNode) and node.slots is None:
-            raise ValueError(
-                f"inc_lock_ref: node {node.id} is host-only (evicted from the "
-                "device); load it back with init_load_back first"
-            )
+            host_only = f"inc_lock_ref: node {node.id} is host-only (evicted from the device)"
+            raise ValueError(f"{host_only}; load it back with init_load_back first")
         return self.ledger.lock(node)
 
     # ---- whole tree --------------------------------------------------------------------------

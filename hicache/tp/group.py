@@ -163,7 +163,8 @@ class TPGroup:
         agreed = (
             bool(ok) if not self.active else bool(self.agree([int(bool(ok))], where=where)[0][0])
         )
-        return agreed and all(vote.ok for vote in self._conditions)
+        conditions = self._conditions
+        return agreed and (not conditions or all(vote.ok for vote in conditions))
 
     def carry(self, ok: bool, *, where: str) -> Vote:
         """This rank's ``ok``, agreed by the next collective of this group (whatever its
@@ -200,6 +201,8 @@ class TPGroup:
     ) -> T | None:
         """``got`` (this rank's allocation, None when it failed) if every rank got its own; else
         None, after ``give_back(got)`` where this rank did get it."""
+        if not self.active and not self._conditions:  # ``all_ok``'s answer on one rank
+            return got
         if self.all_ok(got is not None, where=where):
             return got
         if got is not None:

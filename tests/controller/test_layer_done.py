@@ -75,6 +75,39 @@ def test_reusing_an_unfinished_slot_raises_and_changes_nothing() -> None:
     assert counter.next_producer == 0
 
 
+class LandsWhenWaited(PendingEvent):
+    def __init__(self) -> None:
+        self.landed = False
+
+    def query(self) -> bool:
+        return self.landed
+
+
+def test_an_unfinished_slot_is_waited_for_through_the_callback() -> None:
+    counter = cpu_counter()
+    for _ in range(RING_SIZE):
+        counter.update_producer()
+    oldest = counter.events[0].finish_event = LandsWhenWaited()
+    waited: list[object] = []
+
+    def wait(event: object) -> None:
+        waited.append(event)
+        oldest.landed = True
+
+    assert counter.update_producer(wait) == 0 and waited == [oldest]
+    assert counter.events[0].finish_event is not oldest
+
+
+def test_a_wait_that_does_not_land_the_batch_raises_and_changes_nothing() -> None:
+    counter = cpu_counter()
+    for _ in range(RING_SIZE):
+        counter.update_producer()
+    counter.events[0].finish_event = LandsWhenWaited()
+    with pytest.raises(RuntimeError, match="slot 0"):
+        counter.update_producer(lambda event: None)
+    assert counter.producer_index == 2
+
+
 def test_an_unfinished_slot_ahead_blocks_even_after_reset() -> None:
     counter = cpu_counter()
     counter.update_producer()

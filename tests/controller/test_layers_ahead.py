@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hicache.controller import HiCacheController
+from hicache.controller.layer_done import RING_SIZE
 from hicache.controller.layer_issue import DeferredFinish
 from hicache.pools import ROUTES
 from hicache.pools.load_plan import LoadPlan
@@ -152,3 +153,26 @@ def test_the_default_issues_every_layer_up_front():
     rig.controller.start_loading()
     assert rig.controller.ack_load_queue[-1].finish_event.query()
     assert not isinstance(rig.controller.ack_load_queue[-1].finish_event, DeferredFinish)
+
+
+def test_done_tells_whether_every_layer_is_issued():
+    rig, _, _, producer = deferred_load(2)
+    issue = rig.controller.layer_done_counter.events[producer].issue
+    assert issue is not None and not issue.done
+    issue.through(LAYERS - 2)
+    assert issue.issued == LAYERS - 1 and not issue.done
+    issue.finish()
+    assert issue.done
+
+
+def test_a_slot_taken_after_a_deferred_batch_starts_plain():
+    rig, _, _, producer = deferred_load(1)
+    counter = rig.controller.layer_done_counter
+    old = counter.events[producer]
+    old.finish_event.synchronize()  # issues the rest
+    for _ in range(RING_SIZE):  # back to the deferred batch's slot
+        index = counter.update_producer()
+    assert index == producer
+    new = counter.events[index]
+    assert new.issue is None and not isinstance(new.finish_event, DeferredFinish)
+    assert (new.num_layers, new.device, new.load_events) == (LAYERS, old.device, old.load_events)

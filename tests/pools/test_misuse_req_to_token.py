@@ -92,3 +92,14 @@ def test_accepted_forms(pool):
     pool.write((1, slice(6, None)), torch.tensor([13, 14], dtype=torch.int32))
     pool.write((1, slice(0, 0)), torch.tensor([], dtype=torch.int64))
     assert pool.req_to_token[1].tolist() == [4, 4, 11, 12, 2**31 - 1, 0, 13, 14]
+
+
+@pytest.mark.parametrize(
+    ("need", "exc"),
+    [(-1, ValueError), (True, TypeError), (1.0, TypeError), (np.int64(1), TypeError)],
+)
+def test_a_bad_row_count_is_refused_rows_unchanged(pool, need, exc):
+    free = pool.available_size()
+    with pytest.raises(exc, match="need_size"):
+        pool.alloc(need)
+    assert pool.available_size() == free and pool.alloc(0) == []

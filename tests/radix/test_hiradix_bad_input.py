@@ -122,3 +122,12 @@ def test_root_lock_is_a_no_op(cache: HiRadixCache) -> None:
     assert snapshot(cache) == before
     loaded, node = cache.init_load_back(cache.root, 0)
     assert node is cache.root and len(loaded) == 0
+
+
+def test_another_caches_root_is_not_a_no_op_here(cache: HiRadixCache) -> None:
+    other = make_cache(page_size=2, pages=16)
+    before = snapshot(cache)
+    for call in (cache.inc_lock_ref, cache.dec_lock_ref):
+        with pytest.raises(ValueError, match="not in this tree"):
+            call(other.root)
+    assert snapshot(cache) == before

@@ -51,6 +51,8 @@ class HostLink:
         self.ledger, self.host_tier, self.controller = ledger, host_tier, controller
         self.allocator, self.load_back_threshold = allocator, load_back_threshold
         self.tp, self.digest, self.below = tp, digest, below
+        # the tier's own call, bound: no forwarding frame on every prefill step
+        self.ready_to_load_host_cache: Callable[[], int] = host_tier.issue_loads
 
     def init_load_back(
         self, last_host_node: TreeNode, host_hit_length: int, mem_quota: int | None
@@ -59,29 +61,34 @@ class HostLink:
         ``verify`` selects is issued and checked here (blocking); a corrupt page and
         everything after it are not returned (``verified_load``)."""
         chain = self.host_tier.chain(last_host_node)
-        check_int("host_hit_length", host_hit_length, minimum=0)
+        if type(host_hit_length) is not int or host_hit_length < 0:
+            check_int("host_hit_length", host_hit_length, minimum=0)
         if mem_quota is not None:
             check_int("mem_quota", mem_quota, minimum=0)
         above = chain[0].parent if chain else last_host_node
         assert above is not None
-        too_big = mem_quota is not None and sum(len(n.key) for n in chain) > mem_quota
+        need = 0  # the chain's tokens
+        for node in chain:
+            need += len(node.key)
         device = None
-        if chain and not too_big and host_hit_length >= self.load_back_threshold:
-            device = two_tier.queue_load(self.ledger, self.host_tier, self.allocator, chain)
+        fits = mem_quota is None or need <= mem_quota
+        if chain and fits and host_hit_length >= self.load_back_threshold:
+            device = two_tier.queue_load(self.ledger, self.host_tier, self.allocator, chain, need)
         if device is None:
             return torch.empty(0, dtype=torch.int64, device=self.ledger.device), above
+        if self.controller.integrity is None:  # verify="off": nothing to check
+            return device, chain[-1]
         return verified_load.check_load(self.host_tier, chain, device)
-
-    def ready_to_load_host_cache(self) -> int:
-        return self.host_tier.issue_loads()
 
     def consume_load_batch(self, index: int) -> None:
         self.controller.layer_done_counter.set_consumer(index)
 
     def check_hicache_events(self) -> None:
         """The host step, then the storage link's; under TP the one agreement point of a
-        scheduler step for finished transfers (and, with ``tp.debug``, the tree digests)."""
-        self.host_tier.step()
+        scheduler step for finished transfers (and, with ``tp.debug``, the tree digests).
+        An idle host tier skips its step: with nothing in flight that issues no collective."""
+        if not self.host_tier.idle():
+            self.host_tier.step()
         self.below.check_hicache_events()
         if self.tp.debug:
             self.tp.check_digest(self.digest(), where="check_hicache_events")

@@ -31,19 +31,19 @@ from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
-from hicache.radix.slots import concat_slots, copy_slots
+from hicache.radix.slots import concat_slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
 from hicache.tiers.host.host_freeing import HostFreeing
+from hicache.tiers.host.host_loads import HostLoads
 from hicache.tiers.host.host_storage_slots import StorageSlots
 from hicache.tiers.host.in_flight import InFlight
 from hicache.tp import TPGroup
 
-_CPU = torch.device("cpu")
 T = TypeVar("T")
 
 
-class HostTier(HostFreeing, StorageSlots):
+class HostTier(HostFreeing, HostLoads, StorageSlots):
     """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
 
     Parameters
@@ -132,16 +132,6 @@ class HostTier(HostFreeing, StorageSlots):
     def transfer_locks(self) -> Counter[int]:
         return Counter(n.id for nodes in self._flight.pending().values() for n in nodes)
 
-    def chain(self, node: TreeNode) -> list[TreeNode]:
-        """The host-only nodes from below the deepest device node down to ``node``.
-
-        ``TypeError``/``ValueError`` unless ``node`` is in the tree and backed up (or the root).
-        """
-        path = self.site.path_to_root(node)
-        if path and node.host_slots is None:
-            raise ValueError(f"init_load_back: node {node.id} is not backed up to the host")
-        return [n for n in reversed(path) if n.slots is None]
-
     # ---- backups -----------------------------------------------------------------------------
 
     def backup_path(self, last: TreeNode) -> None:
@@ -216,35 +206,6 @@ class HostTier(HostFreeing, StorageSlots):
 
     # ---- transfers ---------------------------------------------------------------------------
 
-    def load(self, chain: list[TreeNode]) -> torch.Tensor | None:
-        last = chain[-1]
-        host = concat_slots([n.host_slots for n in chain if n.host_slots is not None], _CPU)
-        device = self.tp.keep_if_all(
-            self.controller.load(host, last.id, trusted=True),  # the tree's host slots
-            lambda _: self.controller.unqueue_load(last.id),
-            where="load-back allocation",
-        )
-        if device is None:
-            return None
-        offset = 0
-        for node in chain:
-            self.site.give_device(node, copy_slots(device, offset, offset + len(node.key)))
-            offset += len(node.key)
-        self._flight.loading[last.id] = last  # keeps the caller's lock until the ack
-        above = chain[0].parent
-        assert above is not None
-        self._loads[last.id] = (last, above)
-        self._load_backs += 1
-        self._load_back_tokens += offset
-        return device
-
-    def cancel_load(self, last: TreeNode) -> None:
-        """The load ending at ``last`` has landed (on every rank) and is not served: release
-        its transfer lock now (its ack, popped later, finds no node)."""
-        self._flight.cancel_load(last)
-        del self._loads[last.id]
-        self.site.unlock(last)
-
     def poll(self) -> None:
         """Issue queued writes and process finished acks; under TP a no-op (``step`` does it)."""
         if not self.tp.active:
@@ -255,7 +216,10 @@ class HostTier(HostFreeing, StorageSlots):
         self._settle(self.controller.start_writing, "check_hicache_events")
 
     def issue_loads(self) -> int:
-        """Issue the queued loads; the producer index (-1: none), then pop finished acks."""
+        """Issue the queued loads; the producer index (-1: none), then pop finished acks.
+        Nothing queued on an idle tier (a decode step's call): -1 at once, as the settle."""
+        if not self.controller.load_queue and self.idle():
+            return -1
         producer = self._settle(self.controller.start_loading, "ready_to_load_host_cache")
         assert producer is not None
         return producer

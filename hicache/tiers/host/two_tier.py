@@ -66,13 +66,12 @@ def _move_down(ledger: Ledger, host: HostTier, moving: list[TreeNode], freed: li
 
 
 def queue_load(
-    ledger: Ledger, host: HostTier, allocator: SlotAllocator, chain: list[TreeNode]
+    ledger: Ledger, host: HostTier, allocator: SlotAllocator, chain: list[TreeNode], need: int
 ) -> torch.Tensor | None:
-    """Evict device memory if needed and queue the load of ``chain``; its last node stays
-    locked until the load ack. None (nothing changed but evictions) when the device cannot
-    make room."""
+    """Evict device memory if needed and queue the load of ``chain`` (``need`` tokens); its
+    last node stays locked until the load ack. None (nothing changed but evictions) when the
+    device cannot make room."""
     last = chain[-1]
-    need = sum(len(node.key) for node in chain)
     ledger.lock(last)  # the chain and the nodes above it stay put while we evict
     try:
         short = need - allocator.available_size()
