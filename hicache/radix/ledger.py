@@ -10,7 +10,6 @@ locked ones. The ledger implements ``tier.TierSite``: it is what a lower tier re
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -55,6 +54,8 @@ class Ledger:
         events: NodeEvents | None = None,
     ) -> None:
         self.tree, self.allocator, self.device, self.owners = tree, allocator, device, owners
+        # ``TierSite``'s queries: the tree's own (the tree is never replaced)
+        self.path_to_root, self.nodes = tree.path_to_root, tree.nodes
         self.events = events
         self.leaves = LeafSet(policy)
         self.evictable_tokens = self.protected_tokens = self.evicted_tokens = 0
@@ -83,20 +84,9 @@ class Ledger:
 
     def stats(self) -> DeviceStats:
         a = self.allocator
-        return DeviceStats(
-            self.evicted_tokens,
-            self.evictable_tokens,
-            self.protected_tokens,
-            None if a is None else a.size,
-            None if a is None else a.available_size(),
-            self.evictions.snapshot(),
-        )
-
-    def nodes(self) -> Iterator[TreeNode]:
-        return self.tree.nodes()
-
-    def path_to_root(self, node: TreeNode) -> list[TreeNode]:
-        return self.tree.path_to_root(node)
+        size, free = (None, None) if a is None else (a.size, a.available_size())
+        tokens = self.evicted_tokens, self.evictable_tokens, self.protected_tokens
+        return DeviceStats(*tokens, size, free, self.evictions.snapshot())
 
     # ---- locks and hits ----------------------------------------------------------------------
 
@@ -133,11 +123,10 @@ class Ledger:
             )
         node.own_lock_ref -= 1 if path else 0  # the root holds no lock of its own
         moved = 0
-        # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
-        # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
-        # now iff it is on the device and childless (``is_evictable_leaf``). With one, ``below``
-        # (the path's previous node, a child of ``n``) on the device spares the children's scan.
-        plain, add, below = self.lower is None, self.leaves.add, None
+        # ``sync`` of a node just unlocked, inline: a locked node is in no leaf set. On the
+        # device, it is an evictable leaf iff childless or (with a lower tier) without a device
+        # child (``below``, the path's previous node, on the device spares the children's scan).
+        lower, add, below = self.lower, self.leaves.add, None
         for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
@@ -146,11 +135,14 @@ class Ledger:
                     self.evictable_tokens += size
                     self.protected_tokens -= size
                     moved += size
-                    if plain and not n.children:
+                    if not n.children or (
+                        lower is not None
+                        and (below is None or below.slots is None)
+                        and all(c.slots is None for c in n.children.values())
+                    ):
                         add(n)
-                        continue
-                if not plain:
-                    self.sync(n, below is not None and below.slots is not None)
+                elif lower is not None:
+                    lower.refile(n)
             below = n
         return moved
 
@@ -183,12 +175,19 @@ class Ledger:
 
     def add_leaf(self, leaf: TreeNode, child_key: Any) -> None:
         """Link the new unlocked device leaf ``leaf`` (its slots its own) under its parent."""
-        assert leaf.slots is not None and leaf.parent is not None
+        parent = leaf.parent
+        assert leaf.slots is not None and parent is not None and not leaf.lock_ref
         self.tree.link_leaf(leaf, child_key)
         self.owners.take(leaf.slots)
         self.evictable_tokens += len(leaf.key)
-        self.sync(leaf.parent, True)
-        self.sync(leaf)
+        # ``sync`` of both, inline: ``parent`` (a child now) is no leaf of either set, ``leaf``
+        # an evictable device leaf (a lower tier's leaves have no device copy nor child)
+        if parent.id in self.leaves.members:
+            self.leaves.discard(parent)
+        lower = self._lower_leaves
+        if lower is not None and parent.id in lower.members:
+            lower.discard(parent)
+        self.leaves.add(leaf)
         if self.events is not None:
             self.events.stored(leaf, DEVICE)
 
@@ -272,7 +271,7 @@ class Ledger:
     def free(self, slots: list[Slots]) -> None:
         """Give device ``slots`` (no node's now) back to the allocator as CPU indices (its
         bookkeeping is on the CPU: a free never asks the device)."""
-        slots = [s for s in slots if len(s)]
+        slots = list(filter(len, slots))  # the empty ones dropped (builtins: no Python call)
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)

@@ -29,7 +29,7 @@ from hicache.radix.ledger import Ledger
 from hicache.radix.match import MatchResult, match_over
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_allocator, check_insert_value
-from hicache.radix.req import CheckedReq, check_req
+from hicache.radix.req import CheckedReq, check_req, trusted_req
 from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
 from hicache.radix.stats import CacheStats, PrefixCounter
 from hicache.radix.tier import TierChain
@@ -166,13 +166,14 @@ class RadixCache(BasePrefixCache):
         if self.disable:
             self.ledger.free([row])
         else:
-            self.ledger.free([row[req.cache_protected_len : present], row[len(key) :]])
+            tail = len(key.token_ids)
+            self.ledger.free([row[req.cache_protected_len : present], row[tail:]])
             self._insert(key, row, req.priority)
         assert self.req_to_token_pool is not None  # check_req refuses a cache without one
         self.req_to_token_pool.free(idx)
         req.req_pool_idx = None
         if req.last_node is not None:
-            self.dec_lock_ref(req.last_node)
+            self.ledger.unlock(req.last_node)  # ``dec_lock_ref``'s body
             req.last_node = None
 
     def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
@@ -251,8 +252,11 @@ class RadixCache(BasePrefixCache):
             self.ledger.events.cleared()
 
     def _check_req(self, req: Any, trusted: bool = False) -> CheckedReq:
-        pool, allocator = self.req_to_token_pool, self.token_to_kv_pool_allocator
-        return check_req(req, pool, self.tree, allocator, self.slot_owners, trusted=trusted)
+        pool = self.req_to_token_pool
+        if trusted and pool is not None:
+            return trusted_req(req, pool, self.tree)
+        allocator = self.token_to_kv_pool_allocator
+        return check_req(req, pool, self.tree, allocator, self.slot_owners)
 
     def _insert(
         self, key: RadixKey, value: Slots | None, priority: int

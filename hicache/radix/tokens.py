@@ -222,7 +222,9 @@ class TokenBuffer:
 
     def ids(self, end: int | None = None) -> np.ndarray:
         """Read-only int32 view ``[end]`` of the first ``end`` tokens (all by default)."""
-        view = self._buf[: self._check_end(end)]
+        # the common case (an int in range) without a call
+        stop = end if type(end) is int and 0 <= end <= self._len else self._check_end(end)
+        view = self._buf[:stop]
         view.flags.writeable = False
         return view
 
