@@ -27,6 +27,7 @@ from typing import TypeVar
 import torch
 
 from hicache.controller import HiCacheController
+from hicache.devices import to_device
 from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import HOST, NodeEvents
 from hicache.radix.node import TreeNode
@@ -72,6 +73,7 @@ class HostTier(HostFreeing, StorageSlots):
         self._backup_hits = config.backup_hits  # the config is frozen
         self.events = events
         self.tp = TPGroup() if tp is None else tp
+        self._solo = not self.tp.active  # one rank (or agreement off): nothing to agree
         self.leaves = LeafSet(policy)
         self._size = 0
         self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
@@ -154,15 +156,16 @@ class HostTier(HostFreeing, StorageSlots):
         hits = self._backup_hits
         if hits is None:
             return
-        todo = []
+        todo, tokens = [], 0
         for node in reversed(self.site.path_to_root(last)):
             if node.host_slots is not None:
                 continue
             if node.slots is None or node.hit_count < hits:
                 break
             todo.append(node)
+            tokens += len(node.key)
         if todo:
-            self._backup(todo)
+            self._backup(todo, tokens)
 
     def write_back(self, node: TreeNode) -> bool:
         """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
@@ -175,23 +178,26 @@ class HostTier(HostFreeing, StorageSlots):
             return False
         path = [node] if self.exclusive else self.site.path_to_root(node)
         chain = [n for n in path if n.host_slots is None]
-        if not self.make_room(sum(len(n.key) for n in chain)):
+        tokens = sum([len(n.key) for n in chain])
+        if not self.make_room(tokens):
             return False
-        return self._backup(chain[::-1]) == len(chain)
+        return self._backup(chain[::-1], tokens) == len(chain)
 
-    def _backup(self, nodes: list[TreeNode]) -> int:
-        """Queue backups of the device nodes ``nodes`` (parents first) and lock each until its
-        ack: as many leading ones as the host pool takes on every rank, after evicting host-only
-        leaves when it is short; returns how many (nothing else changed for the rest)."""
+    def _backup(self, nodes: list[TreeNode], tokens: int) -> int:
+        """Queue backups of the device nodes ``nodes`` (parents first, ``tokens`` in all), each
+        locked until its ack: as many leading ones as the host pool takes on every rank (after
+        evicting host-only leaves when short); returns how many (the rest: nothing changed)."""
         pool = self.controller.mem_pool_host
-        self.make_room(sum(len(n.key) for n in nodes))
+        self.make_room(tokens)
         got = []
         for node in nodes:
             host = pool.alloc(len(node.key))
             if host is None:
                 break
             got.append(host)
-        (count,), _ = self.tp.agree([len(got)], where="host backup allocation")
+        count = len(got)
+        if not self._solo:
+            (count,), _ = self.tp.agree([count], where="host backup allocation")
         for host in got[count:]:
             pool.free(host)
         for node, host in zip(nodes, got[:count], strict=False):
@@ -200,8 +206,8 @@ class HostTier(HostFreeing, StorageSlots):
 
     def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
-        # device slots carrying their CPU copy: the backup is planned without a device read
-        slots = concat_slots([node.slots], self.controller.device)
+        # a copy of the slots carrying its CPU copy: the backup is planned without a device read
+        slots = to_device(torch.from_numpy(node.slots.copy()), self.controller.device)
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
         node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
         if self.site.watch is not None:
@@ -247,8 +253,8 @@ class HostTier(HostFreeing, StorageSlots):
 
     def poll(self) -> None:
         """Issue queued writes and process finished acks; under TP a no-op (``step`` does it)."""
-        if not self.tp.active:
-            self.step()
+        if self._solo:  # ``step``'s body
+            self._settle(self.controller.start_writing, "check_hicache_events")
 
     def step(self) -> None:
         """Issue queued writes, process the transfers every rank has finished (no wait)."""
