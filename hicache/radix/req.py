@@ -179,12 +179,13 @@ def _row_slots(table: torch.Tensor, idx: int, n: int) -> Slots:
 
 class CheckedReq(NamedTuple):
     """A validated request: its row id, an int64 copy of its row ``[kv_len]``, the key of its
-    whole pages and how many leading tokens of that key the tree holds on the device."""
+    whole pages and how many leading tokens of that key the tree holds on the device (None
+    from ``trusted_req``: not looked up, the insert's walk finds it)."""
 
     row_id: int
     row: Slots
     key: RadixKey
-    present: int
+    present: int | None
 
 
 def check_req(
@@ -223,11 +224,10 @@ def check_req(
 def trusted_req(req: Any, pool: Any, tree: RadixTree) -> CheckedReq:
     """``check_req`` of a request whose row, lock and own slots the engine made (``trusted``
     in ``cache_*_req``): its row is read, its key built (``kv_len`` checked), nothing else
-    re-validated. ``pool`` is not None."""
+    re-validated nor looked up (``present`` None). ``pool`` is not None."""
     idx, key = req.req_pool_idx, kv_key(req)
     assert isinstance(idx, int) and pool.is_allocated(idx), "trusted request without a row"
     n = len(key.token_ids)
     aligned = key if n % tree.page_size == 0 else key[: n - n % tree.page_size]  # immutable
-    present = tree.device_prefix(aligned)[0]
     row = _row_slots(getattr(pool, "req_to_token_cpu", pool.req_to_token), idx, n)
-    return CheckedReq(idx, row, aligned, present)
+    return CheckedReq(idx, row, aligned, None)

@@ -294,5 +294,5 @@ class HiRadixCache(RadixCache):
         if path:
             if self.host_tier.exclusive:  # ``shed_inserted`` is a no-op otherwise
                 self.host_tier.shed_inserted(path)
-            self.host_tier.backup_path(path[-1])
+            self.host_tier.backup_path(path[-1], path)
         return present, path

@@ -71,8 +71,7 @@ class HostTier(HostFreeing, StorageSlots):
         self.site, self.controller, self.config = site, controller, config
         self.exclusive = config.tiering == "exclusive"
         self._backup_hits = config.backup_hits  # the config is frozen
-        self.events = events
-        self.tp = TPGroup() if tp is None else tp
+        self.events, self.tp = events, TPGroup() if tp is None else tp
         self._solo = not self.tp.active  # one rank (or agreement off): nothing to agree
         self.leaves = LeafSet(policy)
         self._size = 0
@@ -146,9 +145,10 @@ class HostTier(HostFreeing, StorageSlots):
 
     # ---- backups -----------------------------------------------------------------------------
 
-    def backup_path(self, last: TreeNode) -> None:
-        """Back up the device nodes from the root to ``last`` whose hit count reached the
-        write policy's threshold, parents first; stop at the first the host cannot take.
+    def backup_path(self, last: TreeNode, path: list[TreeNode] | None = None) -> None:
+        """Back up the device nodes from the root to ``last`` (``path`` when the caller has
+        them) whose hit count reached the write threshold, parents first; stop at the first
+        the host cannot take.
 
         A path with a node to back up has no host-only node (under inclusive tiering a
         host-only node's ancestors are all backed up; exclusive tiering backs up nothing
@@ -157,7 +157,7 @@ class HostTier(HostFreeing, StorageSlots):
         if hits is None:
             return
         todo, tokens = [], 0
-        for node in reversed(self.site.path_to_root(last)):
+        for node in reversed(self.site.path_to_root(last)) if path is None else path:
             if node.host_slots is not None:
                 continue
             if node.slots is None or node.hit_count < hits:
