@@ -215,7 +215,12 @@ class TokenBuffer:
         not yet held (each converted once, when first seen). Returns ``self``."""
         held = self._len - prompt_len
         if held == len(output) - 1:  # one token per decode step: the common case
-            self.append(output[held])
+            token = output[held]
+            if type(token) is int and 0 <= token <= TOKEN_MAX and self._len < len(self._buf):
+                self._buf[self._len] = token  # ``append``'s fast path, without its call
+                self._len += 1
+            else:
+                self.append(token)
         elif held < len(output):
             self.extend(output[held:])
         return self
