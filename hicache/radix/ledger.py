@@ -17,6 +17,7 @@ import torch
 from hicache.durations import DurationHistogram
 from hicache.pools import SlotAllocator
 from hicache.radix.events import DEVICE, NodeEvents
+from hicache.radix.evict_plain import evict_plain
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners
 from hicache.radix.policies import LeafSet
@@ -180,14 +181,8 @@ class Ledger:
         self.tree.link_leaf(leaf, child_key)
         self.owners.take(leaf.slots)
         self.evictable_tokens += len(leaf.key)
-        # ``sync`` of both, inline: ``parent`` (a child now) is no leaf of either set, ``leaf``
-        # an evictable device leaf (a lower tier's leaves have no device copy nor child)
-        if parent.id in self.leaves.members:
-            self.leaves.discard(parent)
-        lower = self._lower_leaves
-        if lower is not None and parent.id in lower.members:
-            lower.discard(parent)
-        self.leaves.add(leaf)
+        self._device_child(parent)
+        self.leaves.add(leaf)  # unlocked, on the device, childless: an evictable leaf
         if self.events is not None:
             self.events.stored(leaf, DEVICE)
 
@@ -204,12 +199,18 @@ class Ledger:
         self.sync(self.tree.unlink_leaf(node))
 
     def give_device(self, node: TreeNode, slots: Slots) -> None:
-        assert node.slots is None and node.parent is not None
+        parent = node.parent
+        assert node.slots is None and parent is not None
         self._resize(node, len(node.key))
         node.slots = slots
         self.owners.take(slots)
-        self.sync(node)
-        self.sync(node.parent, True)
+        self._device_child(parent)
+        # ``sync(node)`` inline: no device leaf before (no copy), now no lower tier's leaf
+        lower = self._lower_leaves
+        if lower is not None and node.id in lower.members:
+            lower.discard(node)
+        if not node.lock_ref and (not node.children or self.is_evictable_leaf(node)):
+            self.leaves.add(node)
         if self.events is not None:
             self.events.stored(node, DEVICE)
 
@@ -237,35 +238,15 @@ class Ledger:
         start = time.perf_counter()
         freed: list[Slots] = []
         if self.lower is None and self.events is None:
-            evicted = self._evict_plain(num_tokens, freed)
+            evicted = evict_plain(self.tree, self.leaves, num_tokens, freed)
+            self.evicted_tokens += evicted
+            self.evictable_tokens -= evicted
         else:
             evicted, pop = 0, self.leaves.pop
             while evicted < num_tokens and (node := pop()) is not None:
                 evicted += self.evict_leaf(node, freed)
         self.free(freed)
         self.evictions.observe(time.perf_counter() - start)
-        return evicted
-
-    def _evict_plain(self, num_tokens: int, freed: list[Slots]) -> int:
-        """``evict_leaf`` in a loop for a tree without a lower tier or events: a popped leaf is
-        deleted and its parent re-filed only if it became an evictable leaf; sizes settled once."""
-        evicted, root = 0, self.tree.root
-        pop, add, unlink = self.leaves.pop, self.leaves.add, self.tree.unlink_leaf
-        while evicted < num_tokens and (node := pop()) is not None:
-            slots = node.slots
-            assert slots is not None  # a member of ``leaves`` is on the device
-            freed.append(slots)
-            evicted += len(node.key)
-            parent = unlink(node)
-            if (
-                parent is not root
-                and not parent.children
-                and not parent.lock_ref
-                and parent.slots is not None
-            ):
-                add(parent)
-        self.evicted_tokens += evicted
-        self.evictable_tokens -= evicted
         return evicted
 
     def free(self, slots: list[Slots]) -> None:
@@ -291,6 +272,15 @@ class Ledger:
         self.sync(node)
         self.sync(node.parent)
         return slots
+
+    def _device_child(self, parent: TreeNode) -> None:
+        """``sync(parent, True)`` inline: with a device child, ``parent`` is a leaf of neither
+        set (a lower tier's leaves are childless; the root is in neither)."""
+        if parent.id in self.leaves.members:
+            self.leaves.discard(parent)
+        lower = self._lower_leaves
+        if lower is not None and parent.id in lower.members:
+            lower.discard(parent)
 
     def _resize(self, node: TreeNode, tokens: int) -> None:
         if node.lock_ref:
