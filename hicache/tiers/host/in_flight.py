@@ -49,11 +49,14 @@ class InFlight:
                 raise
             failed = exc
         queues = (controller.ack_write_queue, controller.ack_load_queue)
-        waits = (self.writing, self.loading)
-        for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
-            for ack in pop_finished_acks(queue) if queue else ():
-                landed.update(waiting.keys() & ack.node_ids)
-        controller.counters.settle()  # the busy time of the batches that landed (no wait)
+        if queues[0] or queues[1]:  # else no batch is left whose busy time is unresolved
+            waits = (self.writing, self.loading)
+            for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
+                for ack in pop_finished_acks(queue) if queue else ():
+                    landed.update(waiting.keys() & ack.node_ids)
+            # the busy time of the batches that landed (no wait): an ack is popped only once
+            # its batch's clock has landed, so this resolves every batch whose ack is gone
+            controller.counters.settle()
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
             if failed is not None:
                 raise failed
