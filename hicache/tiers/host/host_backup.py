@@ -93,8 +93,9 @@ class HostBackup(StorageSlots):
 
     def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
-        # a copy of the slots carrying its CPU copy: the backup is planned without a device read
-        slots = to_device(torch.from_numpy(node.slots.copy()), self.controller.device)
+        # the slots carrying their CPU copy (no device read to plan the backup): a view, as a
+        # node's stored slots are never written in place (a split or a load rebinds them)
+        slots = to_device(torch.from_numpy(node.slots), self.controller.device)
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
         node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
         if self.site.watch is not None:
