@@ -71,17 +71,15 @@ class HostBackup(StorageSlots):
         """Queue backups of the device nodes ``nodes`` (parents first, ``tokens`` in all), each
         locked until its ack: as many leading ones as the host pool takes on every rank (after
         evicting host-only leaves when short); returns how many (the rest: nothing changed)."""
-        pool, got, left = self.controller.mem_pool_host, [], tokens
+        pool = self.controller.mem_pool_host
+        if pool.available_size() < tokens:  # ``make_room``'s test, without its call
+            self.make_room(tokens)
+        got = []
         for node in nodes:
-            n = len(node.key)
-            host = pool.alloc(n)
-            if host is None:  # short: evict host-only leaves for all that is left, once
-                self.make_room(left)
-                host = pool.alloc(n)
-            if host is None:
+            host = pool.alloc(len(node.key))
+            if host is None:  # short, or a refusal: each node's allocation is tried once
                 break
             got.append(host)
-            left -= n
         count = len(got)
         if not self._solo:
             (count,), _ = self.tp.agree([count], where="host backup allocation")
