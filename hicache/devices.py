@@ -40,6 +40,9 @@ class CompletedEvent:
         return None
 
 
+COMPLETED = CompletedEvent()  # stateless: one can stand for many (a CPU write batch's)
+
+
 def canonical_device(device: torch.device | str, name: str = "device") -> torch.device:
     """``device`` checked and with its index made explicit: ``"cuda"`` becomes
     ``cuda:<current>``, ``"cpu:0"`` plain ``cpu``.

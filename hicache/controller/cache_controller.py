@@ -206,11 +206,15 @@ class HiCacheController:
         asynchronous copy and stays queued, with the writes after it, until a later call
         finds the copy landed (``drain`` waits for it).
         """
-        self.issue_pending()
+        if self._pending is not None:  # ``issue_pending``, without a call when idle
+            self.issue_pending()
+        if not self.write_queue:
+            return
         backend = self.config.io_backend
         ready = issue.ready_writes(self.write_queue, backend, self.write_stream, self.device)
         if ready:
-            op = CacheOperation.merge(self.write_queue[:ready])
+            queue = self.write_queue
+            op = queue[0] if ready == 1 else CacheOperation.merge(queue[:ready])
             pools = (self.mem_pool_device, self.mem_pool_host)
             path = (self.write_stream, pools, backend, self.counters, self.integrity)
             self.ack_write_queue.append(issue.issue_write(op, *path, self.staging))

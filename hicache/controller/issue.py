@@ -16,11 +16,10 @@ from hicache.controller.operations import CacheOperation, HiCacheAck
 from hicache.controller.stats import TransferCounters
 from hicache.controller.transfer_indices import (
     fetch_indices,
-    is_readable,
     transfer_indices,
     wait_for_compute,
 )
-from hicache.devices import EventLike, known_host_copy, new_event, stream_scope
+from hicache.devices import COMPLETED, EventLike, known_host_copy, new_event, stream_scope
 from hicache.pools import DevicePool, HostPool, SlotAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.backup_staging import BackupStaging
@@ -104,7 +103,10 @@ def ready_writes(
     with the writes after it, until the copy has landed. Never blocks."""
     if io_backend != "kernel" and stream is not None:
         queue[:] = [fetch_indices(op, device) for op in queue]
-    return next((j for j, op in enumerate(queue) if not is_readable(op)), len(queue))
+    for j, op in enumerate(queue):  # ``is_readable`` inline: no call for a CPU copy at hand
+        if op.cpu_ready is not None and not op.cpu_ready.query():
+            return j
+    return len(queue)
 
 
 def wait_for_indices(queue: list[CacheOperation]) -> None:
@@ -132,27 +134,46 @@ def issue_write(
     staging: BackupStaging | None = None,
 ) -> HiCacheAck:
     """Back ``op`` up (every layer) on ``stream`` after the compute stream, a kernel batch
-    through ``staging`` when its host runs suit it (``HostKVPool`` decides); its ack."""
-    device_pool, host_pool = pools
-    device = torch.device(device_pool.device)
+    through ``staging`` when its host runs suit it (``HostKVPool`` decides); its ack. On the
+    CPU (``stream`` None) the copy is synchronous: no stream to enter, its events done."""
+    path = (pools, io_backend, counters, integrity, staging)
+    if stream is None:
+        _backup_batch(op, None, *path)
+        return HiCacheAck(COMPLETED, COMPLETED, op.node_ids)
+    device = torch.device(pools[0].device)
     start, finish = new_event(device), new_event(device)
     wait_for_compute(stream, device)
     with stream_scope(stream):
         start.record(stream)
-        mark = counters.d2h.begin()
-        backend = batch_backend(io_backend, host_pool, op)
-        # a kernel batch with a staging buffer keeps its host indices on the CPU: the host pool
-        # decides there whether the batch suits the buffer (and moves them when it does not)
-        staged = staging is not None and backend == "kernel"
-        page = host_pool.page_size
-        host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
-        extra = {"staging": staging} if staged else {}  # the contract's call otherwise
-        host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
-        counters.d2h.end(mark, len(op))
-        if integrity is not None:
-            integrity.record(op.host_indices, op.device_indices)
+        _backup_batch(op, stream, *path)
         finish.record(stream)
     return HiCacheAck(start, finish, op.node_ids)
+
+
+def _backup_batch(
+    op: CacheOperation,
+    stream: torch.cuda.Stream | None,
+    pools: tuple[DevicePool, HostPool],
+    io_backend: str,
+    counters: TransferCounters,
+    integrity: PageIntegrity | None,
+    staging: BackupStaging | None,
+) -> None:
+    """``issue_write``'s copies, on the current stream (``stream``, entered), timed."""
+    device_pool, host_pool = pools
+    device = torch.device(device_pool.device)
+    mark = counters.d2h.begin_span()
+    backend = batch_backend(io_backend, host_pool, op)
+    # a kernel batch with a staging buffer keeps its host indices on the CPU: the host pool
+    # decides there whether the batch suits the buffer (and moves them when it does not)
+    staged = staging is not None and backend == "kernel"
+    page = host_pool.page_size
+    host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
+    extra = {"staging": staging} if staged else {}  # the contract's call otherwise
+    host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
+    counters.d2h.end(mark, op.host_indices.numel())
+    if integrity is not None:
+        integrity.record(op.host_indices, op.device_indices)
 
 
 def claim_ring_slot(counter: LayerDoneCounter, counters: TransferCounters) -> int:

@@ -25,7 +25,9 @@ class CacheOperation:
     ----------
     host_indices : int64 ``[n]`` slots of the host pool (CPU).
     device_indices : int64 ``[n]`` slots of the device pool (on the device pool's device).
-        Token ``i`` of the operation lives at ``host_indices[i]`` and ``device_indices[i]``.
+        Token ``i`` of the operation lives at ``host_indices[i]`` and ``device_indices[i]``
+        (the same ``n``: ``write_op``/``load_op`` check or make them so; no check here, on
+        every queued transfer).
     node_ids : ids of the radix nodes the slots belong to, in queueing order.
     device_indices_cpu : ``device_indices`` on the CPU when the queuer had them there (loads:
         the allocator's own copy), so a transfer planned on the CPU needs no device sync.
@@ -39,12 +41,6 @@ class CacheOperation:
     node_ids: list[int]
     device_indices_cpu: torch.Tensor | None = None
     cpu_ready: EventLike | None = None
-
-    def __post_init__(self) -> None:
-        assert self.host_indices.numel() == self.device_indices.numel(), (
-            f"CacheOperation: {self.host_indices.numel()} host vs "
-            f"{self.device_indices.numel()} device indices"
-        )
 
     def __len__(self) -> int:
         return self.host_indices.numel()

@@ -126,17 +126,26 @@ class BusyClock:
         clock.resume()
         return clock
 
-    def end(self, clock: BatchClock, tokens: int) -> None:
-        """Close the batch ``begin`` opened (its open span on the same stream) that moved
-        ``tokens``."""
-        clock.pause()
+    def begin_span(self) -> BatchClock | float:
+        """``begin`` of a batch timed in one span (no ``resume``/``pause`` between): on CPU
+        just its start's wall time (no clock object)."""
+        return self.begin() if self.cuda else time.perf_counter()
+
+    def end(self, clock: BatchClock | float, tokens: int) -> None:
+        """Close the batch ``begin`` or ``begin_span`` opened (its open span on the same
+        stream) that moved ``tokens``."""
+        if isinstance(clock, float):  # ``begin_span`` on CPU: its one span ends now
+            self._done(time.perf_counter() - clock)
+        else:
+            clock.pause()
         self.bytes += tokens * self.token_bytes
         self.batches += 1
-        if not clock.cuda:
-            self._done(clock.elapsed())
-            return
-        self._pending.append(clock)
-        self.settle()  # keeps the pending batches few
+        if isinstance(clock, BatchClock):
+            if clock.cuda:
+                self._pending.append(clock)
+                self.settle()  # keeps the pending batches few
+            else:
+                self._done(clock.elapsed())
 
     def settle(self) -> float:
         """Busy seconds of the completed batches (never blocks); batches on one stream finish

@@ -176,7 +176,10 @@ class RadixKey:
         namespace is checked (``check_extra_key``, O(1) for an atom): callers such as ``kv_key``
         pass a request's ``extra_key`` here unvalidated."""
         key = cls.__new__(cls)
-        key.token_ids, key.extra_key = token_ids, check_extra_key(extra_key)
+        key.token_ids = token_ids
+        # an atom (the common namespace) is valid as is: ``check_extra_key``'s first test
+        atom = type(extra_key) in _EXTRA_KEY_ATOMS
+        key.extra_key = extra_key if atom else check_extra_key(extra_key)
         return key
 
     def __len__(self) -> int:

@@ -10,7 +10,6 @@ locked ones. The ledger implements ``tier.TierSite``: it is what a lower tier re
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from hicache.durations import DurationHistogram
 from hicache.pools import SlotAllocator
 from hicache.radix.events import DEVICE, NodeEvents
+from hicache.radix.evict_plain import evict_plain
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners
 from hicache.radix.policies import LeafSet
@@ -55,6 +55,8 @@ class Ledger:
         events: NodeEvents | None = None,
     ) -> None:
         self.tree, self.allocator, self.device, self.owners = tree, allocator, device, owners
+        # ``TierSite``'s queries: the tree's own (the tree is never replaced)
+        self.path_to_root, self.nodes = tree.path_to_root, tree.nodes
         self.events = events
         self.leaves = LeafSet(policy)
         self.evictable_tokens = self.protected_tokens = self.evicted_tokens = 0
@@ -83,20 +85,9 @@ class Ledger:
 
     def stats(self) -> DeviceStats:
         a = self.allocator
-        return DeviceStats(
-            self.evicted_tokens,
-            self.evictable_tokens,
-            self.protected_tokens,
-            None if a is None else a.size,
-            None if a is None else a.available_size(),
-            self.evictions.snapshot(),
-        )
-
-    def nodes(self) -> Iterator[TreeNode]:
-        return self.tree.nodes()
-
-    def path_to_root(self, node: TreeNode) -> list[TreeNode]:
-        return self.tree.path_to_root(node)
+        size, free = (None, None) if a is None else (a.size, a.available_size())
+        tokens = self.evicted_tokens, self.evictable_tokens, self.protected_tokens
+        return DeviceStats(*tokens, size, free, self.evictions.snapshot())
 
     # ---- locks and hits ----------------------------------------------------------------------
 
@@ -133,11 +124,10 @@ class Ledger:
             )
         node.own_lock_ref -= 1 if path else 0  # the root holds no lock of its own
         moved = 0
-        # Without a lower tier, ``sync`` of a node just unlocked reduces to this: it was no
-        # member of ``leaves`` while locked (``lock`` discards it), and it is an evictable leaf
-        # now iff it is on the device and childless (``is_evictable_leaf``). With one, ``below``
-        # (the path's previous node, a child of ``n``) on the device spares the children's scan.
-        plain, add, below = self.lower is None, self.leaves.add, None
+        # ``sync`` of a node just unlocked, inline: a locked node is in no leaf set. On the
+        # device, it is an evictable leaf iff childless or (with a lower tier) without a device
+        # child (``below``, the path's previous node, on the device spares the children's scan).
+        lower, add, below = self.lower, self.leaves.add, None
         for n in path:
             n.lock_ref -= 1
             if n.lock_ref == 0:
@@ -146,11 +136,14 @@ class Ledger:
                     self.evictable_tokens += size
                     self.protected_tokens -= size
                     moved += size
-                    if plain and not n.children:
+                    if not n.children or (
+                        lower is not None
+                        and (below is None or below.slots is None)
+                        and all(c.slots is None for c in n.children.values())
+                    ):
                         add(n)
-                        continue
-                if not plain:
-                    self.sync(n, below is not None and below.slots is not None)
+                elif lower is not None:
+                    lower.refile(n)
             below = n
         return moved
 
@@ -183,12 +176,13 @@ class Ledger:
 
     def add_leaf(self, leaf: TreeNode, child_key: Any) -> None:
         """Link the new unlocked device leaf ``leaf`` (its slots its own) under its parent."""
-        assert leaf.slots is not None and leaf.parent is not None
+        parent = leaf.parent
+        assert leaf.slots is not None and parent is not None and not leaf.lock_ref
         self.tree.link_leaf(leaf, child_key)
         self.owners.take(leaf.slots)
         self.evictable_tokens += len(leaf.key)
-        self.sync(leaf.parent, True)
-        self.sync(leaf)
+        self._device_child(parent)
+        self.leaves.add(leaf)  # unlocked, on the device, childless: an evictable leaf
         if self.events is not None:
             self.events.stored(leaf, DEVICE)
 
@@ -205,12 +199,18 @@ class Ledger:
         self.sync(self.tree.unlink_leaf(node))
 
     def give_device(self, node: TreeNode, slots: Slots) -> None:
-        assert node.slots is None and node.parent is not None
+        parent = node.parent
+        assert node.slots is None and parent is not None
         self._resize(node, len(node.key))
         node.slots = slots
         self.owners.take(slots)
-        self.sync(node)
-        self.sync(node.parent, True)
+        self._device_child(parent)
+        # ``sync(node)`` inline: no device leaf before (no copy), now no lower tier's leaf
+        lower = self._lower_leaves
+        if lower is not None and node.id in lower.members:
+            lower.discard(node)
+        if not node.lock_ref and (not node.children or self.is_evictable_leaf(node)):
+            self.leaves.add(node)
         if self.events is not None:
             self.events.stored(node, DEVICE)
 
@@ -238,7 +238,9 @@ class Ledger:
         start = time.perf_counter()
         freed: list[Slots] = []
         if self.lower is None and self.events is None:
-            evicted = self._evict_plain(num_tokens, freed)
+            evicted = evict_plain(self.tree, self.leaves, num_tokens, freed)
+            self.evicted_tokens += evicted
+            self.evictable_tokens -= evicted
         else:
             evicted, pop = 0, self.leaves.pop
             while evicted < num_tokens and (node := pop()) is not None:
@@ -247,32 +249,10 @@ class Ledger:
         self.evictions.observe(time.perf_counter() - start)
         return evicted
 
-    def _evict_plain(self, num_tokens: int, freed: list[Slots]) -> int:
-        """``evict_leaf`` in a loop for a tree without a lower tier or events: a popped leaf is
-        deleted and its parent re-filed only if it became an evictable leaf; sizes settled once."""
-        evicted, root = 0, self.tree.root
-        pop, add, unlink = self.leaves.pop, self.leaves.add, self.tree.unlink_leaf
-        while evicted < num_tokens and (node := pop()) is not None:
-            slots = node.slots
-            assert slots is not None  # a member of ``leaves`` is on the device
-            freed.append(slots)
-            evicted += len(node.key)
-            parent = unlink(node)
-            if (
-                parent is not root
-                and not parent.children
-                and not parent.lock_ref
-                and parent.slots is not None
-            ):
-                add(parent)
-        self.evicted_tokens += evicted
-        self.evictable_tokens -= evicted
-        return evicted
-
     def free(self, slots: list[Slots]) -> None:
         """Give device ``slots`` (no node's now) back to the allocator as CPU indices (its
         bookkeeping is on the CPU: a free never asks the device)."""
-        slots = [s for s in slots if len(s)]
+        slots = list(filter(len, slots))  # the empty ones dropped (builtins: no Python call)
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)
@@ -292,6 +272,15 @@ class Ledger:
         self.sync(node)
         self.sync(node.parent)
         return slots
+
+    def _device_child(self, parent: TreeNode) -> None:
+        """``sync(parent, True)`` inline: with a device child, ``parent`` is a leaf of neither
+        set (a lower tier's leaves are childless; the root is in neither)."""
+        if parent.id in self.leaves.members:
+            self.leaves.discard(parent)
+        lower = self._lower_leaves
+        if lower is not None and parent.id in lower.members:
+            lower.discard(parent)
 
     def _resize(self, node: TreeNode, tokens: int) -> None:
         if node.lock_ref:

@@ -165,12 +165,12 @@ class SlotOwners:
         self._held = None if bounds is None else np.zeros(bounds[1], dtype=bool)
 
     def take(self, slots: Slots | torch.Tensor) -> None:
-        if self._held is not None:
-            self._held[_to_host(slots)] = True
+        if self._held is not None:  # stored slots (the common case) index without a call
+            self._held[slots if isinstance(slots, np.ndarray) else _to_host(slots)] = True
 
     def release(self, slots: Slots | torch.Tensor) -> None:
         if self._held is not None:
-            self._held[_to_host(slots)] = False
+            self._held[slots if isinstance(slots, np.ndarray) else _to_host(slots)] = False
 
     def held(self) -> np.ndarray | None:
         """The slots marked held, ascending (None when not tracked)."""

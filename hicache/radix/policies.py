@@ -55,6 +55,7 @@ class LeafSet:
     def __init__(self, policy: str) -> None:
         self.policy = check_policy(policy)
         self._key = EVICTION_POLICIES[policy]
+        self._lru = policy == "lru"
         # Entries are (*policy key, node.id, node); ids are unique, so nodes are never compared.
         # ``members``: every member's id -> its entry. Callers only read it: ``node.id in
         # members`` asks for membership without a call (the ledger's hot loops).
@@ -67,7 +68,10 @@ class LeafSet:
 
     def add(self, node: TreeNode) -> None:
         assert node.id not in self.members, f"node {node.id} is already in the leaf set"
-        entry = (*self._key(node), node.id, node)
+        if self._lru:  # the default policy's key, without its call
+            entry: tuple[Any, ...] = (node.last_access_time, node.id, node)
+        else:
+            entry = (*self._key(node), node.id, node)
         self.members[node.id] = entry
         if not self._tail or entry > self._tail_max:
             self._tail[node.id] = self._tail_max = entry

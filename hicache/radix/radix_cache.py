@@ -29,8 +29,8 @@ from hicache.radix.ledger import Ledger
 from hicache.radix.match import MatchResult, match_over
 from hicache.radix.node import TreeNode
 from hicache.radix.ownership import SlotOwners, check_allocator, check_insert_value
-from hicache.radix.req import CheckedReq, check_req
-from hicache.radix.slots import Slots, as_tensor, concat_slots, copy_slots
+from hicache.radix.req import CheckedReq, check_req, trusted_req
+from hicache.radix.slots import Slots, as_tensor, concat_slots
 from hicache.radix.stats import CacheStats, PrefixCounter
 from hicache.radix.tier import TierChain
 from hicache.radix.tree import RadixTree
@@ -86,8 +86,7 @@ class RadixCache(BasePrefixCache):
         self.device = check_allocator(allocator, req_to_token_pool is not None, page_size)
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool_allocator = allocator
-        self.page_size = page_size
-        self.disable = disable
+        self.page_size, self.disable = page_size, disable
         self._clock = itertools.count(1)
         self.slot_owners = SlotOwners(allocator)  # device slots held by nodes
         self.tree = RadixTree(page_size, np.empty(0, dtype=np.int64))
@@ -163,18 +162,23 @@ class RadixCache(BasePrefixCache):
     # ---- requests ----------------------------------------------------------------------------
 
     def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
-        # What can fail (validation, the allocator's free of duplicate/tail slots) runs first.
+        # What can fail (validation, the free of duplicate/tail slots) runs first; a trusted
+        # request's free cannot, and follows the insert, whose walk finds the duplicates.
         idx, row, key, present = self._check_req(req, trusted)
         if self.disable:
             self.ledger.free([row])
         else:
-            self.ledger.free([row[req.cache_protected_len : present], row[len(key) :]])
-            self._insert(key, row, req.priority)
+            protected, tail = req.cache_protected_len, len(key.token_ids)
+            if present is not None:
+                self.ledger.free([row[protected:present], row[tail:]])
+            found = self._insert(key, row, req.priority)[0]
+            if present is None:
+                self.ledger.free([row[protected:found], row[tail:]])
         assert self.req_to_token_pool is not None  # check_req refuses a cache without one
         self.req_to_token_pool.free(idx)
         req.req_pool_idx = None
         if req.last_node is not None:
-            self.dec_lock_ref(req.last_node)
+            self.ledger.unlock(req.last_node)  # ``dec_lock_ref``'s body
             req.last_node = None
 
     def cache_unfinished_req(self, req: Any, *, trusted: bool = False) -> None:
@@ -182,9 +186,12 @@ class RadixCache(BasePrefixCache):
         if self.disable:
             req.prefix_indices = concat_slots([row], self.device)
             return
-        protected, aligned = req.cache_protected_len, len(key)
-        self.ledger.free([row[protected:present]])
-        path = self._insert(key, row, req.priority)[1]
+        protected, aligned = req.cache_protected_len, len(key.token_ids)
+        if present is not None:  # as in ``cache_finished_req``
+            self.ledger.free([row[protected:present]])
+        found, path = self._insert(key, row, req.priority)
+        if present is None:
+            self.ledger.free([row[protected:found]])
         tree_indices = self._path_slots(path)
         pool = self.req_to_token_pool
         assert pool is not None  # check_req refuses a cache without one
@@ -253,8 +260,11 @@ class RadixCache(BasePrefixCache):
             self.ledger.events.cleared()
 
     def _check_req(self, req: Any, trusted: bool = False) -> CheckedReq:
-        pool, allocator = self.req_to_token_pool, self.token_to_kv_pool_allocator
-        return check_req(req, pool, self.tree, allocator, self.slot_owners, trusted=trusted)
+        pool = self.req_to_token_pool
+        if trusted and pool is not None:
+            return trusted_req(req, pool, self.tree)
+        allocator = self.token_to_kv_pool_allocator
+        return check_req(req, pool, self.tree, allocator, self.slot_owners)
 
     def _insert(
         self, key: RadixKey, value: Slots | None, priority: int
@@ -269,13 +279,13 @@ class RadixCache(BasePrefixCache):
         for node in path:
             end = pos + len(node.key)
             if node.slots is None and value is not None:
-                self.ledger.give_device(node, copy_slots(value, pos, end))
+                self.ledger.give_device(node, value[pos:end].astype(np.int64))  # a copy
             else:
                 present += end - pos
             pos = end
         if missing is not None:  # pages [pos, n) are new
             n = len(ids) - len(ids) % self.page_size
-            slots = ids[pos:n].astype(np.int64) if value is None else copy_slots(value, pos, n)
+            slots = (ids if value is None else value)[pos:n].astype(np.int64)  # a copy
             parent = path[-1] if path else self.root
             leaf = TreeNode(edge_ids(ids[pos:n]), slots, parent, key.extra_key, tick, priority)
             self.ledger.add_leaf(leaf, missing)

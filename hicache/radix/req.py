@@ -179,12 +179,13 @@ def _row_slots(table: torch.Tensor, idx: int, n: int) -> Slots:
 
 class CheckedReq(NamedTuple):
     """A validated request: its row id, an int64 copy of its row ``[kv_len]``, the key of its
-    whole pages and how many leading tokens of that key the tree holds on the device."""
+    whole pages and how many leading tokens of that key the tree holds on the device (None
+    from ``trusted_req``: not looked up, the insert's walk finds it)."""
 
     row_id: int
     row: Slots
     key: RadixKey
-    present: int
+    present: int | None
 
 
 def check_req(
@@ -193,18 +194,13 @@ def check_req(
     tree: RadixTree,
     allocator: SlotAllocator | None,
     owners: SlotOwners,
-    *,
-    trusted: bool = False,
 ) -> CheckedReq:
     """Validate ``req`` for ``cache_*_req`` against ``pool`` (the request table) and ``tree``
     (no state change; the rules are in ``BasePrefixCache.cache_finished_req``). The request's
     own slots (positions ``[cache_protected_len, kv_len)``) are checked like ``insert``'s
-    ``value`` (``radix.ownership``). ``trusted``: the engine's own request (its row, lock and
-    slots set up by ``hicache.engine``): only ``kv_len`` and its key are checked."""
+    ``value`` (``radix.ownership``). The engine's own requests take ``trusted_req``."""
     if pool is None:
         raise ValueError("cache_*_req needs a req_to_token_pool")
-    if trusted:
-        return _trusted_req(req, pool, tree)
     idx = _row_id(pool, req)
     key = kv_key(req)
     table = pool.req_to_token
@@ -225,13 +221,13 @@ def check_req(
     return CheckedReq(idx, row, aligned, present)
 
 
-def _trusted_req(req: Any, pool: Any, tree: RadixTree) -> CheckedReq:
-    """``check_req`` of a request whose row, lock and own slots the engine made: its row is
-    read, its key built (``kv_len`` checked), nothing else re-validated."""
+def trusted_req(req: Any, pool: Any, tree: RadixTree) -> CheckedReq:
+    """``check_req`` of a request whose row, lock and own slots the engine made (``trusted``
+    in ``cache_*_req``): its row is read, its key built (``kv_len`` checked), nothing else
+    re-validated nor looked up (``present`` None). ``pool`` is not None."""
     idx, key = req.req_pool_idx, kv_key(req)
     assert isinstance(idx, int) and pool.is_allocated(idx), "trusted request without a row"
-    n = len(key)
+    n = len(key.token_ids)
     aligned = key if n % tree.page_size == 0 else key[: n - n % tree.page_size]  # immutable
-    present = tree.device_prefix(aligned)[0]
     row = _row_slots(getattr(pool, "req_to_token_cpu", pool.req_to_token), idx, n)
-    return CheckedReq(idx, row, aligned, present)
+    return CheckedReq(idx, row, aligned, None)

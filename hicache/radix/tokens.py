@@ -215,14 +215,21 @@ class TokenBuffer:
         not yet held (each converted once, when first seen). Returns ``self``."""
         held = self._len - prompt_len
         if held == len(output) - 1:  # one token per decode step: the common case
-            self.append(output[held])
+            token = output[held]
+            if type(token) is int and 0 <= token <= TOKEN_MAX and self._len < len(self._buf):
+                self._buf[self._len] = token  # ``append``'s fast path, without its call
+                self._len += 1
+            else:
+                self.append(token)
         elif held < len(output):
             self.extend(output[held:])
         return self
 
     def ids(self, end: int | None = None) -> np.ndarray:
         """Read-only int32 view ``[end]`` of the first ``end`` tokens (all by default)."""
-        view = self._buf[: self._check_end(end)]
+        # the common case (an int in range) without a call
+        stop = end if type(end) is int and 0 <= end <= self._len else self._check_end(end)
+        view = self._buf[:stop]
         view.flags.writeable = False
         return view
 

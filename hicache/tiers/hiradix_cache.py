@@ -294,6 +294,7 @@ class HiRadixCache(RadixCache):
     def _insert(self, key: Any, value: Slots | None, priority: int) -> tuple[int, list[TreeNode]]:
         present, path = super()._insert(key, value, priority)
         if path:
-            self.host_tier.shed_inserted(path)
-            self.host_tier.backup_path(path[-1])
+            if self.host_tier.exclusive:  # ``shed_inserted`` is a no-op otherwise
+                self.host_tier.shed_inserted(path)
+            self.host_tier.backup_path(path[-1], path)
         return present, path

@@ -74,3 +74,24 @@ def test_cuda_durations_come_from_stream_events_without_a_sync() -> None:
     assert stats.h2d_batch_seconds.count == 1 and stats.d2h_batch_seconds.count == 1
     assert wall > 4 * GAP_S and 0 < stats.h2d_seconds < GAP_S
     assert 0 < stats.d2h_seconds < GAP_S
+
+
+def test_a_cpu_write_batch_is_timed_in_one_span_and_acked_done() -> None:
+    rig = make_rig(pages=8)
+    ctrl = rig.controller
+    slots = rig.allocator.alloc(4)
+    fill_random(rig.device_pool, slots, seed=2)
+    clock = ctrl.counters.d2h.begin_span()
+    assert isinstance(clock, float)  # on CPU a start time, no clock object
+    for node_id in (1, 2):
+        assert ctrl.write(slots[2 * (node_id - 1) : 2 * node_id], node_id=node_id) is not None
+    ctrl.start_writing()  # both writes in one batch, copied at once on CPU
+    (ack,) = ctrl.ack_write_queue
+    assert ack.node_ids == [1, 2] and ack.start_event.query() and ack.finish_event.query()
+    stats = ctrl.stats()
+    assert stats.write_batches == 1 and stats.d2h_batch_seconds.count == 1
+    assert stats.d2h_bytes == 4 * rig.host_pool.slot_bytes and stats.d2h_seconds > 0
+    ctrl.counters.d2h.end(clock, 0)  # a span of no tokens: a batch, its wall time
+    after = ctrl.stats()
+    assert after.write_batches == 2 and after.d2h_batch_seconds.count == 2
+    assert after.d2h_seconds > stats.d2h_seconds and after.d2h_bytes == stats.d2h_bytes

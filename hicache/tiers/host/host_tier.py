@@ -24,26 +24,23 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-import torch
-
 from hicache.controller import HiCacheController
 from hicache.radix.config import HiCacheConfig
-from hicache.radix.events import HOST, NodeEvents
+from hicache.radix.events import NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
-from hicache.radix.slots import concat_slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
+from hicache.tiers.host.host_backup import HostBackup
 from hicache.tiers.host.host_freeing import HostFreeing
 from hicache.tiers.host.host_loads import HostLoads
-from hicache.tiers.host.host_storage_slots import StorageSlots
 from hicache.tiers.host.in_flight import InFlight
 from hicache.tp import TPGroup
 
 T = TypeVar("T")
 
 
-class HostTier(HostFreeing, HostLoads, StorageSlots):
+class HostTier(HostFreeing, HostLoads, HostBackup):
     """Host copies of tree nodes (``TreeNode.host_slots``) in ``controller.mem_pool_host``.
 
     Parameters
@@ -70,8 +67,8 @@ class HostTier(HostFreeing, HostLoads, StorageSlots):
         self.site, self.controller, self.config = site, controller, config
         self.exclusive = config.tiering == "exclusive"
         self._backup_hits = config.backup_hits  # the config is frozen
-        self.events = events
-        self.tp = TPGroup() if tp is None else tp
+        self.events, self.tp = events, TPGroup() if tp is None else tp
+        self._solo = not self.tp.active  # one rank (or agreement off): nothing to agree
         self.leaves = LeafSet(policy)
         self._size = 0
         self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
@@ -132,84 +129,12 @@ class HostTier(HostFreeing, HostLoads, StorageSlots):
     def transfer_locks(self) -> Counter[int]:
         return Counter(n.id for nodes in self._flight.pending().values() for n in nodes)
 
-    # ---- backups -----------------------------------------------------------------------------
-
-    def backup_path(self, last: TreeNode) -> None:
-        """Back up the device nodes from the root to ``last`` whose hit count reached the
-        write policy's threshold, parents first; stop at the first the host cannot take.
-
-        A path with a node to back up has no host-only node (under inclusive tiering a
-        host-only node's ancestors are all backed up; exclusive tiering backs up nothing
-        here), so the ``evict`` a backup may run cannot delete part of it."""
-        hits = self._backup_hits
-        if hits is None:
-            return
-        todo = []
-        for node in reversed(self.site.path_to_root(last)):
-            if node.host_slots is not None:
-                continue
-            if node.slots is None or node.hit_count < hits:
-                break
-            todo.append(node)
-        if todo:
-            self._backup(todo)
-
-    def write_back(self, node: TreeNode) -> bool:
-        """Under ``write_back``, queue backups of a leaf being evicted without a host copy and
-        of its ancestors lacking one (parents first); under exclusive tiering, of that leaf
-        only. False when that does not apply or the host cannot take them all even after
-        ``evict`` (the caller then deletes the leaf); then nothing is queued, unless the host
-        pool refused an allocation it had room for: the part already queued stays locked until
-        a later call issues its writes."""
-        if node.host_slots is not None or self._backup_hits is not None:
-            return False
-        path = [node] if self.exclusive else self.site.path_to_root(node)
-        chain = [n for n in path if n.host_slots is None]
-        if not self.make_room(sum(len(n.key) for n in chain)):
-            return False
-        return self._backup(chain[::-1]) == len(chain)
-
-    def _backup(self, nodes: list[TreeNode]) -> int:
-        """Queue backups of the device nodes ``nodes`` (parents first) and lock each until its
-        ack: as many leading ones as the host pool takes on every rank, after evicting host-only
-        leaves when it is short; returns how many (nothing else changed for the rest)."""
-        pool = self.controller.mem_pool_host
-        self.make_room(sum(len(n.key) for n in nodes))
-        got = []
-        for node in nodes:
-            host = pool.alloc(len(node.key))
-            if host is None:
-                break
-            got.append(host)
-        (count,), _ = self.tp.agree([len(got)], where="host backup allocation")
-        for host in got[count:]:
-            pool.free(host)
-        for node, host in zip(nodes, got[:count], strict=False):
-            self._queue_write(node, host)
-        return count
-
-    def _queue_write(self, node: TreeNode, host: torch.Tensor) -> None:
-        assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
-        # device slots carrying their CPU copy: the backup is planned without a device read
-        slots = concat_slots([node.slots], self.controller.device)
-        self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
-        node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
-        if self.site.watch is not None:
-            self.site.watch.backed_up(node)
-        if self.events is not None:
-            self.events.stored(node, HOST)
-        n = len(node.key)
-        self._size += n
-        self._backup_tokens += n
-        self.site.lock(node)
-        self._flight.writing[node.id] = node
-
     # ---- transfers ---------------------------------------------------------------------------
 
     def poll(self) -> None:
         """Issue queued writes and process finished acks; under TP a no-op (``step`` does it)."""
-        if not self.tp.active:
-            self.step()
+        if self._solo:  # ``step``'s body
+            self._settle(self.controller.start_writing, "check_hicache_events")
 
     def step(self) -> None:
         """Issue queued writes, process the transfers every rank has finished (no wait)."""

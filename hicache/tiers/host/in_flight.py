@@ -25,6 +25,7 @@ class InFlight:
 
     def __init__(self, tp: TPGroup) -> None:
         self.tp = tp
+        self._solo = not tp.active  # one rank (or agreement off): nothing to agree
         self.writing: dict[int, TreeNode] = {}  # node id -> node, in queueing order
         self.loading: dict[int, TreeNode] = {}
         self._landed: tuple[set[int], set[int]] = (set(), set())  # ids not yet released
@@ -44,15 +45,18 @@ class InFlight:
         try:
             result = issue()
         except Exception as exc:  # passed on through the agreement, re-raised there
-            if not self.tp.active:
+            if self._solo:
                 raise
             failed = exc
         queues = (controller.ack_write_queue, controller.ack_load_queue)
-        waits = (self.writing, self.loading)
-        for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
-            for ack in pop_finished_acks(queue) if queue else ():
-                landed.update(waiting.keys() & ack.node_ids)
-        controller.counters.settle()  # the busy time of the batches that landed (no wait)
+        if queues[0] or queues[1]:  # else no batch is left whose busy time is unresolved
+            waits = (self.writing, self.loading)
+            for queue, waiting, landed in zip(queues, waits, self._landed, strict=True):
+                for ack in pop_finished_acks(queue) if queue else ():
+                    landed.update(waiting.keys() & ack.node_ids)
+            # the busy time of the batches that landed (no wait): an ack is popped only once
+            # its batch's clock has landed, so this resolves every batch whose ack is gone
+            controller.counters.settle()
         if not self.writing and not self.loading:  # so on every rank: nothing to agree
             if failed is not None:
                 raise failed
@@ -62,7 +66,9 @@ class InFlight:
             self._prefix(self.writing, wrote) if wrote else 0,
             self._prefix(self.loading, loaded) if loaded else 0,
         ]
-        (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
+        writes, loads = local
+        if not self._solo:
+            (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
         return (
             result,
             self._release(self.writing, wrote, writes) if writes else [],
@@ -97,4 +103,4 @@ class InFlight:
     def _release(waiting: dict[int, TreeNode], landed: set[int], count: int) -> list[TreeNode]:
         ids = list(waiting)[:count]
         landed.difference_update(ids)
-        return [waiting.pop(i) for i in ids]
+        return list(map(waiting.pop, ids))
