@@ -2,7 +2,7 @@
 
 On CPU every transfer is synchronous, so streams are ``None``, events are already complete and
 stream scopes are no-ops. On CUDA these are the real ``torch.cuda`` objects. Nothing here imports
-from the rest of the package but :mod:`hicache.uploads` (the pinned ring of small uploads).
+from the rest of the package.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
-
-from hicache.uploads import PinnedRing
 
 
 class EventLike(Protocol):
@@ -207,40 +205,14 @@ def unpin_tensor(tensor: torch.Tensor) -> None:
 HOST_COPY = "hicache_host_copy"  # the attribute by which a device slot tensor carries its host copy
 
 
-RING_BYTES, RING_SEGMENTS = 8 << 20, 8  # each CUDA device's pinned ring of small uploads
-_RINGS: dict[int, PinnedRing] = {}  # CUDA device index -> its ring
-
-
-def _ring(index: int) -> PinnedRing:
-    ring = _RINGS.get(index)
-    if ring is None:
-        buffer = torch.empty(RING_BYTES, dtype=torch.uint8, pin_memory=True)
-        on = torch.device("cuda", index)
-
-        def record(raw: int) -> torch.cuda.Event:
-            event = torch.cuda.Event()
-            event.record(torch.cuda.ExternalStream(raw, device=on))
-            return event
-
-        ring = _RINGS[index] = PinnedRing(buffer, RING_SEGMENTS, record)
-    return ring
-
-
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """CPU ``host`` on ``device``: ``host`` itself on the CPU; else one non-blocking copy from
-    pinned memory (no wait for the device): a piece of the device's pinned ring
-    (:class:`hicache.uploads.PinnedRing`) when it takes ``host``, else ``host`` pinned. Returned
-    carrying ``host`` (see :func:`host_copy`). ``host`` must not be written to afterwards (it
-    is the device tensor's host metadata)."""
+    pinned memory (no wait for the device), returned carrying ``host`` (see :func:`host_copy`).
+    ``host`` must not be written to afterwards (it is the device tensor's host metadata)."""
     if device.type == "cpu":
         return host
-    out = None
-    if device.type == "cuda":
-        index = torch.cuda.current_device() if device.index is None else device.index
-        out = _ring(index).upload(host, device, raw_stream(index))
-    if out is None:
-        pinned = host.pin_memory() if device.type == "cuda" else host
-        out = pinned.to(device, non_blocking=True)
+    pinned = host.pin_memory() if device.type == "cuda" else host
+    out = pinned.to(device, non_blocking=True)
     setattr(out, HOST_COPY, host)
     return out
 

@@ -21,7 +21,6 @@ LAYERS = [
     "checks",  # argument checks
     "threads",  # the wrong-thread guard
     "durations",  # duration histograms (counted by their owners, read in stats())
-    "uploads",  # the pinned ring of small host -> device uploads
     "devices",  # every CPU/CUDA difference
     "kernels",  # the transfer ops
     "pools",  # request rows, allocators, device (L1) and host (L2) pools

@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 from hicache.controller.operations import CacheOperation
-from hicache.devices import current_stream, new_event, to_device
+from hicache.devices import current_stream, new_event
 
 
 def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
@@ -88,7 +88,9 @@ def transfer_indices(
     host, order = host_order(op.host_indices, page)
     device_indices = op.device_indices
     if order is not None:
-        device_indices = device_indices.index_select(0, to_device(order, device))
+        device_indices = device_indices.index_select(
+            0, order.pin_memory().to(device, non_blocking=True)
+        )
     if not host_on_device:
         return host, device_indices
-    return to_device(host, device), device_indices
+    return host.pin_memory().to(device, non_blocking=True), device_indices

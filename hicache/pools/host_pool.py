@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from hicache.checks import check_slot_indices
-from hicache.devices import is_cuda, to_device
+from hicache.devices import is_cuda
 from hicache.pools.allocator import PageAllocator
 from hicache.pools.auto_backend import resolve as resolve_backend
 from hicache.pools.backup_staging import BackupStaging, check_staging
@@ -267,16 +267,15 @@ class HostKVPool:
         backend = resolve_backend(
             io_backend, self.layout, host_indices, device_indices, self.item_size
         )
-        # Kernels run where the device pool lives (CPU host indices uploaded from pinned memory,
-        # ``to_device``: a copy from pageable memory may wait for the stream); direct ops plan
-        # their runs on the CPU and so
+        # Kernels run where the device pool lives (CPU host indices pinned first: a copy from
+        # pageable memory may wait for the stream); direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
         target = device_pool.device
         if backend == "kernel" and staging is not None and staging.suits(host_indices):
             return "staged", host_indices, device_indices.to(target, non_blocking=True)
         if backend == "kernel":
             if is_cuda(target) and host_indices.device.type == "cpu":
-                host_indices = to_device(host_indices, target)
+                host_indices = host_indices.pin_memory()
             return (
                 backend,
                 host_indices.to(target, non_blocking=True),
