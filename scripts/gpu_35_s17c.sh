@@ -15,17 +15,7 @@ P="python3 -m pytest -q -o addopts= -rfE -p no:cacheprovider"
 PYTHONPATH=$PWD timeout 250 $P -m "not slow and not mooncake" tests/test_uploads.py \
   tests/test_devices.py tests/kernels tests/pools tests/controller tests/radix tests/engine \
   > "$OUT/c_tests.log" 2>&1
-if [ -f before.tar ]; then
-  mkdir -p /tmp/before && tar -xf before.tar -C /tmp/before
-  (cd /tmp/before && python3 setup.py -q build_ext --inplace > /dev/null 2>&1)
-  for i in 1 2; do
-    for tree in /tmp/before "$PWD"; do
-      echo "--- $tree" >> "$OUT/c_bench.log"
-      (cd "$tree" && PYTHONPATH=$tree timeout 40 python3 benchmarks/bench_control_plane.py \
-        --device cuda --tp 1 --steps 100 2>&1 | grep "^  1 ") >> "$OUT/c_bench.log"
-    done
-  done
-fi
+[ -f before.tar ] && bash scripts/gpu_35_vs_before.sh 2 > "$OUT/c_bench.log" 2>&1
 DEVICE=cuda OUT=$OUT timeout 40 bash scripts/gpu_35_prof.sh > /dev/null 2>&1
 echo "=== no sync"; cat "$OUT/c_nosync.log"
 echo "=== tests"; grep -E "passed|failed|FAILED|ERROR" "$OUT/c_tests.log" | tail -15
