@@ -201,10 +201,10 @@ class HiCacheController:
 
         The write stream first waits (GPU-side) for the current compute stream, so the backup
         sees the KV written by kernels queued before this call. Returns at once when the write
-        queue is empty. On error the queue is left as it was. Never blocks: with the direct
-        or auto backend on CUDA a write whose device indices are not yet on the CPU starts their
-        asynchronous copy and stays queued, with the writes after it, until a later call
-        finds the copy landed (``drain`` waits for it).
+        queue is empty. On error the queue is left as it was. Never blocks: with the direct or
+        auto backend on CUDA a write whose device indices are not yet on the CPU starts their
+        asynchronous copy and stays queued, with the writes after it, until a later call finds
+        the copy landed (``drain`` waits for it).
         """
         if self._pending is not None:  # ``issue_pending``, without a call when idle
             self.issue_pending()
@@ -213,8 +213,7 @@ class HiCacheController:
         backend = self.config.io_backend
         ready = issue.ready_writes(self.write_queue, backend, self.write_stream, self.device)
         if ready:
-            queue = self.write_queue
-            op = queue[0] if ready == 1 else CacheOperation.merge(queue[:ready])
+            op = CacheOperation.merge(self.write_queue[:ready])  # a lone write as it is
             pools = (self.mem_pool_device, self.mem_pool_host)
             path = (self.write_stream, pools, backend, self.counters, self.integrity)
             self.ack_write_queue.append(issue.issue_write(op, *path, self.staging))
@@ -229,14 +228,12 @@ class HiCacheController:
         Blocks the CPU only when every ring slot still holds a batch in flight (it waits for the
         oldest). On error the queue is left as it was.
 
-        Returns the batch's producer index (ring slot) for ``set_consumer``; -1 when the load
-        queue was empty (nothing issued)."""
+        Returns the batch's producer index (ring slot) for ``set_consumer``; -1: none queued."""
         if self._pending is not None:  # (``issue_pending``, inline on the per-step path)
             self.issue_pending()
-        queue = self.load_queue
-        if not queue:
+        if not self.load_queue:
             return -1
-        op = queue[0] if len(queue) == 1 else CacheOperation.merge(queue)
+        op = CacheOperation.merge(self.load_queue)  # a lone load as it is
         wait_for_compute(self.load_stream, self.device)
         producer = issue.claim_ring_slot(self.layer_done_counter, self.counters)
         pools = (self.mem_pool_device, self.mem_pool_host)

@@ -1,11 +1,10 @@
 """RadixCache: the device-tier radix tree over KV slots (contract in ``base.BasePrefixCache``).
 
-A composition of two collaborators that own their state: ``tree`` (a ``RadixTree``: nodes,
-walking, splitting) and ``ledger`` (a ``Ledger``: sizes, the evictable set, locks, device
-copies). A node's ``key`` is an int32 numpy array of whole pages and ``slots`` its device slots
-(stored form of ``slots.Slots``; the tensor-typed ``value`` property is for callers).
-``HiRadixCache`` attaches a lower tier to the ledger; the code here already handles nodes
-without a device copy (``match_prefix`` walks them, ``insert`` gives them the caller's slots).
+Two collaborators own the state: ``tree`` (a ``RadixTree``: nodes, walking, splitting) and
+``ledger`` (a ``Ledger``: sizes, the evictable set, locks, device copies). A node's ``key`` is
+an int32 numpy array of whole pages, ``slots`` its device slots (``slots.Slots``; ``value`` is
+the tensor form). ``HiRadixCache`` attaches a lower tier to the ledger; nodes without a device
+copy are handled here (``match_prefix`` walks them, ``insert`` gives them the caller's slots).
 """
 
 from __future__ import annotations
@@ -162,18 +161,11 @@ class RadixCache(BasePrefixCache):
     # ---- requests ----------------------------------------------------------------------------
 
     def cache_finished_req(self, req: Any, *, trusted: bool = False) -> None:
-        # What can fail (validation, the free of duplicate/tail slots) runs first; a trusted
-        # request's free cannot, and follows the insert, whose walk finds the duplicates.
         idx, row, key, present = self._check_req(req, trusted)
         if self.disable:
             self.ledger.free([row])
         else:
-            protected, tail = req.cache_protected_len, len(key.token_ids)
-            if present is not None:
-                self.ledger.free([row[protected:present], row[tail:]])
-            found = self._insert(key, row, req.priority)[0]
-            if present is None:
-                self.ledger.free([row[protected:found], row[tail:]])
+            self._insert_row(req, key, row, present, len(key.token_ids))
         assert self.req_to_token_pool is not None  # check_req refuses a cache without one
         self.req_to_token_pool.free(idx)
         req.req_pool_idx = None
@@ -187,11 +179,7 @@ class RadixCache(BasePrefixCache):
             req.prefix_indices = concat_slots([row], self.device)
             return
         protected, aligned = req.cache_protected_len, len(key.token_ids)
-        if present is not None:  # as in ``cache_finished_req``
-            self.ledger.free([row[protected:present]])
-        found, path = self._insert(key, row, req.priority)
-        if present is None:
-            self.ledger.free([row[protected:found]])
+        path = self._insert_row(req, key, row, present, len(row))
         tree_indices = self._path_slots(path)
         pool = self.req_to_token_pool
         assert pool is not None  # check_req refuses a cache without one
@@ -207,11 +195,9 @@ class RadixCache(BasePrefixCache):
     # ---- whole tree --------------------------------------------------------------------------
 
     def reset(self) -> None:
-        if self.ledger.protected_tokens:
-            raise ValueError(
-                f"reset: {self.ledger.protected_tokens} tokens are locked by live requests; "
-                "finish or release them first"
-            )
+        if locked := self.ledger.protected_tokens:
+            msg = f"reset: {locked} tokens are locked by live requests; "
+            raise ValueError(msg + "finish or release them first")
         self._clear()
 
     @property
@@ -258,6 +244,18 @@ class RadixCache(BasePrefixCache):
         self.ledger.clear()
         if self.ledger.events is not None:
             self.ledger.events.cleared()
+
+    def _insert_row(
+        self, req: Any, key: RadixKey, row: Slots, present: int | None, end: int
+    ) -> list[TreeNode]:
+        """Insert ``row``; free its slots the tree held and ``row[end:]`` (first if ``present``)."""
+        protected = req.cache_protected_len
+        if present is not None:
+            self.ledger.free([row[protected:present], row[end:]])
+        found, path = self._insert(key, row, req.priority)
+        if present is None:
+            self.ledger.free([row[protected:found], row[end:]])
+        return path
 
     def _check_req(self, req: Any, trusted: bool = False) -> CheckedReq:
         pool = self.req_to_token_pool
