@@ -25,6 +25,23 @@ POOL_CALLS = "alloc free available_size write".split()
 TP_CALLS = ("agree",)
 
 
+def metered_calls(engine: Any) -> list[tuple[Any, str, str]]:
+    """``(owner, name, label)`` of every call a :class:`CacheMeter` meters on ``engine``, label
+    ``cache.<name>``, ``alloc.<name>``, ``req.<name>`` or ``tp.<name>``."""
+    parts = (
+        (engine.cache, "cache", CACHE_CALLS),
+        (engine.allocator, "alloc", POOL_CALLS),
+        (engine.req_to_token_pool, "req", POOL_CALLS),
+        (engine.tp, "tp", TP_CALLS),
+    )
+    return [
+        (part, name, f"{label}.{name}")
+        for part, label, names in parts
+        for name in names
+        if hasattr(part, name)
+    ]
+
+
 class CacheMeter:
     """Seconds spent inside ``engine``'s cache, pools and TP group so far (``seconds``), and
     inside its TP agreements (``agree_seconds``, part of ``seconds``)."""
@@ -32,16 +49,8 @@ class CacheMeter:
     def __init__(self, engine: Any) -> None:
         self.seconds = self.agree_seconds = 0.0
         self._depth = 0
-        parts = (
-            (engine.cache, CACHE_CALLS),
-            (engine.allocator, POOL_CALLS),
-            (engine.req_to_token_pool, POOL_CALLS),
-            (engine.tp, TP_CALLS),
-        )
-        for part, names in parts:
-            for name in names:
-                if hasattr(part, name):
-                    setattr(part, name, self._timed(getattr(part, name), name in TP_CALLS))
+        for part, name, _ in metered_calls(engine):
+            setattr(part, name, self._timed(getattr(part, name), name in TP_CALLS))
 
     def _timed(self, call: Callable[..., Any], agreement: bool) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:

@@ -91,10 +91,12 @@ def is_cuda(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda"
 
 
-def new_event(device: torch.device | str) -> EventLike:
-    """A fresh event: a CUDA event on CUDA, a completed no-op event on CPU."""
+def new_event(device: torch.device | str, timing: bool = False) -> EventLike:
+    """A fresh event: a CUDA event on CUDA (``timing``: one ``elapsed_time`` can read, as the
+    transfer counters do of a batch's start and finish events), a completed no-op event on
+    CPU."""
     cuda = device.type == "cuda" if isinstance(device, torch.device) else is_cuda(device)
-    return torch.cuda.Event() if cuda else CompletedEvent()
+    return torch.cuda.Event(enable_timing=timing) if cuda else CompletedEvent()
 
 
 def new_stream(device: torch.device | str, urgent: bool = False) -> torch.cuda.Stream | None:

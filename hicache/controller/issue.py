@@ -136,17 +136,21 @@ def issue_write(
     """Back ``op`` up (every layer) on ``stream`` after the compute stream, a kernel batch
     through ``staging`` when its host runs suit it (``HostKVPool`` decides); its ack. On the
     CPU (``stream`` None) the copy is synchronous: no stream to enter, its events done."""
-    path = (pools, io_backend, counters, integrity, staging)
+    path = (pools, io_backend, integrity, staging)
+    tokens = op.host_indices.numel()
     if stream is None:
+        mark = counters.d2h.begin_span()
         _backup_batch(op, None, *path)
+        counters.d2h.end(mark, tokens)
         return HiCacheAck(COMPLETED, COMPLETED, op.node_ids)
     device = torch.device(pools[0].device)
-    start, finish = new_event(device), new_event(device)
+    start, finish = new_event(device, timing=True), new_event(device, timing=True)
     wait_for_compute(stream, device)
     with stream_scope(stream):
         start.record(stream)
         _backup_batch(op, stream, *path)
         finish.record(stream)
+    counters.d2h.end(counters.d2h.begin_span(start), tokens, finish)  # the batch's own events
     return HiCacheAck(start, finish, op.node_ids)
 
 
@@ -155,14 +159,12 @@ def _backup_batch(
     stream: torch.cuda.Stream | None,
     pools: tuple[DevicePool, HostPool],
     io_backend: str,
-    counters: TransferCounters,
     integrity: PageIntegrity | None,
     staging: BackupStaging | None,
 ) -> None:
-    """``issue_write``'s copies, on the current stream (``stream``, entered), timed."""
+    """``issue_write``'s copies, on the current stream (``stream``, entered)."""
     device_pool, host_pool = pools
     device = torch.device(device_pool.device)
-    mark = counters.d2h.begin_span()
     backend = batch_backend(io_backend, host_pool, op)
     # a kernel batch with a staging buffer keeps its host indices on the CPU: the host pool
     # decides there whether the batch suits the buffer (and moves them when it does not)
@@ -171,7 +173,6 @@ def _backup_batch(
     host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
     extra = {"staging": staging} if staged else {}  # the contract's call otherwise
     host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
-    counters.d2h.end(mark, op.host_indices.numel())
     if integrity is not None:
         integrity.record(op.host_indices, op.device_indices)
 
@@ -204,14 +205,14 @@ def issue_load(
     finish = batch.finish_event
     with stream_scope(stream):
         batch.start_event.record(stream)
-        mark = counters.h2d.begin()
+        mark = counters.h2d.begin(batch.start_event)
         backend = batch_backend(config.io_backend, host_pool, op)
         host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size)
         plan = host_pool.plan_load(device_pool, host, dev, backend)
 
     def on_done() -> None:
-        counters.h2d.end(mark, len(op))
         finish.record(stream)
+        counters.h2d.end(mark, len(op), finish)
 
     layers = plan.num_layers  # a composite pool's: every global layer, linear ones too
     ahead = layers if config.layers_ahead is None else config.layers_ahead

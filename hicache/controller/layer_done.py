@@ -62,7 +62,8 @@ class LayerLoadingEvent:
     load_events : ``num_layers`` events; event ``l`` is recorded once layer ``l`` of the batch
         has been issued on the load stream.
     start_event, finish_event : recorded on the load stream before the first and after the last
-        layer. ``finish_event.query()`` tells whether the whole batch has landed (an event never
+        layer; timing events (the transfer counters time the batch between them).
+        ``finish_event.query()`` tells whether the whole batch has landed (an event never
         recorded counts as complete; a deferred batch's is a ``DeferredFinish``, see
         :meth:`defer`).
     issue : the :class:`~hicache.controller.layer_issue.LayerIssue` issuing the batch's later
@@ -80,8 +81,8 @@ class LayerLoadingEvent:
         if layer_events is None:
             layer_events = [new_event(self.device) for _ in range(num_layers)]
         self.load_events: list[EventLike] = layer_events
-        self.start_event: EventLike = new_event(self.device)
-        self.finish_event: EventLike = new_event(self.device)
+        self.start_event: EventLike = new_event(self.device, timing=True)  # the batch's span
+        self.finish_event: EventLike = new_event(self.device, timing=True)
         self.issue: LayerIssue | None = None
 
     def renewed(self) -> LayerLoadingEvent:
@@ -91,7 +92,8 @@ class LayerLoadingEvent:
         batch = LayerLoadingEvent.__new__(LayerLoadingEvent)
         batch.num_layers, batch.device, batch.issue = self.num_layers, self.device, None
         batch.load_events = self.load_events
-        batch.start_event, batch.finish_event = new_event(self.device), new_event(self.device)
+        batch.start_event = new_event(self.device, timing=True)
+        batch.finish_event = new_event(self.device, timing=True)
         return batch
 
     def defer(self, issue: LayerIssue) -> None:

@@ -35,7 +35,8 @@ class LayerIssue:
     num_layers : layers of the device pool.
     stream : the load stream (None on CPU).
     complete : records layer ``l``'s event on ``stream`` (``LayerLoadingEvent.complete``).
-    on_done : runs once, in ``stream``'s scope, after the last layer (the batch's end events).
+    on_done : runs once, in ``stream``'s scope, after the last layer: records the batch's
+        finish event and ends ``clock`` at it.
     ahead : layers kept issued beyond the one a forward pass waits for (``reach``).
     clock : the batch's busy time (``BusyClock.begin``): each call that issues layers is a
         span of it, so the stream's idle time between deferred issues is not counted.
@@ -73,15 +74,16 @@ class LayerIssue:
         if stop <= self.issued:
             return
         with stream_scope(self._stream):
-            self._clock.resume()
+            self._clock.resume(self._stream)
             while self.issued < stop:
                 self._plan.run(self.issued)
                 self._complete(self.issued, self._stream)
                 self.issued += 1
-            self._clock.pause()
             self.done = self.issued == self.num_layers
             if self.done:
-                self._on_done()
+                self._on_done()  # closes the clock's span at the batch's finish event
+            else:
+                self._clock.pause(self._stream)
 
     def reach(self, layer: int) -> None:
         """Before a forward pass waits for ``layer``: issue through ``layer + ahead``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,8 +67,9 @@ class TransferStats:
 
 class BatchClock:
     """The busy time of one batch: the sum of its spans, each opened by :meth:`resume` and
-    closed by :meth:`pause` on the batch's stream (the current one; call both inside its stream
-    scope). CUDA timing events on ``cuda``, wall time otherwise."""
+    closed by :meth:`pause` on the batch's stream. CUDA timing events on ``cuda`` (recorded on
+    the stream given, or given already recorded: a batch's own start and finish events serve,
+    so timing adds no event of its own), wall time otherwise."""
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
@@ -75,26 +77,25 @@ class BatchClock:
         self.spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._open: float | torch.cuda.Event | None = None
 
-    def resume(self) -> None:
-        """Open a span (a no-op while one is open)."""
+    def resume(self, stream: torch.cuda.Stream | None = None, opened: Any = None) -> None:
+        """Open a span (a no-op while one is open): at ``opened`` (a timing event just recorded
+        on the batch's stream) or at a new event recorded on ``stream`` (CUDA; the current
+        stream when None)."""
         if self._open is not None:
             return
         if not self.cuda:
             self._open = time.perf_counter()
             return
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        self._open = start
+        self._open = opened if opened is not None else _recorded(stream)
 
-    def pause(self) -> None:
-        """Close the open span (a no-op when none is open)."""
+    def pause(self, stream: torch.cuda.Stream | None = None, closed: Any = None) -> None:
+        """Close the open span (a no-op when none is open), at ``closed`` or a new event on
+        ``stream``, as :meth:`resume`."""
         start, self._open = self._open, None
         if isinstance(start, float):
             self.seconds += time.perf_counter() - start
         elif start is not None:
-            finish = torch.cuda.Event(enable_timing=True)
-            finish.record()
-            self.spans.append((start, finish))
+            self.spans.append((start, closed if closed is not None else _recorded(stream)))
 
     def landed(self) -> bool:
         """Whether every closed span has run (never blocks; spans on one stream run in order)."""
@@ -108,6 +109,12 @@ class BatchClock:
         return self.seconds + gpu_ms / 1e3
 
 
+def _recorded(stream: torch.cuda.Stream | None) -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(stream)
+    return event
+
+
 class BusyClock:
     """Bytes, batches and busy seconds of one direction's batches on ``device``; a token
     moves ``token_bytes`` (every layer)."""
@@ -119,25 +126,27 @@ class BusyClock:
         self.durations = DurationHistogram()
         self._pending: deque[BatchClock] = deque()
 
-    def begin(self) -> BatchClock:
-        """A new batch's clock with its first span open on the current stream (call inside
-        its stream scope)."""
+    def begin(self, opened: Any = None) -> BatchClock:
+        """A new batch's clock with its first span open: at ``opened`` on CUDA (the batch's
+        start event, a timing event just recorded on its stream), else at a new event on the
+        current stream (call inside the batch's stream scope)."""
         clock = BatchClock(self.cuda)
-        clock.resume()
+        clock.resume(opened=opened)
         return clock
 
-    def begin_span(self) -> BatchClock | float:
+    def begin_span(self, opened: Any = None) -> BatchClock | float:
         """``begin`` of a batch timed in one span (no ``resume``/``pause`` between): on CPU
         just its start's wall time (no clock object)."""
-        return self.begin() if self.cuda else time.perf_counter()
+        return self.begin(opened) if self.cuda else time.perf_counter()
 
-    def end(self, clock: BatchClock | float, tokens: int) -> None:
-        """Close the batch ``begin`` or ``begin_span`` opened (its open span on the same
-        stream) that moved ``tokens``."""
+    def end(self, clock: BatchClock | float, tokens: int, closed: Any = None) -> None:
+        """Close the batch ``begin`` or ``begin_span`` opened that moved ``tokens``: its open
+        span at ``closed`` on CUDA (the batch's finish event, just recorded on its stream),
+        else at a new event on the current stream."""
         if isinstance(clock, float):  # ``begin_span`` on CPU: its one span ends now
             self._done(time.perf_counter() - clock)
         else:
-            clock.pause()
+            clock.pause(closed=closed)
         self.bytes += tokens * self.token_bytes
         self.batches += 1
         if isinstance(clock, BatchClock):

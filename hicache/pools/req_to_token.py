@@ -148,11 +148,9 @@ class ReqToTokenPool(ThreadBound):
             return
         if isinstance(cols, torch.Tensor) and isinstance(host_cols, np.ndarray):
             cols = cols.to(self.device) if cols.is_cuda else _on(host_cols, self.device)
-        if isinstance(values, torch.Tensor) and isinstance(host, np.ndarray):
-            values = (
-                values.to(self.device, torch.int32) if values.is_cuda else _on(host, self.device)
-            )
-        self.req_to_token[row, cols] = values
+        if isinstance(values, torch.Tensor) and isinstance(host, np.ndarray) and not values.is_cuda:
+            values = _on(host, self.device)
+        self.req_to_token[row, cols] = values  # one copy, casting a CUDA tensor's slot ids
 
     def clear(self) -> None:
         """Every row free."""
