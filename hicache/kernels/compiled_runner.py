@@ -38,6 +38,13 @@ def _hooked(hook: object) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+def hooked() -> bool:
+    """Whether a Triton launch hook (a profiler) is set now."""
+    hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
+    names = ("launch_enter_hook", "launch_exit_hook")
+    return any(_hooked(getattr(hooks, name, None)) for name in names)
+
+
 def _no_stream(index: int) -> int:
     return 0  # a stand-in kernel on CPU tensors (tests): no stream
 
@@ -50,9 +57,7 @@ def direct(
     it. The runner itself when ``kernel`` lacks those parts, or when a launch hook (a profiler)
     is set at bind time: the hooks then see every launch."""
     runner: Callable[..., None] = kernel[grid]
-    hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
-    names = ("launch_enter_hook", "launch_exit_hook")
-    if any(_hooked(getattr(hooks, name, None)) for name in names):
+    if hooked():
         return runner
     try:
         launch, function, metadata = kernel.run, kernel.function, kernel.packed_metadata

@@ -15,7 +15,7 @@ Kernels compile lazily per geometry and Triton caches them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -23,9 +23,11 @@ import triton
 import triton.language as tl
 from triton.compiler import CompiledKernel
 
-from hicache.kernels.compiled_runner import SpecKey, direct, int_class, spec_key
+from hicache.kernels.compiled_runner import SpecKey, direct, hooked, int_class, spec_key
 from hicache.kernels.layouts import CopyPlan, Operand
 from hicache.kernels.transfer_kernel import transfer_kernel
+
+Grid = tuple[int, int, int]
 
 ACCESSES_PER_THREAD = 4  # 16-byte loads in flight per thread: 64 KiB per 32-warp program
 THREADS_PER_WARP = 32
@@ -130,6 +132,7 @@ class Prepared(NamedTuple):
     num_warps: int
     device: torch.device
     kernels: dict[SpecKey, CompiledKernel]
+    runners: dict[tuple[SpecKey, Grid], Callable[..., None]]  # ``direct`` of a kernel and grid
 
 
 def prepare(
@@ -175,6 +178,7 @@ def prepare(
         num_warps,
         plan.device,
         {},
+        {},
     )
 
 
@@ -202,7 +206,19 @@ class Launcher:
         # the key of the kernel serving every layer; None: bind every launch
         self._key = spec_key(src, dst, plan.num_items) if prepared.reuse else None
         known = None if self._key is None else prepared.kernels.get(self._key)
-        self._compiled = None if known is None else direct(known, self._grid, prepared.device)
+        self._compiled = None if known is None else self._direct(known)
+
+    def _direct(self, kernel: CompiledKernel) -> Callable[..., None]:
+        """``direct(kernel, grid)``, bound once per specialization and grid of ``prepared``;
+        bound again for every batch while a launch hook is set (the hooks then see each one)."""
+        assert self._key is not None
+        runners, key = self.prepared.runners, (self._key, self._grid)
+        if hooked():
+            return direct(kernel, self._grid, self.prepared.device)
+        runner = runners.get(key)
+        if runner is None:
+            runner = runners[key] = direct(kernel, self._grid, self.prepared.device)
+        return runner
 
     def run(self, j: int) -> None:
         """Launch with ``layers[j]`` on the current stream (of ``plan.device``: the device is
@@ -225,11 +241,12 @@ class Launcher:
             except (TypeError, IndexError):  # a Triton whose compiled kernels take other
                 if self._key is not None:  # arguments: bind every launch, keep none
                     self.prepared.kernels.pop(self._key, None)
+                    self.prepared.runners.pop((self._key, self._grid), None)
                 self._compiled = self._key = None
         kernel = transfer_kernel[self._grid](*args, num_warps=self.prepared.num_warps)
         if self._key is not None and isinstance(kernel, CompiledKernel):  # None: interpreting
             self.prepared.kernels[self._key] = kernel
-            self._compiled = direct(kernel, self._grid, self.prepared.device)
+            self._compiled = self._direct(kernel)
 
 
 class PreparedLaunches:

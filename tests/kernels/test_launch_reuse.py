@@ -104,6 +104,29 @@ def test_a_planner_binds_once_per_specialization_across_batches(monkeypatch, fai
         assert kinds == [first, ["compiled"] * LAYERS, first]
 
 
+@interpreted
+@pytest.mark.parametrize("hook", [False, True])
+def test_a_direct_runner_is_bound_once_per_grid_unless_a_hook_is_set(monkeypatch, hook) -> None:
+    """Batches of one specialization and grid share one ``direct`` runner; while a launch
+    hook (a profiler) is set each batch gets its own (``direct`` then hands the hooked
+    runner out)."""
+    calls: list = []
+    bound: list = []
+    monkeypatch.setattr(triton_ops, "transfer_kernel", FakeJit(FakeCompiled(calls, False)))
+    real = triton_ops.direct
+    monkeypatch.setattr(triton_ops, "direct", lambda *a: bound.append(a[1]) or real(*a))
+    monkeypatch.setattr(triton_ops, "hooked", lambda: hook)
+    planner = _planner()
+    with dispatch.force_backend("triton"):
+        for src_idx in (SRC_IDX, SRC_IDX.flip(0), SRC_IDX[:4], SRC_IDX.flip(0)[:4]):
+            plan = planner.plan(src_idx, DST_IDX[: len(src_idx)])
+            for layer in range(LAYERS):
+                plan.run(layer)
+    assert len({grid for _, grid, _ in calls}) == 1  # one grid, one specialization
+    assert [kind for kind, _, _ in calls].count("bind") == 1  # Triton's binding: once
+    assert len(bound) == (4 if hook else 1)  # the direct runner: per batch only while hooked
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_planner_batches_share_one_binding_and_land_their_bytes(monkeypatch) -> None:
     """On the GPU: three batches of one planner bind Triton's kernel once; each lands exactly
