@@ -104,4 +104,4 @@ class HostBackup(StorageSlots):
         self._size += n
         self._backup_tokens += n
         self.site.lock(node)
-        self._flight.writing[node.id] = node
+        self._flight.queue_write(node)
