@@ -104,4 +104,5 @@ class HostBackup(StorageSlots):
         self._size += n
         self._backup_tokens += n
         self.site.lock(node)
-        self._flight.queue_write(node)
+        self._flight.writing[node.id] = node
+        self._flight.queued_tokens[node.id] = n

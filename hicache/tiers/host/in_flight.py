@@ -27,7 +27,7 @@ class InFlight:
         self.tp = tp
         self._solo = not tp.active  # one rank (or agreement off): nothing to agree
         self.writing: dict[int, TreeNode] = {}  # node id -> node, in queueing order
-        self._tokens: dict[int, int] = {}  # writing node id -> its tokens when queued
+        self.queued_tokens: dict[int, int] = {}  # writing node id -> its tokens when queued
         self.loading: dict[int, TreeNode] = {}
         self._landed: tuple[set[int], set[int]] = (set(), set())  # ids not yet released
 
@@ -72,13 +72,8 @@ class InFlight:
             (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
         written = self._release(self.writing, wrote, writes) if writes else []
         for node in written:
-            del self._tokens[node.id]
+            del self.queued_tokens[node.id]
         return result, written, self._release(self.loading, loaded, loads) if loads else []
-
-    def queue_write(self, node: TreeNode) -> None:
-        """Record the write of ``node`` just queued (released by ``settle`` once it landed)."""
-        self.writing[node.id] = node
-        self._tokens[node.id] = len(node.key)
 
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack, in queueing order."""
@@ -90,7 +85,7 @@ class InFlight:
         nodes = []
         for node_id, node in self.writing.items():
             piece: TreeNode | None = node
-            left = self._tokens[node_id]
+            left = self.queued_tokens[node_id]
             while left > 0 and piece is not None:
                 nodes.append(piece)
                 left -= len(piece.key)
@@ -104,7 +99,7 @@ class InFlight:
 
     def clear(self) -> None:
         self.writing.clear()
-        self._tokens.clear()
+        self.queued_tokens.clear()
         self.loading.clear()
         for landed in self._landed:
             landed.clear()
