@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -51,10 +52,14 @@ class CallRunner:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._abandoned: dict[Future[Any], torch.Tensor | None] = {}
+        self._running: dict[threading.Thread, Future[Any]] = {}  # worker -> its call
         self._closed = False
-        for i in range(workers):
-            name_i = f"hicache-{name}-{i}"
-            threading.Thread(target=self._serve, name=name_i, daemon=True).start()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"hicache-{name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def run(self, fn: Callable[[], T], slots: torch.Tensor | None = None) -> tuple[bool, T | None]:
         """``(True, fn())`` when ``fn`` returns within the deadline (its exception propagates),
@@ -83,13 +88,21 @@ class CallRunner:
         return torch.cat(held) if held else torch.empty(0, dtype=torch.int64)
 
     def close(self) -> None:
-        """Stop the idle workers (those stuck in an abandoned call end when it returns);
-        later calls are refused (idempotent)."""
+        """Stop the workers and wait (at most ``timeout_s`` in all) for those not stuck in an
+        abandoned call (those end when it returns); later calls are refused (idempotent). So
+        no worker of a closed runner is left running at interpreter exit, where a daemon
+        thread still running aborts the process."""
         if self._closed:
             return
         self._closed = True
         for _ in range(self.workers):
             self._jobs.put(None)
+        with self._lock:
+            stuck = set(self._abandoned)
+        deadline = time.monotonic() + self.timeout_s
+        for thread in self._threads:
+            if self._running.get(thread) not in stuck:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _abandon(self, future: Future[Any], slots: torch.Tensor | None) -> None:
         with self._lock:
@@ -101,14 +114,18 @@ class CallRunner:
             self._abandoned.pop(future, None)
 
     def _serve(self) -> None:
+        me = threading.current_thread()
         while (job := self._jobs.get()) is not None:
             future, fn = job
             if not future.set_running_or_notify_cancel():
                 continue
+            self._running[me] = future
             try:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the waiting caller
                 future.set_exception(exc)
+            finally:
+                del self._running[me]
 
 
 def touches(slots: torch.Tensor | None, held: torch.Tensor) -> bool:

@@ -224,11 +224,10 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
             self.storage_tier.backups.state_gained(path[-1])
 
     def _swa_candidates(self) -> Any:
-        """Nodes no transfer reads or writes: a pending write reads the node's SWA slots, a
-        pending load writes its chain's."""
-        pending = self.host_tier.pending()
-        busy = {n.id for n in pending["write"]}
-        for last in pending["load"]:
+        """Nodes no transfer reads or writes: a pending write reads its node's SWA slots (and
+        those of the nodes a split has put above it since), a pending load writes its chain's."""
+        busy = {n.id for n in self.host_tier.writing()}
+        for last in self.host_tier.pending()["load"]:
             busy.update(n.id for n in self.tree.path_to_root(last))
         return (n for n in self.tree.nodes() if n.id not in busy)
 

@@ -7,7 +7,7 @@ import torch
 
 from hicache.backends import MemoryStorage, StorageConfig
 from hicache.radix import HiCacheConfig, RadixKey
-from hicache.radix.components import host_state_of, is_tombstoned
+from hicache.radix.components import host_state_of, host_swa_gone, is_tombstoned
 from tests.radix.hybrid_host_rig import HybridHostRig
 
 PATTERNS = ["FSL", "FL", "FS", "SL"]
@@ -63,6 +63,28 @@ def test_a_node_tombstoned_before_its_backup_comes_back_tombstoned() -> None:
     _, slots, node = rig.load([1, 2, 3, 4, 5, 6, 7, 8])
     assert slots.numel() == 8 and is_tombstoned(upper.comp) and not is_tombstoned(node.comp)
     assert rig.cache.match_prefix(RadixKey([1, 2, 3, 4])).device_prefix_len == 0
+    rig.check()
+
+
+def test_a_split_of_a_node_being_written_keeps_its_swa_kv_until_the_write_lands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = HybridHostRig("FS", window=4, load_back_threshold=0)
+    ctrl = rig.cache.cache_controller
+    issue = ctrl.start_writing
+    monkeypatch.setattr(ctrl, "start_writing", lambda: None)  # the backup stays queued
+    ids = list(range(1, 9))
+    _, kv, _ = rig.put(ids)
+    lower = rig.cache.match_prefix(RadixKey(ids)).last_device_node
+    upper = rig.cache.match_prefix(RadixKey(ids[:4])).last_device_node  # splits it
+    assert upper is lower.parent and ctrl.write_queue
+    assert rig.cache.evict_swa(8) == 0  # the queued write still reads both halves' SWA KV
+    monkeypatch.setattr(ctrl, "start_writing", issue)
+    rig.evict_all()
+    _, slots, node = rig.load(ids[:4])
+    assert node is upper and slots.numel() == 4 and not host_swa_gone(upper.comp)
+    for layer, keys in kv.items():  # the SWA layer's host copy is the one written
+        torch.testing.assert_close(rig.read_keys(layer, slots), keys[:4], rtol=0, atol=0)
     rig.check()
 
 

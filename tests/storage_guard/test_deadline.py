@@ -89,6 +89,21 @@ def test_runner_refuses_at_once_when_every_worker_is_stuck_or_closed() -> None:
     assert runner.run(lambda: 3) == (False, None)
 
 
+def alive(name: str) -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith(f"hicache-{name}-"))
+
+
+def test_close_waits_for_its_workers_but_the_one_stuck_in_an_abandoned_call() -> None:
+    runner, gate = CallRunner(0.2, 3, "closing"), threading.Event()
+    assert runner.run(lambda: 1) == (True, 1)
+    assert runner.run(lambda: gate.wait(30)) == (False, None)
+    began = time.monotonic()
+    runner.close()  # no worker of a closed runner is left running at interpreter exit
+    assert time.monotonic() - began < 1.0 and len(alive("closing")) == 1  # the stuck one
+    gate.set()
+    until(lambda: not alive("closing"))
+
+
 @pytest.mark.parametrize(
     ("timeout_s", "workers", "error"),
     [(0, 1, ValueError), (-1.0, 1, ValueError), (float("inf"), 1, ValueError),

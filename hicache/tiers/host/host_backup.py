@@ -105,3 +105,4 @@ class HostBackup(StorageSlots):
         self._backup_tokens += n
         self.site.lock(node)
         self._flight.writing[node.id] = node
+        self._flight.queued_tokens[node.id] = n

@@ -113,6 +113,11 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack (each holds a transfer lock)."""
         return self._flight.pending()
 
+    def writing(self) -> list[TreeNode]:
+        """The nodes whose host copy a pending write fills: those awaiting a write ack and the
+        nodes a split has put above them since (the write reads their device slots)."""
+        return self._flight.written()
+
     def stats(self) -> HostStats:
         return HostStats(
             backup_tokens=self._backup_tokens,

@@ -27,6 +27,7 @@ class InFlight:
         self.tp = tp
         self._solo = not tp.active  # one rank (or agreement off): nothing to agree
         self.writing: dict[int, TreeNode] = {}  # node id -> node, in queueing order
+        self.queued_tokens: dict[int, int] = {}  # writing node id -> its tokens when queued
         self.loading: dict[int, TreeNode] = {}
         self._landed: tuple[set[int], set[int]] = (set(), set())  # ids not yet released
 
@@ -69,15 +70,27 @@ class InFlight:
         writes, loads = local
         if not self._solo:
             (writes, loads), _ = self.tp.agree(local, where=where, failed=failed)
-        return (
-            result,
-            self._release(self.writing, wrote, writes) if writes else [],
-            self._release(self.loading, loaded, loads) if loads else [],
-        )
+        written = self._release(self.writing, wrote, writes) if writes else []
+        for node in written:
+            del self.queued_tokens[node.id]
+        return result, written, self._release(self.loading, loaded, loads) if loads else []
 
     def pending(self) -> dict[str, list[TreeNode]]:
         """The nodes awaiting a ``"write"`` and a ``"load"`` ack, in queueing order."""
         return {"write": list(self.writing.values()), "load": list(self.loading.values())}
+
+    def written(self) -> list[TreeNode]:
+        """Every node whose host copy a pending write fills: each writing node and the nodes
+        a split has put above it since its write was queued (they hold the tokens it had)."""
+        nodes = []
+        for node_id, node in self.writing.items():
+            piece: TreeNode | None = node
+            left = self.queued_tokens[node_id]
+            while left > 0 and piece is not None:
+                nodes.append(piece)
+                left -= len(piece.key)
+                piece = piece.parent
+        return nodes
 
     def cancel_load(self, last: TreeNode) -> None:
         """Forget the load ending at ``last``: it has landed on every rank and is not served."""
@@ -86,6 +99,7 @@ class InFlight:
 
     def clear(self) -> None:
         self.writing.clear()
+        self.queued_tokens.clear()
         self.loading.clear()
         for landed in self._landed:
             landed.clear()
