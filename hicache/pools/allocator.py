@@ -11,9 +11,10 @@ alloc and free are array operations, never Python loops over slots. The bookkeep
 then a sort of the page ids only. The free list is kept as runs of consecutive pages (their
 lengths in ``_runs``, found once per merge): ``alloc`` within the first run is a slice and an
 ``arange``.
-On CUDA the bookkeeping stays on the CPU too: ``alloc`` hands out a device tensor made by one
-non-blocking copy from pinned memory that carries its CPU slots (``devices.to_device``), and
-``free`` reads those (``devices.host_copy``), so neither waits for the device.
+On CUDA the bookkeeping stays on the CPU too: ``alloc`` hands out a device tensor that carries
+its CPU slots, a view of the slot ids kept on the device when the slots are one run
+(``slot_ids.SlotIds``), else one non-blocking copy from pinned memory (``devices.to_device``),
+and ``free`` reads those (``devices.host_copy``), so neither waits for the device.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 
 from hicache.checks import check_int
-from hicache.devices import canonical_device, to_device
+from hicache.devices import canonical_device
 from hicache.pools.device_pool import KVPool
 from hicache.pools.page_runs import (
     run_lengths,
@@ -34,6 +35,7 @@ from hicache.pools.page_runs import (
     take_run,
     whole_pages,
 )
+from hicache.pools.slot_ids import SlotIds
 from hicache.threads import ThreadBound
 
 
@@ -256,6 +258,7 @@ class TokenToKVPoolAllocator(PageAllocator):
         super().__init__(size // page_size, page_size, reserved_pages=1)
         self.size = size
         self._kvcache = kvcache
+        self.slot_ids = SlotIds(size + page_size, self.device)  # every slot id, on the device
 
     def get_kvcache(self) -> KVPool | None:
         """The device KV pool (``MHATokenToKVPool`` / ``MLATokenToKVPool``) or None."""
@@ -265,11 +268,12 @@ class TokenToKVPoolAllocator(PageAllocator):
         """``n`` slots (int64 on ``device``) in whole aligned pages, or None when short.
 
         ``n`` must be a non-negative multiple of ``page_size`` (``ValueError`` otherwise). On
-        CUDA one non-blocking copy from pinned memory, carrying the CPU slots: ``free`` reads
-        them there instead of copying the device tensor back (a sync).
+        CUDA a view of the kept slot ids (one run) or one non-blocking copy from pinned memory,
+        carrying the CPU slots: ``free`` reads them there instead of copying the device tensor
+        back (a sync). Read-only, as every slot tensor hicache hands out.
         """
         slots = self.alloc_cpu(n)  # not ``alloc_pair``: wrapping one never reaches the other
-        return None if slots is None else to_device(slots, self.device)
+        return None if slots is None else self.slot_ids.on_device(slots)
 
     def alloc_pair(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """:meth:`alloc`, also returning the same slots on the CPU: ``(cpu, on_device)``.
@@ -278,4 +282,4 @@ class TokenToKVPoolAllocator(PageAllocator):
         device-to-host copy, which would wait for everything queued before it on the device.
         """
         slots = self.alloc_cpu(n)
-        return None if slots is None else (slots, to_device(slots, self.device))
+        return None if slots is None else (slots, self.slot_ids.on_device(slots))

@@ -68,6 +68,7 @@ class SWATokenToKVPoolAllocator:
         self.swa_attn_allocator = TokenToKVPoolAllocator(
             size_swa, page_size, self.device, kvcache.swa_kv_pool
         )
+        self.slot_ids = self.full_attn_allocator.slot_ids  # full-pool slot ids, as ``alloc``'s
         # Slot s of the full pool -> its SWA slot (0: none); the trailing -1 maps index -1 to -1.
         self.full_to_swa_index_mapping = torch.zeros(
             size + page_size + 1, dtype=torch.int64, device=self.device

@@ -9,9 +9,10 @@ backups got host slots (the fewest), so every rank queues the same ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from hicache.devices import to_device
 from hicache.radix.events import HOST
 from hicache.radix.node import TreeNode
 from hicache.tiers.host.host_storage_slots import StorageSlots
@@ -28,6 +29,7 @@ class HostBackup(StorageSlots):
     _backup_hits: int | None  # ``HiCacheConfig.backup_hits`` (None: backups only on eviction)
     _backup_tokens: int
     _flight: InFlight
+    _slots_on_device: Callable[[torch.Tensor], torch.Tensor]  # the allocator's ``SlotIds``
 
     def backup_path(self, last: TreeNode, path: list[TreeNode] | None = None) -> None:
         """Back up the device nodes from the root to ``last`` (``path`` when the caller has
@@ -93,7 +95,7 @@ class HostBackup(StorageSlots):
         assert node.slots is not None and node.host_slots is None, "backup of a wrong node"
         # the slots carrying their CPU copy (no device read to plan the backup): a view, as a
         # node's stored slots are never written in place (a split or a load rebinds them)
-        slots = to_device(torch.from_numpy(node.slots), self.controller.device)
+        slots = self._slots_on_device(torch.from_numpy(node.slots))
         self.controller.write(slots, node.id, host, trusted=True)  # the tree's and the pool's
         node.host_slots = host.numpy()  # a fresh CPU tensor from the host pool: its memory
         if self.site.watch is not None:

@@ -24,7 +24,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+import torch
+
 from hicache.controller import HiCacheController
+from hicache.devices import to_device
 from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import NodeEvents
 from hicache.radix.node import TreeNode
@@ -72,12 +75,17 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
         self.leaves = LeafSet(policy)
         self._size = 0
         self._flight = InFlight(self.tp)  # nodes locked until their write or load ack
+        ids = getattr(controller.token_to_kv_pool_allocator, "slot_ids", None)  # ``SlotIds``
+        self._slots_on_device = ids.on_device if ids is not None else self._uploaded
         self._backup_tokens = self._load_backs = self._load_back_tokens = self._evicted_tokens = 0
         self._reserved = 0  # host slots handed out by ``reserve`` and not yet adopted/released
         self._shedding: dict[int, TreeNode] = {}
         self._loads: dict[int, tuple[TreeNode, TreeNode]] = {}
         self._later: dict[int, TreeNode] = {}
         self.below: BelowHost | None = None
+
+    def _uploaded(self, slots: torch.Tensor) -> torch.Tensor:
+        return to_device(slots, self.controller.device)
 
     def attach(self, below: BelowHost) -> None:
         """Put a storage tier below this one (before the first node is added)."""
