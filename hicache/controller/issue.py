@@ -170,7 +170,8 @@ def _backup_batch(
     # decides there whether the batch suits the buffer (and moves them when it does not)
     staged = staging is not None and backend == "kernel"
     page = host_pool.page_size
-    host, dev = transfer_indices(op, stream, backend, device, page, host_on_device=not staged)
+    ids = getattr(host_pool, "slot_ids", None)  # ``SlotIds``: a host pool's ids on the device
+    host, dev = transfer_indices(op, stream, backend, device, page, not staged, ids)
     extra = {"staging": staging} if staged else {}  # the contract's call otherwise
     host_pool.backup_from_device_all_layer(device_pool, host, dev, backend, **extra)
     if integrity is not None:
@@ -207,7 +208,8 @@ def issue_load(
         batch.start_event.record(stream)
         mark = counters.h2d.begin(batch.start_event)
         backend = batch_backend(config.io_backend, host_pool, op)
-        host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size)
+        ids = getattr(host_pool, "slot_ids", None)
+        host, dev = transfer_indices(op, stream, backend, device, host_pool.page_size, True, ids)
         plan = host_pool.plan_load(device_pool, host, dev, backend)
 
     def on_done() -> None:

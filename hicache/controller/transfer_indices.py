@@ -8,6 +8,7 @@ import torch
 
 from hicache.controller.operations import CacheOperation
 from hicache.devices import current_stream, new_event
+from hicache.pools.slot_ids import SlotIds
 
 
 def wait_for_compute(stream: torch.cuda.Stream | None, device: torch.device) -> None:
@@ -62,6 +63,7 @@ def transfer_indices(
     device: torch.device,
     page: int,
     host_on_device: bool = True,
+    host_ids: SlotIds | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's (host, device) index tensors as the transfer on ``stream`` needs them, built
     once per batch.
@@ -69,7 +71,8 @@ def transfer_indices(
     Call inside ``stream_scope(stream)``. On CUDA the device indices are kept alive for
     ``stream`` (``record_stream``). The kernel backend gets the host indices on ``device``,
     copied once, non-blocking from pinned memory, with the pairs in host-page order
-    (:func:`host_order`; ``page`` is the host pool's page size), or on the CPU, ordered so,
+    (:func:`host_order`; ``page`` is the host pool's page size; one run of them a view of the
+    host pool's ``host_ids`` kept on the device, not a copy), or on the CPU, ordered so,
     with ``host_on_device=False`` (a staged backup plans its engine copies there). The
     direct backend plans its copies on the CPU, so it gets both on the CPU: loads carry the
     allocator's CPU copy of their slots, writes the copy ``fetch_indices`` made (landed, see
@@ -93,4 +96,6 @@ def transfer_indices(
         )
     if not host_on_device:
         return host, device_indices
+    if host_ids is not None:
+        return host_ids.on_device(host, device), device_indices
     return host.pin_memory().to(device, non_blocking=True), device_indices

@@ -30,6 +30,7 @@ from hicache.pools.host_layouts import (
 from hicache.pools.host_memory import pin_buffer, unpin_chunks
 from hicache.pools.layer_ops import BLOCK_QUOTA, KERNEL_OPS, direct_backup, direct_load
 from hicache.pools.load_plan import LoadPlan, LoadPlanners
+from hicache.pools.slot_ids import SlotIds
 
 _CPU = torch.device("cpu")
 
@@ -97,6 +98,7 @@ class HostKVPool:
         self.host_parts = [self._buffer[i] for i in range(self.parts)]
         self.host_ptr_tables = self._pointer_tables(device_pool.device)
         self._planners = LoadPlanners()
+        self.slot_ids = SlotIds(self.size, device_pool.device)  # host slot ids, on the device
 
     @classmethod
     def _check_args(
@@ -267,20 +269,17 @@ class HostKVPool:
         backend = resolve_backend(
             io_backend, self.layout, host_indices, device_indices, self.item_size
         )
-        # Kernels run where the device pool lives (CPU host indices pinned first: a copy from
-        # pageable memory may wait for the stream); direct ops plan their runs on the CPU and so
+        # Kernels run where the device pool lives (CPU host indices as a view of the kept ids
+        # or copied from pinned memory, ``SlotIds``); direct ops plan their runs on the CPU and so
         # need the indices there now (a blocking copy: a non-blocking D2H copy may not have landed).
         target = device_pool.device
         if backend == "kernel" and staging is not None and staging.suits(host_indices):
             return "staged", host_indices, device_indices.to(target, non_blocking=True)
         if backend == "kernel":
-            if is_cuda(target) and host_indices.device.type == "cpu":
-                host_indices = host_indices.pin_memory()
-            return (
-                backend,
-                host_indices.to(target, non_blocking=True),
-                device_indices.to(target, non_blocking=True),
-            )
+            if host_indices.device.type == "cpu":  # a view of the kept ids, or a copy
+                host_indices = self.slot_ids.on_device(host_indices, target)
+            dev = device_indices.to(target, non_blocking=True)
+            return backend, host_indices.to(target, non_blocking=True), dev
         return backend, host_indices.to(_CPU), device_indices.to(_CPU)
 
     def mismatch(self, device_pool: Any) -> list[str]:
