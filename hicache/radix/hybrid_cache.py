@@ -232,8 +232,8 @@ class HybridRadixCache(RadixCache):
     def _revive(self, req: Any, trusted: bool) -> RadixKey:
         """Validate ``req``; a tombstoned node among its own positions (``cache_protected_len``
         on) takes the request's slots, whose SWA KV is live, and the row gets the node's old
-        slots, which ``cache_*_req`` then frees as duplicates. Returns the request's key.
-        (Else the row would take back tree slots without SWA KV inside its window.)"""
+        slots, which ``cache_*_req`` then frees as duplicates (``_retiring`` first). Returns the
+        request's key. (Else the row would take back tree slots without SWA KV in its window.)"""
         idx, row, key, _ = self._check_req(req, trusted)
         if self.hybrid.sliding_window is None or self.disable:
             return key
@@ -243,12 +243,17 @@ class HybridRadixCache(RadixCache):
             start, pos = pos, pos + len(node.key)
             old = node.slots
             if start >= req.cache_protected_len and is_tombstoned(node.comp) and old is not None:
+                self._retiring(node, old)
                 node.slots = row[start:pos].copy()
                 self.slot_owners.release(old)
                 self.slot_owners.take(node.slots)
                 pool.write((idx, slice(start, pos)), as_tensor(old))
                 self.components.revive(node)
         return key
+
+    def _retiring(self, node: TreeNode, old: Slots) -> None:
+        """What a subclass with lower tiers does before ``node`` gives up its device slots
+        ``old`` for a request's (nothing)."""
 
     def _checkpoint(self, req: Any, key: RadixKey, want: bool) -> int | None:
         """A copy of ``req``'s row state when ``want``, the model is recurrent, the state is at

@@ -10,6 +10,7 @@ locked ones. The ledger implements ``tier.TierSite``: it is what a lower tier re
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +44,8 @@ class Ledger:
     lower : the tier below the device, or None.
     events : where the device tier's KV events go, or None (events off).
     watch : told of each dropped device copy and deleted node (``tier.NodeWatch``), or None.
+    keep : given the CPU int64 slots a ``free`` gives back, returns those to free now; the
+        others a lower tier still reads and frees itself later (``HostTier.unheld``); or None.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Ledger:
         self.lower: LowerTier | None = None
         self._lower_leaves: LeafSet | None = None
         self.watch: NodeWatch | None = None
+        self.keep: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def attach(self, lower: LowerTier) -> None:
         """Put ``lower`` below the device (before the first node is added)."""
@@ -256,6 +260,8 @@ class Ledger:
         if self.allocator is None or not slots:
             return
         merged = concat_slots(slots, _CPU)
+        if self.keep is not None:
+            merged = self.keep(merged)
         self.allocator.free(merged)
         self.owners.release(merged)
 

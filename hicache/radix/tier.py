@@ -80,6 +80,9 @@ class TierSite(Protocol):
     def drop_device(self, node: TreeNode) -> None:
         """Free ``node``'s device copy; the node stays in the tree."""
 
+    def free(self, slots: list[Slots]) -> None:
+        """Give device ``slots`` that no node holds back to the allocator."""
+
     def delete_leaf(self, node: TreeNode) -> None:
         """Remove the leaf ``node`` (its copies already freed) from the tree."""
 

@@ -37,7 +37,7 @@ from hicache.radix.hybrid_cache import HybridRadixCache
 from hicache.radix.hybrid_match import HybridMatchResult, usable_end, window_intact
 from hicache.radix.key import RadixKey
 from hicache.radix.node import TreeNode
-from hicache.radix.slots import concat_slots
+from hicache.radix.slots import Slots, concat_slots
 from hicache.tiers.hiradix_cache import HiRadixCache
 from hicache.tiers.host.host_checks import check_host_components
 from hicache.tiers.host.host_components import HostComponents
@@ -133,6 +133,7 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
             self.components, host_states, self.ledger.events, sums
         )
         self.ledger.watch = self.host_components
+        self.ledger.keep = self.host_tier.unheld  # a revived node's old slots: ``_retiring``
         if storage is not None:
             self.hi_config = dataclasses.replace(self.hi_config, storage=storage)
             self._attach_storage(storage, self.host_components)
@@ -222,6 +223,11 @@ class HybridHiRadixCache(HybridRadixCache, HiRadixCache):
         gained = self.host_components.backup_state(path[-1]) and not had
         if gained and self.storage_tier is not None:
             self.storage_tier.backups.state_gained(path[-1])
+
+    def _retiring(self, node: TreeNode, old: Slots) -> None:
+        """A pending write of ``node`` still reads ``old``: the host tier keeps them until it
+        lands (``cache_*_req``'s duplicate free leaves them)."""
+        self.host_tier.hold(node, old)
 
     def _swa_candidates(self) -> Any:
         """Nodes no transfer reads or writes: a pending write reads its node's SWA slots (and

@@ -12,6 +12,7 @@ from hicache.model.hybrid_pools import make_model_pools
 from hicache.radix import RadixKey
 from hicache.radix.components import CheckpointPolicy, HybridConfig
 from hicache.tiers.hybrid_hiradix_cache import HybridHiRadixCache
+from tests.radix.hybrid_rig import HybridReq
 
 
 class HybridHostRig:
@@ -101,6 +102,21 @@ class HybridHostRig:
         self.pools.allocator.free(slots[:present])  # the duplicates
         self.cache.check_hicache_events()
         return slots, kv, value
+
+    def recompute(self, ids: list[int]) -> tuple[HybridReq, torch.Tensor]:
+        """A request that matched ``ids`` (locked) and computed all of them into fresh slots
+        holding random KV (an attention-only model): the request and its slots."""
+        match = self.cache.match_prefix(RadixKey(ids))
+        self.cache.inc_lock_ref(match.last_device_node)
+        req = HybridReq(0, list(ids), kv_len=len(ids))
+        row = self.pools.req_to_token.alloc(1)[0]
+        own = self.pools.allocator.alloc(len(ids))
+        assert own is not None and match.device_prefix_len == 0
+        self.write_kv(own)
+        self.pools.req_to_token.write((row, slice(0, len(ids))), own.to(torch.int32))
+        req.req_pool_idx, req.cache_protected_len, req.last_node = row, 0, match.last_device_node
+        req.prefix_indices = match.device_indices
+        return req, own
 
     def load(self, ids: list[int]) -> tuple[Any, torch.Tensor, Any]:
         """Match ``ids``, load their host part back and let it land: (match, slots, node)."""

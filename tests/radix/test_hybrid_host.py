@@ -88,6 +88,50 @@ def test_a_split_of_a_node_being_written_keeps_its_swa_kv_until_the_write_lands(
     rig.check()
 
 
+def _revive_under_a_queued_write(rig: HybridHostRig, ids: list[int]) -> dict[int, torch.Tensor]:
+    """Cache ``ids`` (``ids[:8]`` tombstoned), queue their backups (kept queued) and finish a
+    request that recomputed ``ids[:8]``: the node takes its slots. The KV first written."""
+    cache = rig.cache
+    _, kv, _ = rig.put(ids[:8])
+    assert cache.evict_swa(8) == 8  # tombstoned before its backup is queued
+    rig.put(ids)  # a live leaf below it: a usable host prefix later
+    cache.cache_controller.start_writing = lambda: None  # type: ignore[method-assign]
+    for _ in range(3):  # the third hit queues the backups
+        cache.match_prefix(RadixKey(ids))
+    req, own = rig.recompute(ids[:8])
+    cache.cache_finished_req(req)
+    node = cache.match_prefix(RadixKey(ids[:8])).last_device_node
+    assert node.slots.tolist() == own.tolist() and not is_tombstoned(node.comp)
+    del cache.cache_controller.start_writing  # the class's again
+    return kv
+
+
+def test_a_revived_node_keeps_its_old_slots_until_its_queued_write_lands() -> None:
+    rig = HybridHostRig("FS", load_back_threshold=0, write_policy="write_through_selective")
+    allocator, ids = rig.pools.allocator, list(range(1, 13))
+    free = allocator.available_size()
+    kv = _revive_under_a_queued_write(rig, ids)
+    assert allocator.available_size() == free - 20  # the queued write reads the old 8
+    reuse = allocator.alloc(allocator.available_size())
+    rig.write_kv(reuse)  # every free slot taken and overwritten
+    allocator.free(reuse)
+    rig.evict_all()  # the write lands: the old slots go back
+    assert allocator.available_size() == free
+    _, slots, _ = rig.load(ids)
+    assert slots.numel() == 12  # the full layer's host copy is the one first written
+    torch.testing.assert_close(rig.read_keys(0, slots[:8]), kv[0], rtol=0, atol=0)
+    rig.check()
+
+
+def test_a_reset_frees_the_old_slots_a_queued_write_read() -> None:
+    rig = HybridHostRig("FS", load_back_threshold=0, write_policy="write_through_selective")
+    free = rig.pools.allocator.available_size()
+    _revive_under_a_queued_write(rig, list(range(1, 13)))
+    rig.cache.reset()
+    assert rig.pools.allocator.available_size() == free
+    rig.check()
+
+
 def test_host_state_lru_frees_the_oldest_and_the_match_stops_above() -> None:
     rig = HybridHostRig("FL", load_back_threshold=0, host_state_slots=2)
     rig.put([1, 2])

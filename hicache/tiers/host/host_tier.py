@@ -16,6 +16,10 @@ depends on this rank's own pools or transfers is agreed over the ranks: how many
 backups got host slots (the fewest), whether a load got device slots (all or none), which
 finished transfers are released (``InFlight``). Finished acks are then processed only by
 ``step`` (once per scheduler step), ``issue_loads`` and ``drain``, never by ``poll``.
+
+Device slots a node gives up while its pending write still reads them (``hold``) stay out of
+the allocator until that write has landed on every rank: the ledger's frees leave them
+(``unheld``, a ``Ledger.keep``), the write's release frees them, and so does ``clear``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 from hicache.controller import HiCacheController
@@ -32,6 +37,7 @@ from hicache.radix.config import HiCacheConfig
 from hicache.radix.events import NodeEvents
 from hicache.radix.node import TreeNode
 from hicache.radix.policies import LeafSet
+from hicache.radix.slots import Slots
 from hicache.radix.stats import HostStats
 from hicache.radix.tier import BelowHost, TierSite
 from hicache.tiers.host.host_backup import HostBackup
@@ -142,6 +148,26 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
     def transfer_locks(self) -> Counter[int]:
         return Counter(n.id for nodes in self._flight.pending().values() for n in nodes)
 
+    # ---- device slots a pending write reads -------------------------------------------------
+
+    def hold(self, node: TreeNode, slots: Slots) -> bool:
+        """Keep the device ``slots`` that ``node`` gives up (no node's from now on) out of the
+        allocator while a pending write reads them (``writing``): freed once it has landed on
+        every rank. False, nothing kept, when no pending write reads ``node``'s slots."""
+        writer = self._flight.writer_of(node)
+        if writer is None:
+            return False
+        self._flight.held.setdefault(writer.id, []).append(slots)
+        return True
+
+    def unheld(self, slots: torch.Tensor) -> torch.Tensor:
+        """``slots`` (CPU int64, being freed) less those ``hold`` keeps: ``Ledger.keep``."""
+        held = self._flight.held
+        if not held:
+            return slots
+        kept = torch.from_numpy(np.concatenate([s for group in held.values() for s in group]))
+        return slots[~torch.isin(slots, kept)]
+
     # ---- transfers ---------------------------------------------------------------------------
 
     def poll(self) -> None:
@@ -171,6 +197,8 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
         result, written, loaded = self._flight.settle(self.controller, issue, where)
         for node in (*written, *loaded):
             self.site.unlock(node)
+        if self._flight.held:  # slots only the landed writes still read
+            self.site.free(self._flight.unhold(written))
         if self._later:  # moves left to finish when their writes land
             self.finish_moves(written)
         for node in loaded:
@@ -185,9 +213,12 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
         return result
 
     def clear(self) -> None:
-        """Wait for transfers in flight and drop them, then empty the host pool."""
+        """Wait for transfers in flight and drop them (freeing the device slots only they
+        read), then empty the host pool."""
         self.controller.reset()
+        held = self._flight.unhold(list(self._flight.writing.values()))
         self._flight.clear()
+        self.site.free(held)
         self._shedding.clear()
         self._loads.clear()
         self._later.clear()

@@ -6,15 +6,20 @@ whose ack has finished are a prefix of ``writing`` (and of ``loading``) in inser
 Under TP that prefix differs between ranks (a transfer lands sooner on one), so a release
 takes the shortest prefix over the ranks (``TPGroup.agree``): a node is released on every rank
 in the same call, once its transfer has landed on all of them.
+
+A node may give up device slots its pending write still reads (a hybrid node revived with a
+request's slots, ``HybridRadixCache._revive``): they are ``held`` under the writing node and
+go back to the allocator with its release, never sooner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from hicache.controller import HiCacheController, pop_finished_acks
 from hicache.radix.node import TreeNode
+from hicache.radix.slots import Slots
 from hicache.tp import TPGroup
 
 T = TypeVar("T")
@@ -29,6 +34,7 @@ class InFlight:
         self.writing: dict[int, TreeNode] = {}  # node id -> node, in queueing order
         self.queued_tokens: dict[int, int] = {}  # writing node id -> its tokens when queued
         self.loading: dict[int, TreeNode] = {}
+        self.held: dict[int, list[Slots]] = {}  # writing node id -> device slots its write reads
         self._landed: tuple[set[int], set[int]] = (set(), set())  # ids not yet released
 
     def settle(
@@ -82,15 +88,26 @@ class InFlight:
     def written(self) -> list[TreeNode]:
         """Every node whose host copy a pending write fills: each writing node and the nodes
         a split has put above it since its write was queued (they hold the tokens it had)."""
-        nodes = []
+        return [piece for _, piece in self._pieces()]
+
+    def writer_of(self, node: TreeNode) -> TreeNode | None:
+        """The writing node whose pending write fills ``node``'s host copy (``written``), or
+        None when no pending write reads ``node``'s device slots."""
+        return next((writer for writer, piece in self._pieces() if piece is node), None)
+
+    def unhold(self, writers: Iterable[TreeNode]) -> list[Slots]:
+        """Forget and return the device slots ``held`` under ``writers`` (to be freed)."""
+        return [slots for node in writers for slots in self.held.pop(node.id, ())]
+
+    def _pieces(self) -> Iterator[tuple[TreeNode, TreeNode]]:
+        """(writing node, piece) for every piece of ``written``, in queueing order."""
         for node_id, node in self.writing.items():
             piece: TreeNode | None = node
             left = self.queued_tokens[node_id]
             while left > 0 and piece is not None:
-                nodes.append(piece)
+                yield node, piece
                 left -= len(piece.key)
                 piece = piece.parent
-        return nodes
 
     def cancel_load(self, last: TreeNode) -> None:
         """Forget the load ending at ``last``: it has landed on every rank and is not served."""
@@ -100,6 +117,7 @@ class InFlight:
     def clear(self) -> None:
         self.writing.clear()
         self.queued_tokens.clear()
+        self.held.clear()
         self.loading.clear()
         for landed in self._landed:
             landed.clear()
