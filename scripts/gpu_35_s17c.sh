@@ -7,17 +7,10 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
-P="python3 -m pytest -q -o addopts= -rfE -p no:cacheprovider"
-{
-  PYTHONPATH=$PWD timeout 60 $P tests/engine/test_engine_nosync_gpu.py 2>&1 | tail -2
-  PYTHONPATH=$PWD timeout 60 python3 benchmarks/probes/sync_census.py 2>&1 | tail -4
-} > "$OUT/c_nosync.log" 2>&1
-PYTHONPATH=$PWD timeout 250 $P -m "not slow and not mooncake" tests/test_uploads.py \
-  tests/test_devices.py tests/kernels tests/pools tests/controller tests/radix tests/engine \
-  > "$OUT/c_tests.log" 2>&1
+OUT=$OUT bash scripts/gpu_35_suite.sh
 [ -f before.tar ] && bash scripts/gpu_35_vs_before.sh 2 > "$OUT/c_bench.log" 2>&1
 DEVICE=cuda OUT=$OUT timeout 40 bash scripts/gpu_35_prof.sh > /dev/null 2>&1
-echo "=== no sync"; cat "$OUT/c_nosync.log"
-echo "=== tests"; grep -E "passed|failed|FAILED|ERROR" "$OUT/c_tests.log" | tail -15
+echo "=== no sync"; cat "$OUT/nosync.log"
+echo "=== tests"; grep -E "passed|failed|FAILED|ERROR" "$OUT/tests.log" | tail -15
 echo "=== bench (before = cd2b7d2)"; cat "$OUT/c_bench.log"
 echo "=== profile"; head -42 "$OUT/prof.log"

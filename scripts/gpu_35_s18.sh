@@ -7,14 +7,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
-P="python3 -m pytest -q -o addopts= -rfE -p no:cacheprovider"
-{
-  PYTHONPATH=$PWD timeout 60 $P tests/engine/test_engine_nosync_gpu.py 2>&1 | tail -2
-  PYTHONPATH=$PWD timeout 60 python3 benchmarks/probes/sync_census.py 2>&1 | tail -4
-} > "$OUT/nosync.log" 2>&1
-PYTHONPATH=$PWD timeout 250 $P -m "not slow and not mooncake" \
-  tests/test_devices.py tests/kernels tests/pools tests/controller tests/radix tests/engine \
-  > "$OUT/tests.log" 2>&1
+OUT=$OUT bash scripts/gpu_35_suite.sh
 [ -f before.tar ] && bash scripts/gpu_35_vs_before.sh 3 > "$OUT/bench.log" 2>&1
 PYTHONPATH=$PWD timeout 60 python3 benchmarks/probes/nested_us.py --device cuda --steps 300 \
   hicache.tiers.hiradix_cache:HiRadixCache.cache_finished_req \

@@ -9,30 +9,16 @@ launcher Triton's runner calls, and the event record in torch and through the CU
 from __future__ import annotations
 
 import ctypes
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_issue  # noqa: E402
+from host_hit import us_per_call as _us  # noqa: E402
 
 triton_ops = bench_issue.triton_ops
-
-
-def _us(fn: Callable[[], None], calls: int = 256, repeats: int = 15) -> float:
-    samples = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def _cudart() -> ctypes.CDLL | None:

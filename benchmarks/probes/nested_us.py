@@ -1,6 +1,7 @@
 """Microseconds per prefill step with a host hit inside chosen functions (inclusive, no profiler).
 
-The step of ``bench_control_plane.py`` (TP 1) on ``--device``. Each named function
+The step of ``bench_control_plane.py`` (TP 1; ``host_hit.py``) on ``--device``, the cache's
+calls and on the CPU the KV copies they run inline included. Each named function
 (``module:Qualified.name``) is wrapped where it is defined and wherever a hicache module imported
 it by name, and timed (wall, inclusive, its nested calls of itself counted once) while the step
 runs: a breakdown without cProfile's per-call inflation (~0.3 us per wrapped call).
@@ -20,11 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_control_plane as bench  # noqa: E402
+from host_hit import engine_on, run_steps  # noqa: E402
 
 
 class Timers:
@@ -74,22 +73,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("targets", nargs="+", help="module:Qualified.name")
     a = parser.parse_args()
-    torch.set_num_threads(1)
-    s = bench.Settings(a.device, a.steps, 8, 1024, 16, 16, "auto")
     timers = Timers()
     for target in a.targets:
         timers.wrap(target)
-    engine = bench.build(None, s)
-    prefixes = [bench.prompt(i, s.prefix) for i in range(bench.PREFIXES)]
-    for p in prefixes:
-        engine.submit(p, 1)
-    engine.run()
-    for i in range(a.steps + 20):
-        bench.offload(engine)
-        engine.submit(prefixes[i % bench.PREFIXES] + bench.prompt(-1 - i, s.new), 1)
-        timers.on = i >= 20
-        engine.step()
-        timers.on = False
+    engine = engine_on(a.device, a.steps)
+    run_steps(engine, a.steps, lambda on: setattr(timers, "on", on), warmup=20)
     print(f"{'function':<44} {'us/step':>8} {'calls':>6}   ({a.device}, {a.steps} steps)")
     for target in a.targets:
         label = target.split(":")[1]

@@ -8,23 +8,16 @@ with the GPU idle: what a step pays per such call before any bookkeeping of its 
 
 from __future__ import annotations
 
-import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def us(fn: Callable[[], object], calls: int = 200, repeats: int = 11) -> float:
-    samples = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
+from host_hit import us_per_call  # noqa: E402
 
 
 def main() -> None:
@@ -60,7 +53,7 @@ def main() -> None:
     torch.cuda.set_stream(torch.cuda.default_stream())
     print(f"{'call':<34} {'us':>7}")
     for name, fn in rows:
-        cost = us(fn)
+        cost = us_per_call(fn, calls=200, repeats=11)
         torch.cuda.set_stream(torch.cuda.default_stream())
         print(f"{name:<34} {cost:>7.2f}")
 

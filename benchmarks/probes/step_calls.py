@@ -1,13 +1,16 @@
-"""Python function calls per prefill step with a host hit, inside the cache's calls.
+"""Calls per prefill step with a host hit, inside the cache's calls: Python calls, or torch's.
 
-The step of ``bench_control_plane.py`` (TP 1, CPU): one request whose 1,024-token prefix is a
-host-only hit, finished in the step. Counts every Python-level call (``sys.setprofile``) made
-inside the calls ``_cache_meter`` meters (the cache's, its allocator's and request table's),
-outside the spans that copy KV (the CPU figure subtracts those), per metered call and in all.
-A deterministic figure, unlike the noisy microseconds of a shared box: on the scheduler's path
-each such call costs ~0.7-1 us of a step (the forward and the copies leave the caches cold).
+The step of ``bench_control_plane.py`` (TP 1; ``host_hit.py``). Counts, per call that
+``_cache_meter`` meters (the cache's, its allocator's and request table's):
 
-    python benchmarks/probes/step_calls.py [--steps 20]
+- by default every Python-level call made inside it, outside the spans that copy KV (the CPU
+  figure subtracts those). A deterministic figure, unlike the noisy microseconds of a shared
+  box: on the scheduler's path each such call costs ~0.7-1 us of a step;
+- with ``--torch``, every call into torch's C functions (tensor methods, ``torch.*``, CUDA
+  events and streams) by the hicache line that made it: on CUDA each costs ~2-17 us of a
+  step (``op_cost.py``).
+
+    python benchmarks/probes/step_calls.py [--steps 20] [--torch [--device cuda]]
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_control_plane as bench  # noqa: E402
-from _cache_meter import CACHE_CALLS, POOL_CALLS  # noqa: E402
+from _cache_meter import metered_calls  # noqa: E402
+from host_hit import engine_on, run_steps  # noqa: E402
 
 # inside the copy spans (``BusyClock`` begin..end): the batch's backend, indices, plan and copy
 COPIES = {
@@ -36,29 +39,43 @@ COPIES = {
 }
 
 
-class CallCounter:
-    """Python calls per metered call of ``engine`` while ``on``, outside the copy spans."""
+def torch_name(fn: Any) -> str | None:
+    """``fn``'s name if it is one of torch's C functions, else None."""
+    owner = getattr(fn, "__self__", None)
+    module = getattr(fn, "__module__", None) or type(owner).__module__
+    if not (module or "").startswith("torch") and not isinstance(owner, torch.Tensor):
+        return None
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
 
-    def __init__(self, engine: Any) -> None:
-        self.on, self.counts = False, collections.Counter[str]()
+
+def call_site(frame: FrameType | None) -> str:
+    """The innermost hicache line on ``frame``'s stack."""
+    while frame is not None and "/hicache/" not in frame.f_code.co_filename:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename.split('/hicache/')[-1]}:{frame.f_lineno}"
+
+
+class CallCounter:
+    """Calls per metered call of ``engine`` while ``on``: Python calls outside the copy spans,
+    or (``torch``) torch C calls by call site."""
+
+    def __init__(self, engine: Any, torch_calls: bool = False) -> None:
+        self.on, self.torch = False, torch_calls
+        self.counts = collections.Counter[tuple[str, ...]]()
         self._outer: str | None = None
         self._copying = 0
-        for part, names in (
-            (engine.cache, CACHE_CALLS),
-            (engine.allocator, POOL_CALLS),
-            (engine.req_to_token_pool, POOL_CALLS),
-        ):
-            for name in names:
-                if hasattr(part, name):
-                    label = f"{type(part).__name__}.{name}"
-                    setattr(part, name, self._counted(getattr(part, name), label))
+        for part, name, label in metered_calls(engine):
+            if not label.startswith("tp."):
+                setattr(part, name, self._counted(getattr(part, name), label))
 
     def _counted(self, call: Any, name: str) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
             if not self.on or self._outer is not None:
                 return call(*args, **kwargs)
             self._outer = name
-            sys.setprofile(self._profile)
+            sys.setprofile(self._torch if self.torch else self._python)
             try:
                 return call(*args, **kwargs)
             finally:
@@ -67,38 +84,36 @@ class CallCounter:
 
         return counted
 
-    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+    def _python(self, frame: FrameType, event: str, arg: Any) -> None:
         name = frame.f_code.co_name
         if event == "call":
             self._copying += name in COPIES
             if not self._copying and self._outer is not None:
-                self.counts[self._outer] += 1
+                self.counts[(self._outer,)] += 1
         elif event == "return" and name in COPIES:
             self._copying -= 1
+
+    def _torch(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "c_call" and self._outer is not None:
+            name = torch_name(arg)
+            if name is not None:
+                self.counts[(self._outer, name, call_site(frame))] += 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    steps = parser.parse_args().steps
-    torch.set_num_threads(1)
-    s = bench.Settings("cpu", steps, 8, 1024, 16, 16, "auto")
-    engine = bench.build(None, s)
-    counter = CallCounter(engine)
-    prefixes = [bench.prompt(i, s.prefix) for i in range(bench.PREFIXES)]
-    for p in prefixes:
-        engine.submit(p, 1)
-    engine.run()
-    for i in range(steps + 2):
-        counter.on = False
-        bench.offload(engine)
-        engine.submit(prefixes[i % bench.PREFIXES] + bench.prompt(-1 - i, s.new), 1)
-        counter.on = i >= 2  # two warm-up steps
-        engine.step()
-    print(f"{'call':40s} {'python calls / step':>20s}")
-    for name, n in counter.counts.most_common():
-        print(f"{name:40s} {n / steps:20.1f}")
-    print(f"{'all':40s} {sum(counter.counts.values()) / steps:20.1f}")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--torch", action="store_true", help="count torch calls by call site")
+    a = parser.parse_args()
+    engine = engine_on(a.device, a.steps)
+    counter = CallCounter(engine, a.torch)
+    run_steps(engine, a.steps, lambda on: setattr(counter, "on", on))
+    what = "torch calls / step, by site" if a.torch else "python calls / step"
+    print(f"{'call':40s} {what:>30s}  ({a.device})")
+    for key, n in sorted(counter.counts.items()):
+        print(f"{'  '.join(key):70s} {n / a.steps:8.2f}")
+    print(f"{'all':70s} {sum(counter.counts.values()) / a.steps:8.2f}")
 
 
 if __name__ == "__main__":

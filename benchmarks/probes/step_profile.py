@@ -19,11 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_control_plane as bench  # noqa: E402
+from host_hit import engine_on, run_steps  # noqa: E402
 
 
 def main() -> None:
@@ -34,21 +32,9 @@ def main() -> None:
     parser.add_argument("--callers", default="", help="regex: also print these functions' callers")
     parser.add_argument("--callees", default="", help="regex: also print these functions' callees")
     a = parser.parse_args()
-    torch.set_num_threads(1)
-    s = bench.Settings(a.device, a.steps, 8, 1024, 16, 16, "auto")
-    engine = bench.build(None, s)
-    prefixes = [bench.prompt(i, s.prefix) for i in range(bench.PREFIXES)]
-    for p in prefixes:
-        engine.submit(p, 1)
-    engine.run()
+    engine = engine_on(a.device, a.steps)
     profile = cProfile.Profile()
-    for i in range(a.steps + 2):
-        bench.offload(engine)
-        engine.submit(prefixes[i % bench.PREFIXES] + bench.prompt(-1 - i, s.new), 1)
-        if i >= 2:  # two warm-up steps
-            profile.enable()
-        engine.step()
-        profile.disable()
+    run_steps(engine, a.steps, lambda on: profile.enable() if on else profile.disable())
     stats = pstats.Stats(profile)
     rows = stats.stats  # type: ignore[attr-defined]
     for title, col in (("own time", 2), ("time below", 3)):
