@@ -1,7 +1,7 @@
 """Checks a stress scenario runs against a HiRadixCache, each returning violation messages.
 
-- :func:`ownership`: every device slot is free, in exactly one tree node or held by exactly one
-  live request; every host slot is free or in exactly one tree node.
+- :func:`ownership`: every device slot is free, in exactly one tree node, held by exactly one
+  live request or kept for a pending write; every host slot is free or in exactly one tree node.
 - :func:`namespace`: a match never reaches a node of another ``extra_key``.
 - :func:`sweep`: every cached token's KV, on the device and on the host, equals the oracle's
   value for (token, position, layer, namespace); copies still queued for transfer are skipped.
@@ -74,9 +74,11 @@ def ownership(
     host_reserved: int = 0,
 ) -> list[str]:
     """Every slot free or owned once; ``host_reserved`` host slots (reserved by a storage
-    prefetch, not yet adopted) may be neither."""
+    prefetch, not yet adopted) may be neither. Device slots a pending write still reads
+    (``cache.host_tier.held()``) count as owned until it lands."""
     nodes = [node for node, _ in walk(cache)]
     device = [n.value for n in nodes if not n.evicted] + request_slots
+    device.append(cache.host_tier.held())
     host = [n.host_value for n in nodes if n.backuped]
     return _claims("device", all_device, allocator.free_slots(), device) + _claims(
         "host", all_host, host_pool.free_slots(), host, host_reserved

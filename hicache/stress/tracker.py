@@ -7,9 +7,10 @@ pass over the node headers finds the nodes the op created, changed or removed (n
 only those are checked:
 
 - ownership: a slot a node or request takes must be unowned and not free; a slot given up must
-  be free now or taken by another owner; on both tiers owned + ``available_size()`` == pool
-  size, and the tree's ``evictable_size() + protected_size()`` (== ``total_size()``) and
-  ``host_size()`` equal the slots its nodes hold; request rows in use match the live requests;
+  be free now, taken by another owner or kept for a pending write (``host_tier.held``); on both
+  tiers owned + kept + ``available_size()`` == pool size, and the tree's ``evictable_size() +
+  protected_size()`` (== ``total_size()``) and ``host_size()`` equal the slots its nodes hold;
+  request rows in use match the live requests;
 - structure: slots are int64 ``[len(key)]``, the node is its parent's child, shares its
   ``extra_key``, and is on the device (inclusive: backed up) only if its parent is;
 - locks, on the touched nodes, their parents and every node whose own locks changed:
@@ -76,7 +77,10 @@ class Tracker:
 
     def reset(self) -> None:
         """Forget everything: the next :meth:`check` treats every node as new."""
-        reserved: dict[str, Callable[[], int]] = {"device": int, "host": self.host_reserved}
+        reserved: dict[str, Callable[[], int]] = {
+            "device": lambda: self.cache.host_tier.held().numel(),  # kept for pending writes
+            "host": self.host_reserved,
+        }
         self.tiers = {t: TierShadow(t, self.pools[t], self.every[t], reserved[t]) for t in TIERS}
         self.seen: dict[int, tuple[Any, ...]] = {}  # node id -> header (see ``node_rows.header``)
         self.alive: dict[int, tuple[Any, ...]] = {}  # what the header's ids name, kept alive

@@ -112,11 +112,14 @@ def test_a_revived_node_keeps_its_old_slots_until_its_queued_write_lands() -> No
     free = allocator.available_size()
     kv = _revive_under_a_queued_write(rig, ids)
     assert allocator.available_size() == free - 20  # the queued write reads the old 8
+    held = rig.cache.host_tier.held()
+    owned = torch.cat([n.value.cpu() for n in rig.cache.tree.nodes() if n.value is not None])
+    assert held.numel() == 8 and not torch.isin(held, owned).any()  # allocated, no node's
     reuse = allocator.alloc(allocator.available_size())
     rig.write_kv(reuse)  # every free slot taken and overwritten
     allocator.free(reuse)
     rig.evict_all()  # the write lands: the old slots go back
-    assert allocator.available_size() == free
+    assert allocator.available_size() == free and not rig.cache.host_tier.held().numel()
     _, slots, _ = rig.load(ids)
     assert slots.numel() == 12  # the full layer's host copy is the one first written
     torch.testing.assert_close(rig.read_keys(0, slots[:8]), kv[0], rtol=0, atol=0)

@@ -47,6 +47,7 @@ from hicache.tiers.host.in_flight import InFlight
 from hicache.tp import TPGroup
 
 T = TypeVar("T")
+_NONE = torch.empty(0, dtype=torch.int64)
 
 
 class HostTier(HostFreeing, HostLoads, HostBackup):
@@ -160,13 +161,18 @@ class HostTier(HostFreeing, HostLoads, HostBackup):
         self._flight.held.setdefault(writer.id, []).append(slots)
         return True
 
+    def held(self) -> torch.Tensor:
+        """The device slots ``hold`` keeps now (CPU int64 ``[n]``, empty when none): allocated
+        but neither a node's nor a request's until their write lands (an ownership count
+        adds them to the owned slots)."""
+        groups = [s for group in self._flight.held.values() for s in group]
+        return torch.from_numpy(np.concatenate(groups)) if groups else _NONE
+
     def unheld(self, slots: torch.Tensor) -> torch.Tensor:
         """``slots`` (CPU int64, being freed) less those ``hold`` keeps: ``Ledger.keep``."""
-        held = self._flight.held
-        if not held:
+        if not self._flight.held:
             return slots
-        kept = torch.from_numpy(np.concatenate([s for group in held.values() for s in group]))
-        return slots[~torch.isin(slots, kept)]
+        return slots[~torch.isin(slots, self.held())]
 
     # ---- transfers ---------------------------------------------------------------------------
 
