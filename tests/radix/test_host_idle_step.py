@@ -11,16 +11,16 @@ from hicache.radix import HiRadixCache, RadixKey
 from tests.radix.hiradix_rig import assert_kv, device_pool, make_cache, put, tokens_of
 
 
-def count_writes(cache: HiRadixCache, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each ``start_writing`` call of ``cache``'s controller appends to the returned list."""
+def count_calls(cache: HiRadixCache, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each call of ``cache``'s controller method ``name`` appends to the returned list."""
     ctrl, calls = cache.cache_controller, []
-    real = ctrl.start_writing
+    real = getattr(ctrl, name)
 
     def counted() -> Any:
         calls.append(1)
         return real()
 
-    monkeypatch.setattr(ctrl, "start_writing", counted)
+    monkeypatch.setattr(ctrl, name, counted)
     return calls
 
 
@@ -28,7 +28,7 @@ def test_an_idle_step_skips_the_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     cache = make_cache(pages=8)
     put(cache, tokens_of(4, seed=1))  # backed up and landed: nothing left in flight
     assert cache.host_tier.idle()
-    calls = count_writes(cache, monkeypatch)
+    calls = count_calls(cache, "start_writing", monkeypatch)
     cache.check_hicache_events()
     assert calls == []
     cache.check_invariants()
@@ -42,7 +42,7 @@ def test_a_queued_write_is_issued_by_the_next_step(monkeypatch: pytest.MonkeyPat
     put(cache, tokens_of(4, seed=2))
     assert ctrl.write_queue and not cache.host_tier.idle()
     monkeypatch.setattr(ctrl, "start_writing", real)
-    calls = count_writes(cache, monkeypatch)
+    calls = count_calls(cache, "start_writing", monkeypatch)
     cache.check_hicache_events()
     assert calls == [1] and not ctrl.write_queue and cache.host_tier.idle()
     assert cache.host_tier.pending() == {"write": [], "load": []}
@@ -66,25 +66,12 @@ def test_a_deferred_load_is_finished_and_released_by_the_next_step() -> None:
     cache.check_invariants()
 
 
-def count_loads(cache: HiRadixCache, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each ``start_loading`` call of ``cache``'s controller appends to the returned list."""
-    ctrl, calls = cache.cache_controller, []
-    real = ctrl.start_loading
-
-    def counted() -> int:
-        calls.append(1)
-        return real()
-
-    monkeypatch.setattr(ctrl, "start_loading", counted)
-    return calls
-
-
 def test_nothing_to_load_on_an_idle_tier_is_minus_one_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cache = make_cache(pages=8)
     put(cache, tokens_of(4, seed=4))
-    calls = count_loads(cache, monkeypatch)
+    calls = count_calls(cache, "start_loading", monkeypatch)
     assert cache.ready_to_load_host_cache() == -1 and calls == []
 
 
@@ -95,7 +82,7 @@ def test_a_queued_load_or_a_busy_tier_gets_the_settle(monkeypatch: pytest.Monkey
     cache.evict(cache.total_size())
     match = cache.match_prefix(RadixKey(tokens))
     cache.init_load_back(match.last_host_node, match.host_hit_length)
-    calls = count_loads(cache, monkeypatch)
+    calls = count_calls(cache, "start_loading", monkeypatch)
     assert cache.ready_to_load_host_cache() >= 0 and calls == [1]
     ctrl = cache.cache_controller
     monkeypatch.setattr(ctrl, "start_writing", lambda: None)  # a write stays queued
